@@ -1,0 +1,106 @@
+"""Capture one ``kernel_fn`` call into a CUDA graph, the way the judge does.
+
+The call is first warmed up on a side stream (so lazy initialisation, autotuning and
+allocator growth happen outside the capture), then captured once. The returned
+:class:`Captured` owns the graph, its input buffer and the output tensor the capture
+produced; replaying it after copying new values into ``x`` recomputes ``out`` in place.
+
+Keep every :class:`Captured` alive for the whole job: freeing a graph can leave cuBLAS
+with a dangling workspace.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+WARMUP_CALLS = 3  # eager calls on a side stream before the capture
+
+# Text CUDA and torch use when something inside the capture needed the host (a sync,
+# a device-to-host copy, .item(), a blocking query) and the capture was torn down.
+_SYNC_MARKERS = (
+    "stream is capturing",  # cudaErrorStreamCaptureUnsupported as torch words it
+    "streamcaptureunsupported",
+    "streamcaptureinvalidated",
+    "during capture",  # "operation failed due to a previous error during capture"
+    "capture invalidated",
+)
+
+
+class CaptureError(Exception):
+    """The call could not be captured into a CUDA graph.
+
+    ``host_sync`` is True when the failure is the kind a host synchronisation inside
+    the captured call produces; the message then says so.
+    """
+
+    def __init__(self, message: str, host_sync: bool) -> None:
+        super().__init__(message)
+        self.host_sync = host_sync
+
+
+@dataclass
+class Captured:
+    graph: torch.cuda.CUDAGraph
+    x: torch.Tensor  # the graph's input buffer: copy new inputs into it, never rebind it
+    out: object  # what the captured call returned (a tensor, unless the candidate is wrong)
+
+    def replay(self, x_new: torch.Tensor | None = None) -> object:
+        """Copy ``x_new`` (if given) into the input buffer, replay, and return the output."""
+        if x_new is not None:
+            self.x.copy_(x_new)
+        self.graph.replay()
+        return self.out
+
+
+def capture(
+    fn: Callable[[torch.Tensor], object],
+    x: torch.Tensor,
+    *,
+    warmup: int = WARMUP_CALLS,
+    pool: tuple | None = None,
+) -> Captured:
+    """Warm ``fn`` up on a side stream, then capture ``fn(x_buf)`` into a CUDA graph.
+
+    ``x`` is copied into a fresh input buffer the graph reads from. An exception the
+    candidate raises during warm-up propagates unchanged; a failure of the capture
+    itself becomes a :class:`CaptureError`. ``pool`` (``torch.cuda.graph_pool_handle()``)
+    lets several graphs share one memory pool when they are replayed one after another.
+    """
+    x_buf = x.clone()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            fn(x_buf)
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph, pool=pool):
+            out = fn(x_buf)
+    except Exception as exc:  # the capture's own failure, or the candidate's raise inside it
+        raise _translate(exc) from exc
+    return Captured(graph=graph, x=x_buf, out=out)
+
+
+def _translate(exc: BaseException) -> CaptureError:
+    """One readable message from an exception and the ones it replaced."""
+    messages = []
+    seen: BaseException | None = exc
+    while seen is not None and len(messages) < 4:
+        text = str(seen).strip().splitlines()
+        messages.append(f"{type(seen).__name__}: {text[0] if text else ''}".rstrip(": "))
+        seen = seen.__context__
+    detail = "; ".join(reversed(messages))
+    host_sync = any(marker in detail.lower() for marker in _SYNC_MARKERS)
+    if host_sync:
+        return CaptureError(
+            "host synchronisation inside kernel_fn: the call cannot be captured into a CUDA graph "
+            f"(.item(), .cpu(), .tolist(), torch.cuda.synchronize() or a data-dependent shape?) [{detail}]",
+            host_sync=True,
+        )
+    return CaptureError(f"kernel_fn raised during CUDA graph capture: {detail}", host_sync=False)
