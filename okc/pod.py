@@ -1,0 +1,257 @@
+"""Pods: the remote targets a lab can use, as declared in its pod.yaml.
+
+pod.yaml is parsed once into frozen :class:`Pod` values. How to reach a pod (host name,
+port, user, identity, proxy) is worked out by :func:`resolve_endpoint`, which also
+honours the user's ``~/.ssh/config`` the way OpenSSH does: what pod.yaml says explicitly
+wins, the ssh config fills in the rest.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from types import MappingProxyType
+from typing import Any, Mapping
+
+import paramiko
+import yaml
+
+from okc.errors import ConfigError
+
+SSH_CONFIG_ENV = "OKC_SSH_CONFIG"  # which ssh config to honour (tests point it at an empty file)
+DEFAULT_SSH_CONFIG = "~/.ssh/config"
+DEFAULT_SSH_PORT = 22
+LOCAL_TARGET = "local"  # `--on local`: run on this machine even when pod.yaml names a default
+POD_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+MAX_PORT = 65535
+
+POD_YAML_HINT = """\
+a minimal pod.yaml:
+  default: h200
+  pods:
+    h200:
+      host: 203.0.113.7
+      port: 22022
+      user: root
+      remote_dir: /workspace/okc"""
+
+
+@dataclass(frozen=True)
+class Pod:
+    """One pod.yaml entry. ``port``/``user``/``identity_file`` may come from ~/.ssh/config."""
+
+    name: str
+    host: str
+    remote_dir: str
+    port: int | None = None
+    user: str | None = None
+    identity_file: str | None = None
+    python: str = "python3"
+    env: Mapping[str, str] = field(default_factory=dict)
+    gpus: int = 1
+    runpod_id: str | None = None
+
+    def __post_init__(self) -> None:
+        where = f"pod {self.name!r}"
+        if not isinstance(self.name, str) or not POD_NAME.match(self.name) or self.name == LOCAL_TARGET:
+            raise ConfigError(f"pod name {self.name!r} is not usable: letters, digits, '_', '.', '-' (and not 'local')")
+        _require_str(where, "host", self.host)
+        if self.host.startswith("-") or any(c.isspace() for c in self.host):
+            raise ConfigError(f"{where}: host must be a host name or address, got {self.host!r}")
+        _require_str(where, "remote_dir", self.remote_dir)
+        remote = PurePosixPath(self.remote_dir)
+        if not remote.is_absolute() or ".." in remote.parts or remote == PurePosixPath("/"):
+            raise ConfigError(f"{where}: remote_dir must be an absolute path below / without '..', got {self.remote_dir!r}")
+        object.__setattr__(self, "remote_dir", str(remote))
+        if self.port is not None:
+            if isinstance(self.port, bool) or not isinstance(self.port, int):
+                raise ConfigError(f"{where}: port must be an integer, got {self.port!r}")
+            if not 1 <= self.port <= MAX_PORT:
+                raise ConfigError(f"{where}: port must be between 1 and {MAX_PORT}, got {self.port}")
+        for name in ("user", "identity_file", "runpod_id"):
+            value = getattr(self, name)
+            if value is not None:
+                _require_str(where, name, value)
+        _require_str(where, "python", self.python)
+        if isinstance(self.gpus, bool) or not isinstance(self.gpus, int) or self.gpus < 1:
+            raise ConfigError(f"{where}: gpus must be a positive integer, got {self.gpus!r}")
+        if not isinstance(self.env, Mapping):
+            raise ConfigError(f"{where}: env must be a mapping of NAME: value, got {self.env!r}")
+        env = {}
+        for key, value in self.env.items():
+            if not isinstance(key, str) or not ENV_NAME.match(key):
+                raise ConfigError(f"{where}: env name {key!r} is not a valid variable name")
+            if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+                raise ConfigError(f"{where}: env {key} must be a string or number, got {value!r}")
+            env[key] = str(value)
+        object.__setattr__(self, "env", MappingProxyType(env))
+
+    def remote_path(self, path: str | PurePosixPath = "") -> str:
+        """``path`` (relative to remote_dir, or absolute inside it) as an absolute remote path.
+
+        Anything that would leave remote_dir (``..``, another absolute path) is refused, so no
+        name coming from the lab can point a remote command elsewhere.
+        """
+        root = PurePosixPath(self.remote_dir)
+        given = PurePosixPath(str(path))
+        if ".." in given.parts:
+            raise ConfigError(f"pod {self.name!r}: remote path {str(path)!r} may not contain '..'")
+        full = given if given.is_absolute() else root / given
+        if full != root and root not in full.parents:
+            raise ConfigError(f"pod {self.name!r}: remote path {str(path)!r} is outside remote_dir {self.remote_dir}")
+        return str(full)
+
+
+@dataclass(frozen=True)
+class PodFile:
+    """A parsed pod.yaml: the pods by name and the optional default."""
+
+    pods: Mapping[str, Pod]
+    default: str | None = None
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where and how to connect, after ~/.ssh/config has been applied."""
+
+    hostname: str
+    port: int
+    user: str
+    identity_files: tuple[str, ...] = ()
+    proxy_command: str | None = None
+
+    @property
+    def known_hosts_name(self) -> str:
+        """The name OpenSSH (and paramiko) file this host's key under."""
+        if self.port == DEFAULT_SSH_PORT:
+            return self.hostname
+        return f"[{self.hostname}]:{self.port}"
+
+
+def _require_str(where: str, name: str, value: Any) -> None:
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"{where}: {name} must be a non-empty string, got {value!r}")
+
+
+def load_pod_file(path: Path) -> PodFile:
+    """Parse pod.yaml at ``path`` (ConfigError with the line on bad YAML)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"no pod.yaml at {path}; {POD_YAML_HINT}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read ({exc})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise ConfigError(f"{path}: not valid YAML{line}: {problem}") from None
+    return parse_pod_file(data, source=str(path))
+
+
+def parse_pod_file(data: Any, source: str = "pod.yaml") -> PodFile:
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a mapping with 'pods:' (and optionally 'default:')")
+    unknown = sorted(set(map(str, data)) - {"default", "pods"})
+    if unknown:
+        raise ConfigError(f"{source}: unknown key(s) {', '.join(unknown)} (known: default, pods)")
+    raw_pods = data.get("pods") or {}
+    if not isinstance(raw_pods, dict):
+        raise ConfigError(f"{source}: 'pods' must be a mapping of pod name to settings")
+    known = [f for f in Pod.__dataclass_fields__ if f != "name"]
+    pods = {}
+    for name, settings in raw_pods.items():
+        name = str(name)
+        if not isinstance(settings, dict):
+            raise ConfigError(f"pod {name!r}: settings must be a mapping, got {settings!r}")
+        bad = sorted(set(map(str, settings)) - set(known))
+        if bad:
+            raise ConfigError(f"pod {name!r}: unknown key(s) {', '.join(bad)} (known: {', '.join(known)})")
+        missing = [key for key in ("host", "remote_dir") if key not in settings]
+        if missing:
+            raise ConfigError(f"pod {name!r}: missing {', '.join(missing)}")
+        if settings.get("env") is None:
+            settings = {**settings, "env": {}}
+        pods[name] = Pod(name=name, **settings)
+    default = data.get("default")
+    if default is not None:
+        default = str(default)
+        if default != LOCAL_TARGET and default not in pods:
+            raise ConfigError(f"{source}: default pod {default!r} is not defined under pods ({_names(pods)})")
+    return PodFile(pods=MappingProxyType(pods), default=default)
+
+
+def _names(pods: Mapping[str, Pod]) -> str:
+    return ", ".join(sorted(pods)) or "none defined"
+
+
+def resolve_pod(lab, name: str | None = None) -> Pod | None:
+    """The pod to run on: ``name``, else pod.yaml's default; None means this machine."""
+    if name == LOCAL_TARGET:
+        return None
+    path = lab.pod_file
+    if not path.exists():
+        if name is None:
+            return None
+        raise ConfigError(f"--on {name}: this lab has no pod.yaml ({path}); {POD_YAML_HINT}")
+    pod_file = load_pod_file(path)
+    chosen = name if name is not None else pod_file.default
+    if chosen is None or chosen == LOCAL_TARGET:
+        return None
+    if chosen not in pod_file.pods:
+        raise ConfigError(f"no pod named {chosen!r} in {path} (defined: {_names(pod_file.pods)})")
+    return pod_file.pods[chosen]
+
+
+def ssh_config_path() -> Path:
+    return Path(os.environ.get(SSH_CONFIG_ENV) or DEFAULT_SSH_CONFIG).expanduser()
+
+
+def resolve_endpoint(pod: Pod, config_path: Path | None = None) -> Endpoint:
+    """Apply ~/.ssh/config (or ``config_path``) under the pod's explicit settings."""
+    config_path = config_path or ssh_config_path()
+    config = paramiko.SSHConfig()
+    if config_path.is_file():
+        try:
+            config = paramiko.SSHConfig.from_path(str(config_path))
+        except Exception as exc:  # paramiko raises several kinds for a malformed file
+            raise ConfigError(f"{config_path}: cannot parse ssh config ({exc})") from None
+    entry = config.lookup(pod.host)
+    hostname = entry.get("hostname", pod.host)
+    port = pod.port
+    if port is None:
+        try:
+            port = int(entry.get("port", DEFAULT_SSH_PORT))
+        except ValueError:
+            raise ConfigError(f"{config_path}: Port for {pod.host} is not a number: {entry.get('port')!r}") from None
+    user = pod.user or entry.get("user") or getpass.getuser()
+    if pod.identity_file:
+        identities = (str(Path(pod.identity_file).expanduser()),)
+    else:
+        identities = tuple(str(Path(p).expanduser()) for p in entry.get("identityfile", []))
+    proxy = entry.get("proxycommand")
+    if proxy and proxy.lower() == "none":
+        proxy = None
+    jump = entry.get("proxyjump")
+    if proxy is None and jump and jump.lower() != "none":
+        proxy = _jump_command(jump, hostname, port, config_path)
+    return Endpoint(hostname=hostname, port=port, user=user, identity_files=identities, proxy_command=proxy)
+
+
+def _jump_command(jump: str, hostname: str, port: int, config_path: Path) -> str:
+    """ProxyJump as the ProxyCommand OpenSSH itself would run (paramiko has no ProxyJump)."""
+    hops = [hop.strip() for hop in jump.split(",") if hop.strip()]
+    argv = ["ssh", "-F", str(config_path)] if config_path.is_file() else ["ssh"]
+    if len(hops) > 1:
+        argv += ["-J", ",".join(hops[:-1])]
+    argv += ["-W", f"{hostname}:{port}", hops[-1]]
+    return shlex.join(argv)

@@ -1,0 +1,232 @@
+"""pod.yaml, host-key pinning and the SSH target, against a real sshd on 127.0.0.1."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import paramiko
+import pytest
+import yaml
+
+from okc.errors import EXIT_UNREACHABLE, ConfigError, PodError, UnreachableError
+from okc.hostkeys import HostKeyPins, fingerprint, pins_path
+from okc.pod import SSH_CONFIG_ENV, Pod, load_pod_file, parse_pod_file, resolve_endpoint, resolve_pod
+from okc.ssh import SSHTarget, remote_command
+from sshd import free_port, write_ed25519
+
+GOOD = {"host": "203.0.113.7", "remote_dir": "/workspace/okc"}
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        ({**GOOD, "port": "abc"}, "pod 'h200': port must be an integer, got 'abc'"),
+        ({**GOOD, "port": 70000}, "port must be between 1 and 65535"),
+        ({**GOOD, "colour": "red"}, "pod 'h200': unknown key(s) colour"),
+        ({"host": "x"}, "pod 'h200': missing remote_dir"),
+        ({**GOOD, "remote_dir": "workspace/okc"}, "remote_dir must be an absolute path"),
+        ({**GOOD, "remote_dir": "/workspace/../etc"}, "without '..'"),
+        ({**GOOD, "gpus": 0}, "gpus must be a positive integer"),
+        ({**GOOD, "env": {"A B": "1"}}, "env name 'A B' is not a valid variable name"),
+        ({**GOOD, "env": ["A=1"]}, "env must be a mapping"),
+        ({**GOOD, "host": "-oProxyCommand=x"}, "host must be a host name"),
+    ],
+)
+def test_pod_settings_errors(settings, message):
+    with pytest.raises(ConfigError) as error:
+        parse_pod_file({"pods": {"h200": settings}})
+    assert message in str(error.value)
+
+
+def test_pod_file_top_level_errors(tmp_path):
+    with pytest.raises(ConfigError, match="unknown key"):
+        parse_pod_file({"pods": {}, "hosts": {}})
+    with pytest.raises(ConfigError, match="default pod 'a100' is not defined"):
+        parse_pod_file({"default": "a100", "pods": {"h200": GOOD}})
+    bad = tmp_path / "pod.yaml"
+    bad.write_text("pods:\n  h200:\n    host: [unclosed\n")
+    with pytest.raises(ConfigError, match=r"not valid YAML at line \d"):
+        load_pod_file(bad)
+    with pytest.raises(ConfigError, match="no pod.yaml at .*a minimal pod.yaml"):
+        load_pod_file(tmp_path / "missing.yaml")
+
+
+def test_pod_values_are_normalised():
+    pod = parse_pod_file({"pods": {"h200": {**GOOD, "remote_dir": "/workspace//okc/", "env": {"N": 3}}}}).pods["h200"]
+    assert pod.remote_dir == "/workspace/okc"
+    assert dict(pod.env) == {"N": "3"}
+    assert pod.port is None and pod.python == "python3" and pod.gpus == 1
+
+
+@pytest.mark.parametrize("path", ["../x", "a/../../x", "/etc/passwd", "/workspace/okcx/y"])
+def test_remote_paths_stay_inside_remote_dir(path):
+    pod = Pod(name="h200", **GOOD)
+    with pytest.raises(ConfigError):
+        pod.remote_path(path)
+
+
+def test_remote_path_accepts_inside_paths():
+    pod = Pod(name="h200", **GOOD)
+    assert pod.remote_path("results/a b") == "/workspace/okc/results/a b"
+    assert pod.remote_path("/workspace/okc/x") == "/workspace/okc/x"
+
+
+def test_resolve_pod(tmp_path):
+    class FakeLab:  # resolve_pod reads only pod_file
+        pod_file = tmp_path / "pod.yaml"
+
+    assert resolve_pod(FakeLab) is None  # no pod.yaml: the local target
+    with pytest.raises(ConfigError, match="no pod.yaml"):
+        resolve_pod(FakeLab, "h200")
+    FakeLab.pod_file.write_text(yaml.safe_dump({"default": "h200", "pods": {"h200": GOOD, "b": GOOD}}))
+    assert resolve_pod(FakeLab).name == "h200"
+    assert resolve_pod(FakeLab, "b").name == "b"
+    assert resolve_pod(FakeLab, "local") is None
+    with pytest.raises(ConfigError, match=r"no pod named 'c' .*defined: b, h200"):
+        resolve_pod(FakeLab, "c")
+
+
+def test_ssh_config_is_honoured(tmp_path):
+    config = tmp_path / "config"
+    config.write_text(
+        "Host gpu\n  HostName 198.51.100.9\n  Port 2222\n  User ubuntu\n  IdentityFile ~/.ssh/gpu_key\n"
+        "  ProxyJump bastion\n"
+        "Host direct\n  HostName 198.51.100.10\n  ProxyCommand nc %h %p\n"
+    )
+    pod = Pod(name="p", host="gpu", remote_dir="/w")
+    endpoint = resolve_endpoint(pod, config)
+    assert (endpoint.hostname, endpoint.port, endpoint.user) == ("198.51.100.9", 2222, "ubuntu")
+    assert endpoint.identity_files == (str(Path("~/.ssh/gpu_key").expanduser()),)
+    assert endpoint.proxy_command == f"ssh -F {config} -W 198.51.100.9:2222 bastion"
+    assert endpoint.known_hosts_name == "[198.51.100.9]:2222"
+    explicit = resolve_endpoint(Pod(name="p", host="gpu", remote_dir="/w", port=22, user="root"), config)
+    assert (explicit.port, explicit.user, explicit.known_hosts_name) == (22, "root", "198.51.100.9")
+    assert resolve_endpoint(Pod(name="p", host="direct", remote_dir="/w"), config).proxy_command == "nc 198.51.100.10 22"
+
+
+def test_remote_command_quotes_everything():
+    pod = Pod(name="p", host="h", remote_dir="/w", env={"X": "a'b"})
+    command = remote_command(pod, ["echo", "$(id)", "a;b"], cwd="sub dir")
+    assert command.startswith("sh -c '")
+    assert "/etc/rp_environment" in command
+
+
+# -- against the real sshd ----------------------------------------------------------------
+
+
+def _target(lab, pod_name="testpod"):
+    return SSHTarget(resolve_pod(lab, pod_name), HostKeyPins(pins_path(lab)))
+
+
+def test_unknown_host_key_is_refused_with_fingerprint(ssh_lab, sshd):
+    pins_path(ssh_lab).unlink()
+    with _target(ssh_lab) as target, pytest.raises(PodError) as error:
+        target.run(["true"])
+    message = str(error.value)
+    assert fingerprint(sshd.host_key_public) in message
+    assert "okc pod trust testpod" in message
+    assert not isinstance(error.value, UnreachableError)
+
+
+def test_trust_then_connect(ssh_lab, sshd):
+    pins = HostKeyPins(pins_path(ssh_lab))
+    pins.path.unlink()
+    with _target(ssh_lab) as target:
+        name, key = target.offered_host_key()
+        assert (name, fingerprint(key)) == (sshd.known_hosts_name, fingerprint(sshd.host_key_public))
+        pins.pin(name, key)
+        assert target.run(["echo", "hi"]).stdout == b"hi\n"
+
+
+def test_changed_host_key_is_refused(ssh_lab, sshd):
+    impostor = paramiko.Ed25519Key.from_private_key_file(str(sshd.client_key))  # any other ed25519 key
+    HostKeyPins(pins_path(ssh_lab)).pin(sshd.known_hosts_name, impostor)
+    with _target(ssh_lab) as target, pytest.raises(PodError) as error:
+        target.run(["true"])
+    message = str(error.value)
+    assert "CHANGED" in message
+    assert fingerprint(impostor) in message and fingerprint(sshd.host_key_public) in message
+
+
+def test_closed_port_is_unreachable(ssh_lab):
+    pod = replace(resolve_pod(ssh_lab), port=free_port())
+    with SSHTarget(pod, HostKeyPins(pins_path(ssh_lab))) as target, pytest.raises(UnreachableError) as error:
+        target.run(["true"])
+    assert error.value.exit_code == EXIT_UNREACHABLE
+    assert "connection refused" in str(error.value) and "\n" not in str(error.value)
+
+
+RELAY = """
+import socket, sys, threading
+sock = socket.create_connection((sys.argv[1], int(sys.argv[2])))
+def pump():
+    while data := sock.recv(65536):
+        sys.stdout.buffer.write(data); sys.stdout.buffer.flush()
+threading.Thread(target=pump, daemon=True).start()
+while data := sys.stdin.buffer.read1(65536):
+    sock.sendall(data)
+"""
+
+
+def test_proxy_command_from_ssh_config(ssh_lab, sshd, tmp_path, monkeypatch):
+    relay = tmp_path / "relay.py"
+    relay.write_text(RELAY)
+    config = tmp_path / "proxied_config"
+    config.write_text(f"Host viaproxy\n  HostName 127.0.0.1\n  Port {sshd.port}\n  ProxyCommand {sys.executable} {relay} %h %p\n")
+    monkeypatch.setenv(SSH_CONFIG_ENV, str(config))
+    pod = replace(resolve_pod(ssh_lab), host="viaproxy", port=None)
+    with SSHTarget(pod, HostKeyPins(pins_path(ssh_lab))) as target:
+        assert target.run(["echo", "through the proxy"]).stdout == b"through the proxy\n"
+
+
+def test_wrong_identity_is_an_auth_error(ssh_lab, sshd, tmp_path):
+    stranger = tmp_path / "stranger"
+    write_ed25519(stranger)
+    pod = replace(resolve_pod(ssh_lab), identity_file=str(stranger))
+    with SSHTarget(pod, HostKeyPins(pins_path(ssh_lab))) as target, pytest.raises(PodError) as error:
+        target.run(["true"])
+    assert "authentication failed" in str(error.value)
+    assert not isinstance(error.value, UnreachableError)
+
+
+INJECTIONS = ["a;touch pwned", "$(touch pwned)", "`touch pwned`", "two words", "it's \"quoted\"", "../..", "-n", "*"]
+
+
+def test_arguments_cannot_inject(ssh_lab, tmp_path):
+    remote = Path(resolve_pod(ssh_lab).remote_dir)
+    remote.mkdir()
+    with _target(ssh_lab) as target:
+        result = target.run([sys.executable, "-c", "import sys, json; print(json.dumps(sys.argv[1:]))", *INJECTIONS], cwd=".")
+    assert yaml.safe_load(result.text()) == INJECTIONS
+    assert not list(remote.iterdir()) and not (Path.home() / "pwned").exists()
+
+
+def test_env_stdin_exit_code_and_timeout(ssh_lab):
+    pod = replace(resolve_pod(ssh_lab), env={"OKC_PROBE": "a b;$(x)'"})
+    with SSHTarget(pod, HostKeyPins(pins_path(ssh_lab))) as target:
+        assert target.run(["printenv", "OKC_PROBE"]).stdout == b"a b;$(x)'\n"
+        assert target.run(["cat"], stdin=b"x" * 300_000).stdout == b"x" * 300_000
+        result = target.run(["sh", "-c", "echo out; echo err >&2; exit 7"])
+        assert (result.rc, result.stdout, result.stderr) == (7, b"out\n", b"err\n")
+        with pytest.raises(PodError, match="did not finish within 0.5 s"):
+            target.run(["sleep", "5"], timeout=0.5)
+        assert target.run(["true"]).ok  # the connection survives a timed-out command
+
+
+def test_put_and_get(ssh_lab, tmp_path):
+    remote = Path(resolve_pod(ssh_lab).remote_dir)
+    remote.mkdir()
+    source = tmp_path / "s p a c e ü.txt"
+    source.write_text("payload")
+    with _target(ssh_lab) as target:
+        target.put(source, "copy ü.txt")
+        assert (remote / "copy ü.txt").read_text() == "payload"
+        target.get("copy ü.txt", tmp_path / "back.txt")
+        assert (tmp_path / "back.txt").read_text() == "payload"
+        with pytest.raises(PodError, match="no file"):
+            target.get("missing", tmp_path / "never")
+        assert not (tmp_path / "never").exists()
+        with pytest.raises(ConfigError):
+            target.put(source, "../escape.txt")
