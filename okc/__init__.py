@@ -1,0 +1,3 @@
+"""okc: a command-line experiment lab for GPU-kernel competitions."""
+
+__version__ = "0.1.0"

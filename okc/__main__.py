@@ -1,0 +1,3 @@
+from okc.cli import app
+
+app(prog_name="okc")

@@ -1,0 +1,46 @@
+"""The few domain errors okc raises, each with a message a user can act on.
+
+The CLI turns any of them into one red line and the exit code below; nothing else
+in okc decides exit codes.
+"""
+
+EXIT_OK = 0
+EXIT_FAILED = 1  # the candidate failed: check failed, bench error, timeout
+EXIT_USAGE = 2  # usage or configuration error
+EXIT_UNREACHABLE = 3  # the target cannot be reached
+
+
+class OkcError(Exception):
+    """Base of every expected okc failure."""
+
+    exit_code = EXIT_USAGE
+
+
+class ConfigError(OkcError):
+    """The lab, pod.yaml or the command line is wrong."""
+
+
+class CandidateError(OkcError):
+    """A candidate cannot be found or named unambiguously."""
+
+
+class LedgerError(OkcError):
+    """The ledger database refused an operation."""
+
+
+class JudgeError(OkcError):
+    """A job could not produce a verdict (the candidate's own failure is a result, not this)."""
+
+    exit_code = EXIT_FAILED
+
+
+class PodError(OkcError):
+    """A pod refused us: bad host key, failed command, lost job."""
+
+    exit_code = EXIT_USAGE
+
+
+class UnreachableError(PodError):
+    """The pod cannot be reached at all."""
+
+    exit_code = EXIT_UNREACHABLE

@@ -1,0 +1,92 @@
+"""The lab: the repository okc works in, found from the working directory upward.
+
+A lab is a folder whose pyproject.toml has a ``[tool.okc]`` table. Its settings are
+parsed once into a frozen :class:`Lab`.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from okc.errors import ConfigError
+
+LAB_ENV = "OKC_LAB"  # points okc at a lab explicitly (scripts, tests)
+DEFAULT_PREPARE_TIMEOUT_S = 300.0
+DEFAULT_JOB_TIMEOUT_S = 600.0
+
+
+@dataclass(frozen=True)
+class Lab:
+    root: Path
+    problem: str = "muse_bf16_proj"
+    baseline: str = "000"
+    candidates_dir: str = "candidates"
+    experiments_dir: str = "experiments"
+    results_dir: str = "results"
+    prepare_timeout_s: float = DEFAULT_PREPARE_TIMEOUT_S
+    job_timeout_s: float = DEFAULT_JOB_TIMEOUT_S
+
+    def __post_init__(self) -> None:
+        for name in ("prepare_timeout_s", "job_timeout_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise ConfigError(f"[tool.okc] {name} must be a positive number of seconds, got {value!r}")
+        for name in ("problem", "baseline", "candidates_dir", "experiments_dir", "results_dir"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value:
+                raise ConfigError(f"[tool.okc] {name} must be a non-empty string, got {value!r}")
+
+    @property
+    def candidates(self) -> Path:
+        return self.root / self.candidates_dir
+
+    @property
+    def experiments(self) -> Path:
+        return self.root / self.experiments_dir
+
+    @property
+    def results(self) -> Path:
+        return self.root / self.results_dir
+
+    @property
+    def ledger_path(self) -> Path:
+        return self.results / "ledger.db"
+
+    @property
+    def pod_file(self) -> Path:
+        return self.root / "pod.yaml"
+
+
+def find_lab(start: Path | None = None) -> Lab:
+    """The lab containing ``start`` (default: $OKC_LAB, else the working directory)."""
+    if start is None:
+        start = Path(os.environ.get(LAB_ENV) or Path.cwd())
+    start = start.resolve()
+    for folder in (start, *start.parents):
+        pyproject = folder / "pyproject.toml"
+        if pyproject.is_file():
+            settings = _okc_table(pyproject)
+            if settings is not None:
+                return load_lab(folder, settings)
+    raise ConfigError(f"no okc lab here: no pyproject.toml with a [tool.okc] table in {start} or above")
+
+
+def _okc_table(pyproject: Path) -> dict | None:
+    try:
+        data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{pyproject}: not valid TOML ({exc})") from None
+    return data.get("tool", {}).get("okc")
+
+
+def load_lab(root: Path, settings: dict) -> Lab:
+    if not isinstance(settings, dict):
+        raise ConfigError(f"{root / 'pyproject.toml'}: [tool.okc] must be a table")
+    known = {f for f in Lab.__dataclass_fields__ if f != "root"}
+    unknown = sorted(set(settings) - known)
+    if unknown:
+        raise ConfigError(f"[tool.okc] has unknown setting(s): {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+    return Lab(root=root, **settings)

@@ -1,0 +1,244 @@
+"""The ledger: every candidate and every run, in one SQLite file (results/ledger.db).
+
+Rows are appended, never updated; a correction is a new row. ``open_ledger`` connects
+and applies the numbered migrations; every other function takes the connection first.
+Writes happen in ``BEGIN IMMEDIATE`` transactions and the database is in WAL mode, so
+two okc processes can write at once.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from okc.errors import LedgerError
+
+BUSY_TIMEOUT_S = 30.0
+KINDS = ("check", "bench", "official-check", "official-scored")
+OFFICIAL_KINDS = ("official-check", "official-scored")
+
+# Append-only: each entry is one migration, applied in its own transaction, never edited.
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    (
+        """CREATE TABLE candidates (
+            id INTEGER PRIMARY KEY,
+            number INTEGER NOT NULL,
+            name TEXT NOT NULL,
+            sha256 TEXT NOT NULL,
+            first_seen TEXT NOT NULL,
+            UNIQUE (number, name, sha256)
+        )""",
+        """CREATE TABLE runs (
+            id INTEGER PRIMARY KEY,
+            job_id TEXT UNIQUE,
+            candidate_number INTEGER NOT NULL,
+            candidate_name TEXT NOT NULL,
+            candidate_sha256 TEXT NOT NULL,
+            kind TEXT NOT NULL CHECK (kind IN ('check', 'bench', 'official-check', 'official-scored')),
+            status TEXT NOT NULL,
+            passed INTEGER,
+            target TEXT,
+            gpu TEXT,
+            score REAL,
+            ci_lo REAL,
+            ci_hi REAL,
+            speedups TEXT,
+            against TEXT,
+            official_job TEXT,
+            rank TEXT,
+            note TEXT,
+            result_path TEXT,
+            created_at TEXT NOT NULL
+        )""",
+        "CREATE INDEX runs_by_candidate ON runs (candidate_number, kind)",
+        """CREATE TRIGGER runs_append_only BEFORE UPDATE ON runs
+           BEGIN SELECT RAISE(ABORT, 'ledger runs are append-only: record a correction as a new row'); END""",
+        """CREATE TRIGGER candidates_append_only BEFORE UPDATE ON candidates
+           BEGIN SELECT RAISE(ABORT, 'ledger candidates are append-only'); END""",
+    ),
+)
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+@dataclass(frozen=True)
+class Run:
+    """One row of the runs table: a local job or an official result."""
+
+    candidate_number: int
+    candidate_name: str
+    candidate_sha256: str
+    kind: str
+    status: str  # pass / fail / ok / error / timeout / official
+    passed: bool | None = None
+    job_id: str | None = None
+    target: str | None = None
+    gpu: str | None = None
+    score: float | None = None
+    ci_lo: float | None = None
+    ci_hi: float | None = None
+    speedups: dict[str, float] = field(default_factory=dict)
+    against: str | None = None
+    official_job: str | None = None
+    rank: str | None = None
+    note: str | None = None
+    result_path: str | None = None
+    created_at: str = field(default_factory=now)
+    id: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise LedgerError(f"unknown run kind {self.kind!r}; one of {', '.join(KINDS)}")
+        if self.score is not None and not self.score > 0:
+            raise LedgerError(f"a score must be positive, got {self.score}")
+        if self.score is not None and self.ci_lo is not None and self.ci_hi is not None:
+            if not self.ci_lo <= self.score <= self.ci_hi:
+                raise LedgerError(f"the CI {self.ci_lo}:{self.ci_hi} does not contain the score {self.score}")
+
+    @property
+    def official(self) -> bool:
+        return self.kind in OFFICIAL_KINDS
+
+
+def open_ledger(path: Path) -> sqlite3.Connection:
+    """Connect to the ledger at ``path`` (created if absent) and bring its schema up to date."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        conn.row_factory = sqlite3.Row
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA foreign_keys=ON")
+        migrate(conn)
+    except sqlite3.DatabaseError as exc:
+        raise LedgerError(f"{path}: cannot open the ledger ({exc})") from None
+    return conn
+
+
+@contextmanager
+def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def migrate(conn: sqlite3.Connection) -> int:
+    """Apply the migrations this database has not seen; return the schema version."""
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if version > len(MIGRATIONS):
+        raise LedgerError(f"the ledger has schema version {version}, newer than this okc knows ({len(MIGRATIONS)})")
+    for number in range(version, len(MIGRATIONS)):
+        with transaction(conn):
+            # Another process may have migrated between our read and our lock.
+            if conn.execute("PRAGMA user_version").fetchone()[0] > number:
+                continue
+            for statement in MIGRATIONS[number]:
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {number + 1}")
+    return len(MIGRATIONS)
+
+
+def add_candidate(conn: sqlite3.Connection, number: int, name: str, sha256: str) -> None:
+    with transaction(conn):
+        _insert_candidate(conn, number, name, sha256)
+
+
+def _insert_candidate(conn: sqlite3.Connection, number: int, name: str, sha256: str) -> None:
+    conn.execute(
+        "INSERT OR IGNORE INTO candidates (number, name, sha256, first_seen) VALUES (?, ?, ?, ?)",
+        (number, name, sha256, now()),
+    )
+
+
+def record_run(conn: sqlite3.Connection, run: Run) -> bool:
+    """Append ``run``; False if a run with its job id is already there (recorded exactly once)."""
+    values = asdict(run)
+    values.pop("id")
+    values["speedups"] = json.dumps(run.speedups, sort_keys=True)
+    values["passed"] = None if run.passed is None else int(run.passed)
+    columns = ", ".join(values)
+    marks = ", ".join(f":{name}" for name in values)
+    with transaction(conn):
+        _insert_candidate(conn, run.candidate_number, run.candidate_name, run.candidate_sha256)
+        cursor = conn.execute(f"INSERT OR IGNORE INTO runs ({columns}) VALUES ({marks})", values)
+    return cursor.rowcount == 1
+
+
+def _run_from_row(row: sqlite3.Row) -> Run:
+    values = dict(row)
+    values["speedups"] = json.loads(values["speedups"] or "{}")
+    values["passed"] = None if values["passed"] is None else bool(values["passed"])
+    return Run(**values)
+
+
+def runs(conn: sqlite3.Connection, candidate_number: int | None = None, kind: str | None = None) -> list[Run]:
+    """Runs in the order they were recorded, optionally for one candidate and/or kind."""
+    query, params = "SELECT * FROM runs WHERE 1=1", []
+    if candidate_number is not None:
+        query += " AND candidate_number = ?"
+        params.append(candidate_number)
+    if kind is not None:
+        query += " AND kind = ?"
+        params.append(kind)
+    return [_run_from_row(row) for row in conn.execute(query + " ORDER BY id", params)]
+
+
+def known_candidates(conn: sqlite3.Connection) -> dict[int, str]:
+    """number -> the name it was last seen under."""
+    rows = conn.execute("SELECT number, name FROM candidates ORDER BY id")
+    return {row["number"]: row["name"] for row in rows}
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What ``okc ledger`` shows for one candidate."""
+
+    number: int
+    name: str
+    sha256: str | None  # the current file's hash; None if the file is gone
+    changed: bool  # the file changed since its latest bench or official run
+    check: Run | None  # latest local check
+    bench: Run | None  # best local bench score
+    official_check: Run | None  # latest
+    official_scored: Run | None  # latest
+
+
+def summarize(conn: sqlite3.Connection, current: dict[int, tuple[str, str]]) -> list[Summary]:
+    """One Summary per candidate, from ``current`` (number -> (name, sha256)) and the ledger."""
+    by_candidate: dict[int, list[Run]] = {}
+    for run in runs(conn):
+        by_candidate.setdefault(run.candidate_number, []).append(run)
+    names = known_candidates(conn)
+    summaries = []
+    for number in sorted(set(current) | set(by_candidate)):
+        history = by_candidate.get(number, [])
+        name, sha = current.get(number, (names.get(number, "?"), None))
+
+        def latest(kind: str) -> Run | None:
+            return next((r for r in reversed(history) if r.kind == kind), None)
+
+        benches = [r for r in history if r.kind == "bench" and r.score is not None]
+        scored = [r for r in history if r.kind in ("bench", *OFFICIAL_KINDS)]
+        summaries.append(
+            Summary(
+                number=number,
+                name=name,
+                sha256=sha,
+                changed=bool(scored) and sha is not None and scored[-1].candidate_sha256 != sha,
+                check=latest("check"),
+                bench=max(benches, key=lambda r: r.score, default=None),
+                official_check=latest("official-check"),
+                official_scored=latest("official-scored"),
+            )
+        )
+    return summaries

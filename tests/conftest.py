@@ -1,0 +1,73 @@
+"""Test isolation: every okc path points into tmp_path, and SSH sees an empty config."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from sshd import ssh_lab, sshd  # noqa: F401  (the real-sshd fixtures, tests/sshd.py)
+
+REPO = Path(__file__).resolve().parent.parent
+LAB_SETTINGS = """\
+[project]
+name = "test-lab"
+version = "0"
+
+[tool.okc]
+problem = "{problem}"
+baseline = "000"
+"""
+
+
+def cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def pytest_collection_modifyitems(config, items):
+    if cuda_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+def write_lab(root: Path, problem: str = "muse_bf16_proj", baseline: Path | None = None) -> Path:
+    """A minimal lab at ``root``: pyproject.toml with [tool.okc] and candidates/000_baseline.py."""
+    (root / "candidates").mkdir(parents=True, exist_ok=True)
+    (root / "results").mkdir(exist_ok=True)
+    (root / "pyproject.toml").write_text(LAB_SETTINGS.format(problem=problem))
+    source = baseline or REPO / "candidates" / "000_baseline.py"
+    shutil.copy(source, root / "candidates" / "000_baseline.py")
+    return root
+
+
+@pytest.fixture(autouse=True)
+def isolated(tmp_path, monkeypatch):
+    """Run every test inside a fresh lab in tmp_path, with a private HOME and SSH config."""
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "config").write_text("")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("OKC_SSH_CONFIG", str(home / ".ssh" / "config"))
+    lab_root = write_lab(tmp_path / "lab")
+    monkeypatch.setenv("OKC_LAB", str(lab_root))
+    monkeypatch.chdir(lab_root)
+    return lab_root
+
+
+@pytest.fixture
+def lab_root(isolated) -> Path:
+    return isolated
+
+
+@pytest.fixture
+def lab(lab_root):
+    from okc.lab import find_lab
+
+    return find_lab()

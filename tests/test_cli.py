@@ -1,0 +1,113 @@
+import csv
+import io
+import json
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from okc.cli import app
+
+runner = CliRunner()
+
+
+def invoke(*args):
+    return runner.invoke(app, list(args))
+
+
+def all_commands(typer_app: typer.Typer, prefix=()):
+    click_group = typer.main.get_command(typer_app)
+    stack = [(prefix, click_group)]
+    while stack:
+        path, command = stack.pop()
+        subcommands = getattr(command, "commands", None)
+        if subcommands:
+            stack.extend((path + (name,), sub) for name, sub in subcommands.items())
+        else:
+            yield path, command
+
+
+def test_every_command_has_help_with_an_example():
+    commands = list(all_commands(app))
+    assert len(commands) >= 4
+    for path, command in commands:
+        result = invoke(*path, "--help")
+        assert result.exit_code == 0, path
+        assert command.help and "Example: okc" in command.help, f"okc {' '.join(path)} has no example in its help"
+
+
+def test_record_then_ledger_in_every_format(lab):
+    result = invoke("record", "candidate", "0", "--official", "scored", "--score", "1.3218",
+                    "--ci", "1.3036:1.3433", "--job", "a9df", "--rank", "66/796")
+    assert result.exit_code == 0, result.output
+    as_json = json.loads(invoke("ledger", "--json").output)
+    assert as_json[0]["official scored"].startswith("1.3218") and as_json[0]["rank"] == "66/796"
+    assert as_json[0]["name"] == "000_baseline"
+    rows = list(csv.DictReader(io.StringIO(invoke("ledger", "--format", "csv").output)))
+    assert rows[0]["scored job"] == "a9df"
+    markdown = invoke("ledger", "--format", "markdown").output.splitlines()
+    assert markdown[0].startswith("| # | name") and markdown[2].startswith("| 000 | 000_baseline")
+    assert invoke("ledger").exit_code == 0
+
+
+def test_ledger_flags_a_changed_candidate(lab):
+    invoke("record", "0", "--official", "check", "--score", "1.1", "--ci", "1.0:1.2", "--job", "j")
+    (lab.candidates / "000_baseline.py").write_text("# edited\n")
+    assert json.loads(invoke("ledger", "--json").output)[0]["since scored"] == "changed"
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--official", "scored", "--score", "0", "--ci", "0:1", "--job", "j"], "positive"),
+        (["--official", "scored", "--score", "-1", "--ci", "-2:1", "--job", "j"], "positive"),
+        (["--official", "scored", "--score", "1.5", "--ci", "1.0:1.2", "--job", "j"], "does not contain"),
+        (["--official", "scored", "--score", "1.1", "--ci", "1.2", "--job", "j"], "LO:HI"),
+        (["--official", "practice", "--score", "1.1", "--ci", "1.0:1.2", "--job", "j"], "check or scored"),
+        (["--official", "scored", "--score", "1.1", "--ci", "1.0:1.2", "--job", "j", "--rank", "900/796"], "R/N"),
+    ],
+)
+def test_record_refuses_bad_input(lab, args, message):
+    result = invoke("record", "0", *args)
+    assert result.exit_code == 2
+    assert message in result.output
+    assert "Traceback" not in result.output
+    assert json.loads(invoke("ledger", "--json").output)[0]["official scored"] is None
+
+
+@pytest.mark.parametrize(
+    "setup, message",
+    [
+        (lambda c: None, "no candidate 042"),
+        (lambda c: (c / "042_a.py").write_text("") or (c / "042_b.py").write_text(""), "two candidates"),
+        (lambda c: (c / "42x.py").write_text(""), "NNN_slug"),
+    ],
+)
+def test_bad_candidate_names_exit_2_with_one_line(lab, setup, message):
+    setup(lab.candidates)
+    result = invoke("record", "42", "--official", "check", "--score", "1", "--ci", "1:1", "--job", "j")
+    assert result.exit_code == 2
+    assert message in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    assert "Traceback" not in result.output
+
+
+def test_outside_a_lab_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("OKC_LAB", str(tmp_path / "nowhere"))
+    (tmp_path / "nowhere").mkdir()
+    result = invoke("ledger")
+    assert result.exit_code == 2 and "no okc lab here" in result.output
+
+
+def test_unknown_format_is_refused(lab):
+    result = invoke("ledger", "--format", "xml")
+    assert result.exit_code == 2 and "unknown format" in result.output
+
+
+def test_importing_the_cli_touches_nothing(tmp_path):
+    import subprocess
+    import sys
+
+    code = "import sys, okc.cli; bad = [m for m in ('torch', 'paramiko', 'sqlite3', 'yaml', 'matplotlib') if m in sys.modules]; print(bad)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, check=True)
+    assert out.stdout.strip() == "[]"

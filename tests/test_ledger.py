@@ -1,0 +1,113 @@
+import multiprocessing
+import sqlite3
+
+import pytest
+
+from okc import ledger
+from okc.errors import LedgerError
+from okc.ledger import Run, open_ledger, record_run, runs, summarize
+
+EXPECTED_TABLES = {"candidates", "runs"}
+
+
+def run(number=1, kind="bench", sha="a" * 64, **extra):
+    values = dict(candidate_number=number, candidate_name=f"{number:03d}_x", candidate_sha256=sha,
+                  kind=kind, status="ok", passed=True)
+    values.update(extra)
+    return Run(**values)
+
+
+def test_migrations_build_the_schema_from_blank(tmp_path):
+    conn = open_ledger(tmp_path / "ledger.db")
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    assert version == len(ledger.MIGRATIONS)
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert EXPECTED_TABLES <= tables
+    run_columns = {r[1] for r in conn.execute("PRAGMA table_info(runs)")}
+    assert {"job_id", "candidate_sha256", "kind", "target", "gpu", "passed", "score", "ci_lo", "ci_hi",
+            "speedups", "official_job", "rank", "note", "created_at"} <= run_columns
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_reopening_does_not_migrate_twice(tmp_path):
+    path = tmp_path / "ledger.db"
+    record_run(open_ledger(path), run())
+    conn = open_ledger(path)
+    assert len(runs(conn)) == 1
+
+
+def test_newer_schema_is_refused(tmp_path):
+    path = tmp_path / "ledger.db"
+    open_ledger(path).execute(f"PRAGMA user_version = {len(ledger.MIGRATIONS) + 1}")
+    with pytest.raises(LedgerError, match="newer"):
+        open_ledger(path)
+
+
+def test_not_a_database_is_a_clear_error(tmp_path):
+    path = tmp_path / "ledger.db"
+    path.write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(LedgerError, match="cannot open the ledger"):
+        open_ledger(path)
+
+
+def test_rows_are_never_updated(tmp_path):
+    conn = open_ledger(tmp_path / "ledger.db")
+    record_run(conn, run(score=1.2, ci_lo=1.1, ci_hi=1.3))
+    with pytest.raises(sqlite3.IntegrityError, match="append-only"):
+        conn.execute("UPDATE runs SET score = 2.0")
+    assert runs(conn)[0].score == 1.2
+
+
+def test_a_job_is_recorded_once(tmp_path):
+    conn = open_ledger(tmp_path / "ledger.db")
+    assert record_run(conn, run(job_id="j1")) is True
+    assert record_run(conn, run(job_id="j1")) is False
+    assert len(runs(conn)) == 1
+
+
+def test_round_trip_keeps_every_field(tmp_path):
+    conn = open_ledger(tmp_path / "ledger.db")
+    original = run(job_id="j2", score=1.05, ci_lo=1.0, ci_hi=1.1, speedups={"decode1": 1.2}, target="h200",
+                   gpu="NVIDIA H200", note="n")
+    record_run(conn, original)
+    (back,) = runs(conn)
+    assert back.speedups == {"decode1": 1.2} and back.gpu == "NVIDIA H200" and back.passed is True
+    assert back.score == original.score and back.job_id == "j2"
+
+
+@pytest.mark.parametrize("bad", [dict(kind="nope"), dict(score=0.0), dict(score=1.5, ci_lo=1.0, ci_hi=1.2)])
+def test_invalid_runs_are_refused(bad):
+    with pytest.raises(LedgerError):
+        run(**bad)
+
+
+def test_summary_flags_a_candidate_changed_since_scored(tmp_path):
+    conn = open_ledger(tmp_path / "ledger.db")
+    record_run(conn, run(number=1, sha="old", score=1.1, ci_lo=1.0, ci_hi=1.2))
+    record_run(conn, run(number=1, sha="old", score=1.3, ci_lo=1.2, ci_hi=1.4))
+    record_run(conn, run(number=2, sha="same", kind="official-scored", score=1.2, ci_lo=1.1, ci_hi=1.3, rank="3/9"))
+    (one, two) = summarize(conn, {1: ("001_x", "new"), 2: ("002_x", "same")})
+    assert one.changed and one.bench.score == 1.3  # best, not latest
+    assert not two.changed and two.official_scored.rank == "3/9"
+
+
+def _writer(path, worker, count):
+    conn = open_ledger(path)
+    for i in range(count):
+        record_run(conn, run(number=worker, job_id=f"w{worker}-{i}"))
+    conn.close()
+
+
+def test_two_processes_write_at_once(tmp_path):
+    path = tmp_path / "ledger.db"
+    count = 100
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_writer, args=(path, worker, count)) for worker in (1, 2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    conn = open_ledger(path)
+    assert len(runs(conn)) == 2 * count
+    assert {r.candidate_number for r in runs(conn)} == {1, 2}
