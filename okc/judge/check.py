@@ -1,0 +1,305 @@
+"""The correctness check: every case of a problem, on fresh inputs, against the float64 reference.
+
+Written once for any :class:`~okc.judge.problem.Problem`. On CUDA each case's call is
+captured into a CUDA graph and replayed with fresh inputs copied into its input buffer,
+the output buffer NaN-poisoned before every replay; on the CPU the call is repeated with
+fresh inputs instead, and the result says that graph capture was not exercised.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+from okc.judge import rules
+from okc.judge.capture import Captured, CaptureError, capture
+from okc.judge.loader import CandidateLoadError, load_candidate
+from okc.judge.problem import Case, Problem
+from okc.judge.rules import Verdict, fail
+from okc.judge.seeds import derive_seed
+
+MAX_FAILURES = 5  # stop the job after this many failing entries: the verdict is clear by then
+CPU_NOTE = "CUDA graph capture was NOT exercised: checked on the CPU with repeated eager calls"
+_CUDA_ERROR_MARKERS = ("cuda error", "illegal memory access", "illegal instruction", "device-side assert",
+                       "misaligned address", "unspecified launch failure")
+
+PhaseFn = Callable[..., None]
+
+
+@dataclass
+class Entry:
+    """One line of result.json's ``cases``: a case on one input variant and weight seed, worst replay."""
+
+    layer: str
+    m: int
+    load: str | None
+    variant: str | None
+    weight_seed: int
+    passed: bool
+    rule: str
+    value: float | None
+    bound: float | None
+    row: int | None
+    message: str
+
+
+class Stop(Exception):
+    """The job cannot go on (import, prepare, capture or CUDA failure); carries its entry."""
+
+    def __init__(self, entry: Entry) -> None:
+        super().__init__(entry.message)
+        self.entry = entry
+
+
+def select_cases(problem: Problem, keys: list[str] | None) -> list[Case]:
+    """The problem's check cases, or those named by ``keys`` ("layer/m=N"), in the problem's order."""
+    cases = problem.check_cases()
+    if keys is None:
+        return cases
+    known = {case.key for case in cases}
+    unknown = [key for key in keys if key not in known]
+    if unknown:
+        raise ValueError(f"unknown case(s) {', '.join(unknown)}; {problem.name} has: {', '.join(c.key for c in cases)}")
+    return [case for case in cases if case.key in set(keys)]
+
+
+def is_cuda_error(exc: BaseException) -> bool:
+    accelerator_error = getattr(torch, "AcceleratorError", None)
+    if accelerator_error is not None and isinstance(exc, accelerator_error):
+        return True
+    return any(marker in str(exc).lower() for marker in _CUDA_ERROR_MARKERS)
+
+
+def describe(exc: BaseException) -> str:
+    """``Type: message (at file.py:line)``, pointing at the innermost frame outside torch and okc."""
+    text = str(exc).strip().splitlines()
+    where = ""
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        if "/torch/" not in frame.filename and "/okc/judge/" not in frame.filename:
+            where = f" (at {Path(frame.filename).name}:{frame.lineno})"
+            break
+    return f"{type(exc).__name__}: {text[0] if text else ''}{where}"
+
+
+class Checker:
+    """One check job: the loop over weight seeds, cases, variants and replays."""
+
+    def __init__(self, problem: Problem, source: Path, device: torch.device, seed: int,
+                 weight_seeds: int, cases: list[Case], phase: PhaseFn, log: Callable[[str], None]) -> None:
+        self.problem, self.source, self.device, self.seed = problem, source, device, seed
+        self.weight_seeds, self.cases, self.phase, self.log = weight_seeds, cases, phase, log
+        self.entries: list[Entry] = []
+        self.graphs: list[Captured] = []  # kept alive for the whole job (cuBLAS workspaces)
+        self.on_cuda = device.type == "cuda"
+
+    @property
+    def failures(self) -> list[Entry]:
+        return [entry for entry in self.entries if not entry.passed]
+
+    def run(self) -> None:
+        for index in range(self.weight_seeds):
+            weight_seed = derive_seed(self.seed, "weights", index)
+            module, weights, truth = self._prepare(index, weight_seed)
+            for case in self.cases:
+                self.phase("check", case=case.key, weight_seed=index)
+                self._check_case(module, weights, truth, case, index, weight_seed)
+                if len(self.failures) >= MAX_FAILURES:
+                    return
+
+    def _entry(self, case: Case | None, variant: str | None, index: int, verdict: Verdict, replay: int | None = None) -> Entry:
+        where = "job" if case is None else f"{case.key} [{case.load or 'check only'}]"
+        if variant is not None:
+            where += f" {variant} input"
+        where += f", weight seed {index}" + ("" if replay is None else f", replay {replay}")
+        detail = verdict.message
+        if verdict.value is not None and verdict.bound is not None and verdict.rule not in (rules.NONFINITE,):
+            sign = "<=" if verdict.passed else ">"
+            detail += f" {verdict.value:.3g} {sign} {verdict.bound:.3g}"
+        if verdict.row is not None:
+            detail += f" at row {verdict.row}"
+        status = "PASS" if verdict.passed else "FAIL"
+        entry = Entry(
+            layer=case.layer if case else "", m=case.m if case else 0, load=case.load if case else None,
+            variant=variant, weight_seed=index, passed=verdict.passed, rule=verdict.rule, value=verdict.value,
+            bound=verdict.bound, row=verdict.row, message=f"{where}: {verdict.rule}: {detail}",
+        )
+        self.log(f"{status} {entry.message}")
+        return entry
+
+    def _stop(self, case: Case | None, index: int, rule: str, message: str) -> Stop:
+        return Stop(self._entry(case, None, index, fail(rule, message)))
+
+    def _sync(self) -> None:
+        if self.on_cuda:
+            torch.cuda.synchronize()
+
+    def _prepare(self, index: int, weight_seed: int) -> tuple[ModuleType, dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        # A fresh import per weight set: nothing the candidate cached for one set survives into the next.
+        self.phase("import", weight_seed=index)
+        try:
+            module = load_candidate(self.source)
+        except CandidateLoadError as exc:
+            raise self._stop(None, index, rules.IMPORT, str(exc).splitlines()[0]) from None
+        weights = self.problem.make_weights(weight_seed, self.device)
+        truth = {name: tensor.clone() for name, tensor in weights.items()}
+        handed = dict(weights)  # the candidate may rebind entries of the dict it is given
+        self.phase("prepare", weight_seed=index)
+        try:
+            self.problem.prepare(module, handed)
+            self._sync()
+        except Exception as exc:
+            rule = rules.CUDA_ERROR if is_cuda_error(exc) else rules.PREPARE
+            raise self._stop(None, index, rule, f"prepare raised {describe(exc)}") from None
+        self.phase("check", weight_seed=index)
+        if (changed := self._changed_weights(weights, truth)) is not None:
+            raise self._stop(None, index, rules.WEIGHTS_MODIFIED, f"prepare wrote into weight {changed!r}")
+        return module, weights, truth
+
+    @staticmethod
+    def _changed_weights(weights: dict[str, torch.Tensor], truth: dict[str, torch.Tensor]) -> str | None:
+        for name, tensor in weights.items():
+            if not torch.equal(tensor, truth[name]):
+                return name
+        return None
+
+    def _check_case(self, module: ModuleType, weights, truth, case: Case, index: int, weight_seed: int) -> None:
+        call = self._runner(module, case, index, weight_seed)
+        if call is None:
+            return
+        shape, dtype = self.problem.output_spec(case)
+        tolerance = self.problem.tolerance(case)
+        for variant in self.problem.input_variants:
+            worst: Verdict | None = None
+            previous: torch.Tensor | None = None
+            for replay in range(self.problem.replays):
+                inputs = self.problem.make_input(case, derive_seed(weight_seed, case.key, variant, replay), variant, self.device)
+                try:
+                    out, x_after, poisoned = call(inputs.x)
+                    verdict = rules.check_form(out, shape, dtype, self.device)
+                    if verdict is None:
+                        verdict = self._judge(out, x_after, inputs, previous, poisoned, truth, case, tolerance)
+                        previous = out.detach().clone()
+                except Stop:
+                    raise
+                except Exception as exc:
+                    if is_cuda_error(exc):
+                        raise self._stop(case, index, rules.CUDA_ERROR, f"CUDA error, the context is lost: {describe(exc)}") from None
+                    verdict = fail(rules.EXCEPTION, f"kernel_fn raised {describe(exc)}")
+                if not verdict.passed:
+                    self.entries.append(self._entry(case, variant, index, verdict, replay))
+                    return
+                worst = verdict if worst is None or verdict.margin > worst.margin else worst
+            if (changed := self._changed_weights(weights, truth)) is not None:
+                self.entries.append(self._entry(case, variant, index, fail(rules.WEIGHTS_MODIFIED, f"kernel_fn wrote into weight {changed!r}")))
+                return
+            self.entries.append(self._entry(case, variant, index, worst))
+
+    def _judge(self, out, x_after, inputs, previous, poisoned, truth, case, tolerance) -> Verdict:
+        if poisoned and bool(torch.isnan(out).all()):
+            return fail(rules.STALE, "the replay wrote nothing into the output (its NaN poison survived everywhere): "
+                        "a cached output, or one computed outside the captured work")
+        if previous is not None and torch.equal(out, previous):
+            return fail(rules.STALE, "the output is bit-identical to the previous call's, for a different input: a cached output")
+        reference = self.problem.reference(truth, case, inputs.x)
+        verdict = rules.check_values(out, reference, tolerance, inputs.probe_rows)
+        if verdict.passed and not torch.equal(x_after, inputs.x):
+            changed = int((x_after != inputs.x).flatten(1).any(dim=1).nonzero()[0, 0])
+            return fail(rules.X_MODIFIED, "kernel_fn wrote into its input x", row=changed)
+        return verdict
+
+    def _runner(self, module: ModuleType, case: Case, index: int, weight_seed: int):
+        """A function fresh x -> (output, x as the call left it, whether the output was poisoned)."""
+        if not self.on_cuda:
+            def eager(x: torch.Tensor):
+                x_call = x.clone()
+                return self.problem.call(module, x_call, case), x_call, False
+            return eager
+
+        first = self.problem.make_input(case, derive_seed(weight_seed, case.key, "capture"), self.problem.input_variants[0], self.device)
+        try:
+            captured = capture(lambda x_buf: self.problem.call(module, x_buf, case), first.x)
+        except CaptureError as exc:
+            rule = rules.HOST_SYNC if exc.host_sync else rules.CAPTURE
+            # A failed capture can leave the stream or context unusable: stop the job here.
+            raise self._stop(case, index, rule, str(exc)) from None
+        except Exception as exc:
+            if is_cuda_error(exc):
+                raise self._stop(case, index, rules.CUDA_ERROR, f"CUDA error, the context is lost: {describe(exc)}") from None
+            self.entries.append(self._entry(case, None, index, fail(rules.EXCEPTION, f"kernel_fn raised {describe(exc)} during warm-up")))
+            return None
+        self.graphs.append(captured)
+
+        def replay(x: torch.Tensor):
+            out = captured.out
+            poisoned = type(out) is torch.Tensor and out.is_floating_point()
+            if poisoned:
+                out.fill_(float("nan"))
+            captured.replay(x)
+            torch.cuda.synchronize()
+            return out, captured.x, poisoned
+        return replay
+
+
+def run_check(problem: Problem, source: Path, *, device: torch.device, seed: int, weight_seeds: int | None = None,
+              cases: list[str] | None = None, phase: PhaseFn | None = None, log: Callable[[str], None] = print) -> dict:
+    """Check the candidate at ``source``; return result.json's check fields (without job_id)."""
+    started = time.monotonic()
+    checker = Checker(problem, Path(source), device, seed, weight_seeds or problem.weight_seeds,
+                      select_cases(problem, cases), phase or (lambda *args, **info: None), log)
+    notes = [] if checker.on_cuda else [CPU_NOTE]
+    log(f"check {problem.name} on {device}: seed {seed}, {checker.weight_seeds} weight set(s), "
+        f"{len(checker.cases)} case(s) x {len(problem.input_variants)} variant(s) x {problem.replays} replays")
+    for note in notes:
+        log(note)
+    stopped = False
+    try:
+        checker.run()
+    except Stop as stop:
+        checker.entries.append(stop.entry)
+        stopped = True
+    failures = checker.failures
+    cuda_lost = any(entry.rule == rules.CUDA_ERROR for entry in failures)
+    if failures:
+        status, reason = "fail", failures[0].message
+    else:
+        status, reason = "pass", (CPU_NOTE if notes else None)
+    stopped = stopped or len(failures) >= MAX_FAILURES
+    return {
+        "kind": "check",
+        "status": status,
+        "reason": reason,
+        "problem": problem.name,
+        "device": device.type,
+        "graph_exercised": checker.on_cuda,
+        "seed": seed,
+        "weight_seeds": checker.weight_seeds,
+        "replays": problem.replays,
+        "duration_s": round(time.monotonic() - started, 3),
+        "stopped_early": stopped,
+        "context_lost": cuda_lost,
+        "notes": notes,
+        "cases": [asdict(entry) for entry in checker.entries if entry.layer],
+        "failures": [entry.message for entry in failures],
+    }
+
+
+def run_job(job, job_dir: Path, *, device: torch.device, seed: int, phase: PhaseFn, log: Callable[[str], None]) -> dict:
+    """The worker's entry for ``kind: check`` (see okc.worker.KINDS)."""
+    from okc.judge.job import BadJob
+    from okc.problems import load_problem
+
+    if job.candidate is None:
+        raise BadJob("a check job needs a candidate")
+    try:
+        problem = load_problem(job.problem)
+        select_cases(problem, job.cases)
+    except ValueError as exc:
+        raise BadJob(str(exc)) from None
+    return run_check(problem, job.candidate.path(job_dir), device=device, seed=seed,
+                     weight_seeds=job.weight_seeds, cases=job.cases, phase=phase, log=log)

@@ -1,0 +1,105 @@
+"""The rules one output must meet (SPEC 4.4), as a function from (output, reference) to a verdict.
+
+Rules are checked in a fixed order and the first broken one is the verdict; a passing
+output is summarised by the rule it came closest to breaking.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from okc.judge.problem import Tolerance
+
+ROW_NORM_FLOOR = 1e-12  # the last floor under a row's norm, so an all-zero row cannot divide by zero
+
+# Rule names, as they appear in result.json and in the tests' expectations.
+TYPE = "type"
+DEVICE = "device"
+SHAPE = "shape"
+DTYPE = "dtype"
+STALE = "stale"
+NONFINITE = "nonfinite"
+WHOLE = "whole"
+ROW = "row"
+PROBE = "probe"
+X_MODIFIED = "x_modified"
+WEIGHTS_MODIFIED = "weights_modified"
+EXCEPTION = "exception"
+IMPORT = "import"
+PREPARE = "prepare"
+HOST_SYNC = "host_sync"
+CAPTURE = "capture"
+CUDA_ERROR = "cuda_error"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    passed: bool
+    rule: str
+    message: str
+    value: float | None = None
+    bound: float | None = None
+    row: int | None = None
+
+    @property
+    def margin(self) -> float:
+        """value / bound: how close a passing output came to its bound (0 when not measured)."""
+        return self.value / self.bound if self.value is not None and self.bound else 0.0
+
+
+def fail(rule: str, message: str, value: float | None = None, bound: float | None = None, row: int | None = None) -> Verdict:
+    return Verdict(False, rule, message, value, bound, row)
+
+
+def check_form(out: object, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> Verdict | None:
+    """The output's type, device, shape and dtype; None when all are right."""
+    if type(out) is not torch.Tensor:
+        return fail(TYPE, f"kernel_fn returned {type(out).__module__}.{type(out).__qualname__}, not exactly torch.Tensor")
+    if out.device.type != device.type:
+        return fail(DEVICE, f"output is on {out.device}, the input on {device}")
+    if tuple(out.shape) != tuple(shape):
+        return fail(SHAPE, f"output shape {tuple(out.shape)}, expected {tuple(shape)}")
+    if out.dtype != dtype:
+        return fail(DTYPE, f"output dtype {out.dtype}, expected {dtype}")
+    return None
+
+
+def check_values(out: torch.Tensor, ref: torch.Tensor, tolerance: Tolerance, probe_rows: tuple[int, ...]) -> Verdict:
+    """Non-finite values, whole-output error, per-row error (floored row norm), probe rows."""
+    finite = torch.isfinite(out)
+    if not bool(finite.all()):
+        row = int((~finite).flatten(1).any(dim=1).nonzero()[0, 0]) if out.dim() > 1 else 0
+        count = int((~finite).sum())
+        return fail(NONFINITE, f"{count} NaN/Inf value(s) in the output", float(count), 0.0, row)
+
+    diff = out.double() - ref.double()
+    flat_diff = diff.reshape(diff.shape[0], -1) if diff.dim() > 1 else diff.reshape(1, -1)
+    flat_ref = ref.double().reshape(flat_diff.shape)
+    row_err = flat_diff.norm(dim=1)
+    ref_rows = flat_ref.norm(dim=1)
+
+    whole = float(row_err.norm() / ref_rows.norm().clamp_min(ROW_NORM_FLOOR))
+    if whole > tolerance.whole:
+        return fail(WHOLE, "whole-output relative error", whole, tolerance.whole)
+    candidates = [Verdict(True, WHOLE, "whole-output relative error", whole, tolerance.whole)]
+
+    floor = max(tolerance.row_floor_fraction * float(ref_rows.mean()), ROW_NORM_FLOOR)
+    row_ratio = row_err / ref_rows.clamp_min(floor)
+    worst = int(row_ratio.argmax())
+    row_bound = tolerance.row_factor * tolerance.whole
+    row_value = float(row_ratio[worst])
+    if row_value > row_bound:
+        return fail(ROW, "row relative error (row norm floored)", row_value, row_bound, worst)
+    candidates.append(Verdict(True, ROW, "row relative error (row norm floored)", row_value, row_bound, worst))
+
+    if tolerance.probe is not None and probe_rows:
+        index = torch.tensor(probe_rows, device=row_err.device)
+        probe_ratio = row_err[index] / ref_rows[index].clamp_min(ROW_NORM_FLOOR)
+        worst_probe = int(probe_ratio.argmax())
+        probe_value = float(probe_ratio[worst_probe])
+        if probe_value > tolerance.probe:
+            return fail(PROBE, "probe-row relative error", probe_value, tolerance.probe, probe_rows[worst_probe])
+        candidates.append(Verdict(True, PROBE, "probe-row relative error", probe_value, tolerance.probe, probe_rows[worst_probe]))
+    return max(candidates, key=lambda verdict: verdict.margin)

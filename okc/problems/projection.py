@@ -1,0 +1,131 @@
+"""Problems made of dense projections: ``out = x @ W.T`` per named layer.
+
+Both built-in problems are of this kind; each states its layer table, loads, input
+variants and tolerances as data and gets weights, inputs (with probe rows), the float64
+reference and the traffic model from :class:`ProjectionProblem`. The harness sees only
+the :class:`~okc.judge.problem.Problem` interface.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+
+import torch
+
+from okc.judge.problem import Case, Inputs, Problem, Tolerance
+from okc.judge.seeds import derive_seed
+
+PROBE_FRACTION = 1 / 8  # about one input row in eight is a probe row
+PROBE_MIN_M = 8  # from this many rows on, an input has at least one probe row
+PROBE_EXPONENTS = range(-4, 5)  # a probe entry is +-2**k, k drawn from here
+OUTLIER_COLUMNS = 4  # columns of x scaled up in the "outlier" variant
+OUTLIER_SCALE = 100.0
+VARIANTS = ("normal", "outlier")
+
+
+@dataclass(frozen=True)
+class Narrow:
+    """Small calls compute only a slice: for m <= max_m, only the first ``rows`` rows of W."""
+
+    max_m: int
+    rows: int
+
+
+@dataclass(frozen=True)
+class Layer:
+    name: str
+    n: int  # output features: rows of W
+    k: int  # input features: columns of W
+    weight_dtype: torch.dtype
+    x_dtype: torch.dtype
+    out_dtype: torch.dtype
+    tolerance: Tolerance
+    narrow: Narrow | None = None
+
+    def __post_init__(self) -> None:
+        if self.n <= 0 or self.k <= 0:
+            raise ValueError(f"layer {self.name}: N and K must be positive, got {self.n} x {self.k}")
+        if self.narrow is not None and not 0 < self.narrow.rows <= self.n:
+            raise ValueError(f"layer {self.name}: the narrow slice must have 1..{self.n} rows")
+
+    def rows(self, m: int) -> int:
+        """How many rows of W a call with m input rows computes."""
+        if self.narrow is not None and m <= self.narrow.max_m:
+            return self.narrow.rows
+        return self.n
+
+
+def _generator(seed: int, device: torch.device) -> torch.Generator:
+    generator = torch.Generator(device=device)
+    generator.manual_seed(seed)
+    return generator
+
+
+class ProjectionProblem(Problem):
+    """A problem whose every layer is ``out = x @ W[:rows].T``; subclasses give the data."""
+
+    layer_table: tuple[Layer, ...]
+    input_variants = VARIANTS
+
+    @property
+    def layers(self) -> tuple[str, ...]:
+        return tuple(layer.name for layer in self.layer_table)
+
+    def layer(self, name: str) -> Layer:
+        for layer in self.layer_table:
+            if layer.name == name:
+                return layer
+        raise KeyError(f"{self.name} has no layer {name!r} (layers: {', '.join(self.layers)})")
+
+    def make_weights(self, seed: int, device: torch.device) -> dict[str, torch.Tensor]:
+        weights = {}
+        for layer in self.layer_table:
+            generator = _generator(derive_seed(seed, "weights", layer.name), device)
+            w = torch.randn(layer.n, layer.k, generator=generator, device=device, dtype=torch.float32)
+            weights[layer.name] = (w / math.sqrt(layer.k)).to(layer.weight_dtype).contiguous()
+        return weights
+
+    def make_input(self, case: Case, seed: int, variant: str, device: torch.device) -> Inputs:
+        if variant not in self.input_variants:
+            raise ValueError(f"unknown input variant {variant!r}; one of {', '.join(self.input_variants)}")
+        layer = self.layer(case.layer)
+        generator = _generator(derive_seed(seed, "x"), device)
+        x = torch.randn(case.m, layer.k, generator=generator, device=device, dtype=torch.float32)
+        choices = random.Random(derive_seed(seed, "choices"))
+        if variant == "outlier":
+            columns = choices.sample(range(layer.k), min(OUTLIER_COLUMNS, layer.k))
+            x[:, columns] *= OUTLIER_SCALE
+        probe_rows = self._probe_rows(case.m, choices)
+        for row in probe_rows:
+            x[row].zero_()
+            x[row, choices.randrange(layer.k)] = choices.choice((-1, 1)) * 2.0 ** choices.choice(PROBE_EXPONENTS)
+        return Inputs(x=x.to(layer.x_dtype), probe_rows=probe_rows)
+
+    @staticmethod
+    def _probe_rows(m: int, choices: random.Random) -> tuple[int, ...]:
+        rows = [row for row in range(m) if choices.random() < PROBE_FRACTION]
+        if not rows and m >= PROBE_MIN_M:
+            rows = [choices.randrange(m)]
+        return tuple(rows)
+
+    def reference(self, weights: dict[str, torch.Tensor], case: Case, x: torch.Tensor) -> torch.Tensor:
+        layer = self.layer(case.layer)
+        w = weights[case.layer][: layer.rows(case.m)]
+        return (x.double() @ w.double().T).to(layer.out_dtype)
+
+    def output_spec(self, case: Case) -> tuple[tuple[int, ...], torch.dtype]:
+        layer = self.layer(case.layer)
+        return (case.m, layer.rows(case.m)), layer.out_dtype
+
+    def tolerance(self, case: Case) -> Tolerance:
+        return self.layer(case.layer).tolerance
+
+    def traffic(self, case: Case) -> tuple[int, int]:
+        layer = self.layer(case.layer)
+        rows = layer.rows(case.m)
+        weight_bytes = rows * layer.k * layer.weight_dtype.itemsize
+        x_bytes = case.m * layer.k * layer.x_dtype.itemsize
+        out_bytes = case.m * rows * layer.out_dtype.itemsize
+        return weight_bytes + x_bytes + out_bytes, 2 * case.m * rows * layer.k

@@ -1,0 +1,158 @@
+"""The worker: ``python -m okc.worker JOB_DIR`` runs one job and writes its verdict beside it.
+
+It reads JOB_DIR/job.json, writes env.json, keeps phase.json current (so the launcher can
+say where a crash or hang happened), and writes result.json atomically. Exit code 0: the
+candidate passed; 1: it failed (or timed out in prepare); 2: the job itself was bad.
+The candidate's ``prepare`` limit is enforced here; the whole-job limit by the launcher.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import importlib
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+from okc.judge.job import ENV_FILE, PHASE_FILE, RESULT_FILE, SCHEMA_VERSION, BadJob, Job, read_job, write_json
+
+EXIT_PASS = 0
+EXIT_FAILED = 1
+EXIT_BAD_JOB = 2
+BACKSTOP_GRACE_S = 30.0  # faulthandler's exit, for a prepare that holds the GIL past its limit
+
+# kind -> "module:function"; the function is (job, job_dir, *, device, seed, phase, log) -> result fields.
+KINDS = {
+    "check": "okc.judge.check:run_job",
+}
+PASSING = ("pass", "ok")
+
+
+def _exit_code(status: str) -> int:
+    if status in PASSING:
+        return EXIT_PASS
+    return EXIT_BAD_JOB if status == "error" else EXIT_FAILED
+
+
+class Worker:
+    def __init__(self, job_dir: Path) -> None:
+        self.job_dir = job_dir
+        self.job: Job | None = None
+        self.started = time.monotonic()
+        self._timer: threading.Timer | None = None
+        self._lock = threading.Lock()  # one result.json, whoever gets there first
+        self._done = False
+
+    def log(self, line: str) -> None:
+        print(line, flush=True)
+
+    def phase(self, name: str, **info) -> None:
+        write_json(self.job_dir / PHASE_FILE, {"phase": name, **info, "at_s": round(time.monotonic() - self.started, 3)})
+        if name == "prepare":
+            self._arm()
+        else:
+            self._disarm()
+
+    def _arm(self) -> None:
+        self._disarm()
+        limit = self.job.prepare_timeout_s
+        self._timer = threading.Timer(limit, self._prepare_expired, args=(limit,))
+        self._timer.daemon = True
+        self._timer.start()
+        faulthandler.dump_traceback_later(limit + BACKSTOP_GRACE_S, exit=True)
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+            faulthandler.cancel_dump_traceback_later()
+
+    def _prepare_expired(self, limit: float) -> None:
+        self.log(f"prepare exceeded its {limit:g} s limit; stopping the job")
+        faulthandler.dump_traceback(all_threads=True)
+        self.finish({"status": "timeout", "reason": f"prepare exceeded its {limit:g} s limit"})
+
+    def result(self, fields: dict) -> dict:
+        job = self.job
+        base = {
+            "schema_version": SCHEMA_VERSION,
+            "job_id": job.job_id if job else self.job_dir.name,
+            "kind": job.kind if job else None,
+            "status": "error",
+            "reason": None,
+            "problem": job.problem if job else None,
+            "duration_s": round(time.monotonic() - self.started, 3),
+        }
+        base.update(fields)
+        return base
+
+    def finish(self, fields: dict) -> None:
+        """Write result.json once, then leave at once: no candidate atexit hook or CUDA teardown runs."""
+        with self._lock:
+            if self._done:
+                return
+            self._done = True
+            result = self.result(fields)
+            write_json(self.job_dir / RESULT_FILE, result)
+            self.log(f"result: {result['status']}" + (f" - {result['reason']}" if result.get("reason") else ""))
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(_exit_code(result["status"]))
+
+    def run(self) -> None:
+        try:
+            self.job = read_job(self.job_dir)
+            target = KINDS.get(self.job.kind)
+            if target is None:
+                raise BadJob(f"unknown job kind {self.job.kind!r}; this worker runs {', '.join(KINDS)}")
+            device = resolve_device(self.job.device)
+            from okc.judge.envinfo import collect
+            from okc.judge.seeds import fresh_seed
+
+            seed = self.job.seed if self.job.seed is not None else fresh_seed()
+            env = collect(device)
+            env["seed"] = seed
+            write_json(self.job_dir / ENV_FILE, env)
+            self.log(f"job {self.job.job_id}: {self.job.kind} of {self.job.problem} on {device} (seed {seed})")
+            module_name, function = target.split(":")
+            run_kind = getattr(importlib.import_module(module_name), function)
+            fields = run_kind(self.job, self.job_dir, device=device, seed=seed, phase=self.phase, log=self.log)
+        except BadJob as exc:
+            fields = {"status": "error", "reason": f"bad job: {exc}"}
+        except Exception as exc:  # a fault of okc, not of the candidate: say so plainly
+            import traceback
+
+            traceback.print_exc()
+            fields = {"status": "error", "reason": f"the worker failed: {type(exc).__name__}: {exc}"}
+        self._disarm()
+        self.phase("done")
+        self.finish(fields)
+
+
+def resolve_device(requested: str):
+    import torch
+
+    if requested == "cpu":
+        return torch.device("cpu")
+    if torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    if requested == "cuda":
+        raise BadJob("the job asks for a CUDA device and this machine has none")
+    return torch.device("cpu")
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) != 1:
+        print("usage: python -m okc.worker JOB_DIR", file=sys.stderr)
+        sys.exit(EXIT_BAD_JOB)
+    job_dir = Path(argv[0]).resolve()
+    if not job_dir.is_dir():
+        print(f"no job folder {job_dir}", file=sys.stderr)
+        sys.exit(EXIT_BAD_JOB)
+    Worker(job_dir).run()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
