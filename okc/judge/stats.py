@@ -1,0 +1,186 @@
+"""The statistics of the paired benchmark (SPEC 4.5), in plain Python and numpy.
+
+A bench yields, for every load, one ratio per pair: baseline time / candidate time,
+both measured back to back on the same fresh input. From those ratios:
+
+- a load's speedup is their median, with a distribution-free 95% CI from order
+  statistics (the number of ratios below the true median is Binomial(n, 1/2));
+- the score is the geometric mean of the load speedups, with a percentile bootstrap
+  CI that resamples pairs within each load (a fixed, recorded RNG seed makes it
+  reproducible from the same pairs);
+- sampling stops once the score's CI half-width is under a target, or at a cap;
+- two candidates are "same" unless the score CI clears 1 by more than the A/A floor.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+CONFIDENCE = 0.95
+BOOTSTRAP_RESAMPLES = 2000
+BOOTSTRAP_SEED = 20261129  # fixed so the same pairs always give the same score CI
+MIN_PAIRS = 50
+MAX_PAIRS = 2000
+TARGET_HALF_WIDTH = 0.005  # relative: the score's CI is score * (1 +- 0.5%)
+# A/A floor used when no A/A run is at hand: the position bias two captures of the
+# same code showed on an H200 (SPEC 4.7).
+DEFAULT_AA_FLOOR = 0.005
+# The smallest sample whose extreme order statistics bracket the median with 95%
+# probability: with n = 6, P(all six on one side) = 2 / 2**6 < 5%.
+MIN_SAMPLES_FOR_CI = 6
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A point estimate with its confidence interval."""
+
+    value: float
+    lo: float
+    hi: float
+
+    @property
+    def half_width(self) -> float:
+        """Half the CI's width relative to the value (0.005 reads as +-0.5%)."""
+        return (self.hi - self.lo) / (2.0 * self.value)
+
+    @property
+    def ci(self) -> list[float]:
+        return [self.lo, self.hi]
+
+
+@functools.lru_cache(maxsize=4096)
+def median_ci_ranks(n: int, confidence: float = CONFIDENCE) -> tuple[int, int]:
+    """0-based ranks (lo, hi) of the sorted sample that bracket the median with >= ``confidence``.
+
+    P(X_(l) <= median <= X_(n-l+1)) >= 1 - 2 P(B <= l - 1) for B ~ Binomial(n, 1/2), with
+    1-based l (equality for continuous data); the largest l whose coverage still reaches
+    ``confidence`` is chosen. No normal approximation: the binomial tail is summed term by
+    term, in logs so that any n works.
+    """
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must lie strictly between 0 and 1, got {confidence}")
+    if n < MIN_SAMPLES_FOR_CI:
+        raise ValueError(f"a CI of a median needs at least {MIN_SAMPLES_FOR_CI} samples, got {n}")
+    log_factorial = np.concatenate(([0.0], np.cumsum(np.log(np.arange(1, n + 1)))))
+    ks = np.arange(n // 2 + 1)
+    log_pmf = log_factorial[n] - log_factorial[ks] - log_factorial[n - ks] - n * math.log(2.0)
+    tail = np.cumsum(np.exp(log_pmf))  # tail[k] = P(B <= k)
+    # l = how many leading k have P(B <= k) within the budget, so that P(B <= l - 1) fits.
+    l = int(np.searchsorted(tail, (1.0 - confidence) / 2.0, side="right"))
+    if l == 0:
+        raise ValueError(f"{n} samples are too few for a {confidence:.1%} CI of a median")
+    return l - 1, n - l
+
+
+def median_ci_coverage(n: int, confidence: float = CONFIDENCE) -> float:
+    """The exact coverage of :func:`median_ci_ranks`' interval for continuous data."""
+    lo, _ = median_ci_ranks(n, confidence)
+    below = sum(math.comb(n, j) for j in range(lo + 1))
+    return 1.0 - (2 * below) / (1 << n)
+
+
+def median_with_ci(values: Sequence[float] | np.ndarray, confidence: float = CONFIDENCE) -> Estimate:
+    """The sample median and its distribution-free order-statistic CI."""
+    data = np.sort(np.asarray(values, dtype=np.float64))
+    if data.ndim != 1:
+        raise ValueError("median_with_ci takes a one-dimensional sample")
+    lo, hi = median_ci_ranks(len(data), confidence)
+    return Estimate(float(np.median(data)), float(data[lo]), float(data[hi]))
+
+
+def geomean(values: Sequence[float] | np.ndarray) -> float:
+    data = np.asarray(values, dtype=np.float64)
+    if data.size == 0 or np.any(data <= 0) or not np.all(np.isfinite(data)):
+        raise ValueError(f"a geometric mean needs positive finite values, got {data.tolist()}")
+    return float(np.exp(np.mean(np.log(data))))
+
+
+def load_speedups(ratios: np.ndarray, confidence: float = CONFIDENCE) -> list[Estimate]:
+    """Each load's speedup: the median of its per-pair ratios, with the order-statistic CI.
+
+    ``ratios`` has one row per load and one column per pair.
+    """
+    return [median_with_ci(row, confidence) for row in np.atleast_2d(ratios)]
+
+
+def bootstrap_score(
+    ratios: np.ndarray,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = BOOTSTRAP_SEED,
+    confidence: float = CONFIDENCE,
+) -> Estimate:
+    """Score = geometric mean of the load medians, with a percentile bootstrap CI.
+
+    Every resample draws, for each load independently, as many pairs as were measured
+    (with replacement) and takes the geometric mean of the resampled medians.
+    """
+    table = np.atleast_2d(np.asarray(ratios, dtype=np.float64))
+    loads, pairs = table.shape
+    if pairs < 2:
+        raise ValueError(f"a bootstrap needs at least 2 pairs, got {pairs}")
+    rng = np.random.default_rng(seed)
+    # The median of a resample of a sorted sample is the sample at the median of the
+    # resampled ranks: partitioning small integers is much cheaper than gathering floats.
+    middle = sorted({(pairs - 1) // 2, pairs // 2})
+    log_medians = np.empty((loads, resamples))
+    for row, sample in enumerate(np.sort(table, axis=1)):
+        picks = np.partition(rng.integers(0, pairs, size=(resamples, pairs), dtype=np.int32), middle, axis=1)
+        log_medians[row] = np.log(sample[picks[:, middle]].mean(axis=1))
+    scores = np.exp(log_medians.mean(axis=0))
+    tail = (1.0 - confidence) / 2.0
+    lo, hi = np.quantile(scores, [tail, 1.0 - tail])
+    point = geomean(np.median(table, axis=1))
+    return Estimate(point, float(lo), float(hi))
+
+
+@dataclass(frozen=True)
+class StoppingRule:
+    """When a bench has enough pairs: >= min_pairs, then at the target half-width or the cap."""
+
+    min_pairs: int = MIN_PAIRS
+    max_pairs: int = MAX_PAIRS
+    target_half_width: float = TARGET_HALF_WIDTH
+
+    def __post_init__(self) -> None:
+        for name in ("min_pairs", "max_pairs"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"{name} must be an integer, got {value!r}")
+        if self.min_pairs < MIN_SAMPLES_FOR_CI:
+            raise ValueError(f"min_pairs must be at least {MIN_SAMPLES_FOR_CI}, got {self.min_pairs}")
+        if self.max_pairs < self.min_pairs:
+            raise ValueError(f"max_pairs ({self.max_pairs}) must not be below min_pairs ({self.min_pairs})")
+        if not 0.0 < self.target_half_width < 1.0:
+            raise ValueError(f"target_half_width is relative (0.005 = 0.5%), got {self.target_half_width!r}")
+
+    def decide(self, pairs: int, half_width: float | None) -> str | None:
+        """"target" or "cap" once sampling should stop after ``pairs`` pairs, else None."""
+        if pairs >= self.max_pairs:
+            return "cap"
+        if pairs >= self.min_pairs and half_width is not None and half_width < self.target_half_width:
+            return "target"
+        return None
+
+
+def aa_floor(aa_ci: Sequence[float]) -> float:
+    """The A/A floor: how far from 1 the CI of a run of the baseline against itself reaches.
+
+    It holds both the noise left after sampling and the position bias of two captures.
+    """
+    lo, hi = aa_ci
+    return max(hi - 1.0, 1.0 - lo, 0.0)
+
+
+def verdict(score_ci: Sequence[float], floor: float = DEFAULT_AA_FLOOR) -> str:
+    """"faster", "slower" or "same": same unless the CI excludes 1 by more than ``floor``."""
+    lo, hi = score_ci
+    if lo > 1.0 + floor:
+        return "faster"
+    if hi < 1.0 - floor:
+        return "slower"
+    return "same"
