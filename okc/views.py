@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from okc.candidates import SHORT_HASH
 from okc.ledger import Run, Summary
-from okc.results import JobResult
+from okc.results import CaseResult, JobResult
 from okc.tables import Table
 
 TIME_ON_TABLE = 1.5  # a shape at this multiple of its floor or more is highlighted
@@ -46,37 +46,100 @@ def ledger_table(summaries: list[Summary]) -> Table:
 
 
 def check_table(result: JobResult) -> Table:
+    """Failing checks one per row; when all pass, one row per case with its tightest margin."""
     failing = [c for c in result.cases if not c.passed]
-    shown = failing or list(result.cases)
-    rows = [
-        (c.layer, c.m, c.load or "(check only)", c.variant, c.weight_seed,
-         "pass" if c.passed else "FAIL", c.rule, c.value, c.bound, c.row, c.message)
-        for c in shown
-    ]
-    columns = ("layer", "m", "load", "input", "seed", "outcome", "rule", "measured", "bound", "row", "detail")
-    title = f"check {result.job_id}: {len(failing)} failing of {len(result.cases)} cases" if failing else f"check {result.job_id}: every case passes"
-    return Table(title, columns, rows, highlight=set(range(len(rows))) if failing else set())
+    if failing:
+        rows = [(f"{c.layer}/m={c.m}", c.load or "(check only)", c.variant, c.weight_seed, c.rule, c.value, c.bound, c.row)
+                for c in failing]
+        columns = ("case", "load", "input", "weights", "rule", "measured", "bound", "row")
+        title = f"check {result.job_id}: {len(failing)} failing of {len(result.cases)} checks"
+        return Table(title, columns, rows, highlight=set(range(len(rows))))
+    by_case: dict[tuple[str, int], list[CaseResult]] = {}
+    for c in result.cases:
+        by_case.setdefault((c.layer, c.m), []).append(c)
+    rows = []
+    for checks in by_case.values():
+        c = max(checks, key=lambda c: (c.value or 0.0) / c.bound if c.bound else 0.0)
+        rows.append((c.layer, c.m, c.load or "(check only)", len(checks), c.rule, c.value, c.bound))
+    columns = ("layer", "m", "load", "checks", "tightest rule", "measured", "bound")
+    return Table(f"check {result.job_id}: every check passes", columns, rows)
 
 
-def shape_table(result: JobResult) -> Table:
+def _floor_columns(time_us: float, floor_us: float | None) -> tuple[float | None, float | None]:
+    if not floor_us:
+        return None, None
+    return round(floor_us, 2), round(time_us / floor_us, 2)
+
+
+def shape_table(result: JobResult, read_floor: Callable[[ShapeResult], float | None] | None = None) -> Table:
+    """Per-shape medians against the SPEC floor and, given ``read_floor``, the measured one.
+
+    A shape at TIME_ON_TABLE times its floor or more (the measured floor when there is
+    one) is highlighted; "on the table µs" is how much time lies above that floor.
+    """
     rows, slow = [], set()
     for i, s in enumerate(result.shapes):
-        over = s.over_floor
-        if over >= TIME_ON_TABLE:
+        read_us = read_floor(s) if read_floor else None
+        nearest = read_us or s.floor_us
+        over = s.candidate_us / nearest if nearest else float("nan")
+        far = over >= TIME_ON_TABLE
+        if far:
             slow.add(i)
-        rows.append((s.load, s.layer, s.m, round(s.baseline_us, 2), round(s.candidate_us, 2),
-                     round(s.ratio, 4), round(s.floor_us, 2), round(over, 2)))
-    columns = ("load", "layer", "m", "baseline µs", "candidate µs", "ratio", "floor µs", "time/floor")
-    return Table("per shape (medians, fixed replay cost subtracted)", columns, rows, highlight=slow)
+        row = (s.load, s.layer, s.m, s.n, s.k, round(s.baseline_us, 2), round(s.candidate_us, 2),
+               round(s.ratio, 4), *_floor_columns(s.candidate_us, s.floor_us))
+        if read_floor:
+            row += _floor_columns(s.candidate_us, read_us)
+        on_table = round(s.candidate_us - nearest, 2) if nearest else None
+        rows.append(row + (on_table, "yes" if far else ""))
+    columns = ("load", "layer", "m", "N", "K", "baseline µs", "candidate µs", "ratio", "floor µs", "time/floor")
+    if read_floor:
+        columns += ("read floor µs", "time/read floor")
+    columns += ("on the table µs", "far")
+    caption = f"far: at {TIME_ON_TABLE:g}x its floor or more" + (" (the measured read floor)" if read_floor else "")
+    return Table("per shape (medians, fixed replay cost subtracted)", columns, rows, highlight=slow, caption=caption)
 
 
-def load_table(result: JobResult) -> Table:
-    rows = [
-        (l.name, l.m, round(l.baseline_us, 2), round(l.candidate_us, 2), round(l.speedup, 4), fmt_ci(*l.ci))
-        for l in result.loads
-    ]
-    columns = ("load", "m", "baseline µs", "candidate µs", "speedup", "95% CI")
+def load_table(result: JobResult, read_floor: Callable[[ShapeResult], float | None] | None = None) -> Table:
+    """Per-load speedups with CIs; a load's floor is the sum of its shapes' floors."""
+    rows = []
+    for l in result.loads:
+        shapes = [s for s in result.shapes if s.load == l.name]
+        floor = sum(s.floor_us for s in shapes) if shapes else None
+        row = (l.name, l.m, round(l.baseline_us, 2), round(l.candidate_us, 2), round(l.speedup, 4), fmt_ci(*l.ci),
+               *_floor_columns(l.candidate_us, floor))
+        if read_floor:
+            read = [read_floor(s) for s in shapes]
+            row += _floor_columns(l.candidate_us, sum(read) if read and None not in read else None)
+        rows.append(row)
+    columns = ("load", "m", "baseline µs", "candidate µs", "speedup", "95% CI", "floor µs", "time/floor")
+    if read_floor:
+        columns += ("read floor µs", "time/read floor")
     return Table("per load (median of per-pair ratios)", columns, rows)
+
+
+def floor_table(sizes: tuple[FloorSize, ...], title: str) -> Table:
+    rows = [(s.layer, round(s.bytes / 1e6, 2), round(s.us, 2), round(s.tb_per_s, 3)) for s in sizes]
+    return Table(title, ("layer", "MB", "read µs", "TB/s"), rows)
+
+
+def calibration_table(calibration: Calibration) -> Table:
+    rows = []
+    for r in calibration.rows:
+        kind = r.official.kind.removeprefix("official-") if r.official else None
+        prediction = r.prediction
+        rows.append((
+            f"{r.number:03d}",
+            r.name,
+            fmt_score(r.local),
+            kind,
+            fmt_score(r.official),
+            None if r.ratio is None else round(r.ratio, 4),
+            None if prediction is None else f"{prediction.score:.4f} [{fmt_ci(prediction.lo, prediction.hi)}]",
+            r.note,
+        ))
+    columns = ("#", "name", "local bench [95% CI]", "official", "official [95% CI]", "official/local",
+               "predicted official [±2σ]", "note")
+    return Table("local versus official", columns, rows, caption=calibration.summary)
 
 
 def score_line(result: JobResult) -> str:
