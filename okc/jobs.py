@@ -26,7 +26,7 @@ import okc
 from okc.candidates import Candidate
 from okc.errors import ConfigError, JudgeError
 from okc.lab import Lab
-from okc.ledger import Run, record_run
+from okc.ledger import Floor, Run, record_floor, record_run
 from okc.results import JOB_FILE, RESULT_FILE, JobResult, load_result, write_json
 
 JOB_SCHEMA_VERSION = 1
@@ -252,6 +252,25 @@ def gpu_name(job_dir: Path) -> str | None:
     return env.get("gpu_name") or (gpu if isinstance(gpu, str) else None)
 
 
+def gpu_uuid(job_dir: Path) -> str | None:
+    gpu = (read_json(job_dir / ENV_FILE) or {}).get("gpu")
+    return gpu.get("uuid") if isinstance(gpu, dict) else None
+
+
+def floor_for(job_dir: Path) -> Floor | None:
+    """The floors row a finished floor job makes (None for other kinds, or a floor that failed)."""
+    spec, result = load_spec(job_dir), load_result(job_dir)
+    if spec.kind != "floor" or not result.passed:
+        return None
+    return Floor(
+        job_id=spec.job_id,
+        gpu_name=result.gpu_name or gpu_name(job_dir) or "unknown GPU",
+        gpu_uuid=result.gpu_uuid or gpu_uuid(job_dir),
+        sizes=result.sizes,
+        created_at=spec.created_at or datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    )
+
+
 def run_for(job_dir: Path) -> Run | None:
     """The ledger row a finished check or bench job makes (None for other kinds)."""
     spec, result = load_spec(job_dir), load_result(job_dir)
@@ -280,7 +299,10 @@ def run_for(job_dir: Path) -> Run | None:
 
 
 def record_job(conn, job_dir: Path) -> bool:
-    """Record a finished job in the ledger; False if it was already there (or is not a run)."""
+    """Record a finished job in the ledger (a floor job in floors); False if already there or nothing to record."""
+    floor = floor_for(job_dir)
+    if floor is not None:
+        return record_floor(conn, floor)
     run = run_for(job_dir)
     return record_run(conn, run) if run is not None else False
 

@@ -17,6 +17,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from okc.errors import LedgerError
+from okc.results import FloorSize
 
 BUSY_TIMEOUT_S = 30.0
 KINDS = ("check", "bench", "official-check", "official-scored")
@@ -60,6 +61,20 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
            BEGIN SELECT RAISE(ABORT, 'ledger runs are append-only: record a correction as a new row'); END""",
         """CREATE TRIGGER candidates_append_only BEFORE UPDATE ON candidates
            BEGIN SELECT RAISE(ABORT, 'ledger candidates are append-only'); END""",
+    ),
+    (
+        # Measured read floors (okc floor), one row per floor job, looked up by GPU.
+        """CREATE TABLE floors (
+            id INTEGER PRIMARY KEY,
+            job_id TEXT NOT NULL UNIQUE,
+            gpu_uuid TEXT,
+            gpu_name TEXT NOT NULL,
+            sizes TEXT NOT NULL,
+            created_at TEXT NOT NULL
+        )""",
+        "CREATE INDEX floors_by_gpu ON floors (gpu_uuid, gpu_name)",
+        """CREATE TRIGGER floors_append_only BEFORE UPDATE ON floors
+           BEGIN SELECT RAISE(ABORT, 'ledger floors are append-only: measure again for a new row'); END""",
     ),
 )
 
@@ -242,3 +257,53 @@ def summarize(conn: sqlite3.Connection, current: dict[int, tuple[str, str]]) -> 
             )
         )
     return summaries
+
+
+@dataclass(frozen=True)
+class Floor:
+    """One measured read floor of a GPU (``okc floor``): cold-read time at each size."""
+
+    job_id: str
+    gpu_name: str
+    gpu_uuid: str | None
+    sizes: tuple[FloorSize, ...]
+    created_at: str = field(default_factory=now)
+    id: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.sizes:
+            raise LedgerError(f"floor job {self.job_id} measured no sizes")
+        for size in self.sizes:
+            if not (size.bytes > 0 and size.us > 0):
+                raise LedgerError(f"floor job {self.job_id}: {size.layer} needs positive bytes and time, got {size}")
+
+
+def record_floor(conn: sqlite3.Connection, floor: Floor) -> bool:
+    """Append ``floor``; False if its job is already there (recorded exactly once)."""
+    sizes = json.dumps([asdict(size) for size in floor.sizes])
+    with transaction(conn):
+        cursor = conn.execute(
+            "INSERT OR IGNORE INTO floors (job_id, gpu_uuid, gpu_name, sizes, created_at) VALUES (?, ?, ?, ?, ?)",
+            (floor.job_id, floor.gpu_uuid, floor.gpu_name, sizes, floor.created_at),
+        )
+    return cursor.rowcount == 1
+
+
+def floors(conn: sqlite3.Connection) -> list[Floor]:
+    """Every measured floor, in the order recorded."""
+    return [
+        Floor(
+            job_id=row["job_id"], gpu_name=row["gpu_name"], gpu_uuid=row["gpu_uuid"],
+            sizes=tuple(FloorSize(**size) for size in json.loads(row["sizes"])),
+            created_at=row["created_at"], id=row["id"],
+        )
+        for row in conn.execute("SELECT * FROM floors ORDER BY id")
+    ]
+
+
+def latest_floor(conn: sqlite3.Connection, gpu_uuid: str | None, gpu_name: str | None) -> Floor | None:
+    """The newest floor of this very GPU (by UUID), else of a GPU with the same name, else None."""
+    measured = floors(conn)
+    same_gpu = [f for f in measured if gpu_uuid and f.gpu_uuid == gpu_uuid]
+    same_name = [f for f in measured if gpu_name and f.gpu_name == gpu_name]
+    return (same_gpu or same_name or [None])[-1]

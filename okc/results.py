@@ -55,10 +55,22 @@ class ShapeResult:
     floor_us: float
     bytes: int | None = None
     flops: int | None = None
+    n: int | None = None  # output features the call computes (rows of W it reads)
+    k: int | None = None  # input features
 
     @property
     def over_floor(self) -> float:
         return self.candidate_us / self.floor_us if self.floor_us else float("nan")
+
+
+@dataclass(frozen=True)
+class FloorSize:
+    """One point of a measured read floor: a cold read of ``bytes`` took ``us``."""
+
+    layer: str
+    bytes: int
+    us: float
+    tb_per_s: float
 
 
 @dataclass(frozen=True)
@@ -87,6 +99,9 @@ class JobResult:
     throttled: bool | None = None
     aa: bool = False
     verdict: str | None = None
+    gpu_name: str | None = None  # floor jobs
+    gpu_uuid: str | None = None
+    sizes: tuple[FloorSize, ...] = ()
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -122,6 +137,7 @@ def parse_result(data: dict[str, Any]) -> JobResult:
             _build(LoadResult, {**l, "ci": _pair(l["ci"])}) for l in data.get("loads") or ()
         )
         fields["shapes"] = tuple(_build(ShapeResult, s) for s in data.get("shapes") or ())
+        fields["sizes"] = tuple(_build(FloorSize, s) for s in data.get("sizes") or ())
         for name in ("score_ci", "score_measured_overhead_ci"):
             fields[name] = _pair(data.get(name))
         fields["aa"] = bool(data.get("aa", False))

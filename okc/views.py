@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from okc.calibration import BAND_SIGMAS, Calibration
 from okc.candidates import SHORT_HASH
 from okc.ledger import Run, Summary
-from okc.results import CaseResult, JobResult
+from okc.results import CaseResult, FloorSize, JobResult, ShapeResult
 from okc.tables import Table
 
 TIME_ON_TABLE = 1.5  # a shape at this multiple of its floor or more is highlighted
@@ -138,7 +141,7 @@ def calibration_table(calibration: Calibration) -> Table:
             r.note,
         ))
     columns = ("#", "name", "local bench [95% CI]", "official", "official [95% CI]", "official/local",
-               "predicted official [±2σ]", "note")
+               f"predicted official [±{BAND_SIGMAS:g}σ]", "note")
     return Table("local versus official", columns, rows, caption=calibration.summary)
 
 

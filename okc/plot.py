@@ -1,0 +1,148 @@
+"""Plots as PNG files under results/plots/: the score history and one bench's shapes.
+
+matplotlib is imported inside the drawing functions, with the Agg backend (files only,
+no display), so importing this module costs nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from pathlib import Path
+
+from okc.errors import ConfigError
+from okc.jobs import load_spec
+from okc.lab import Lab
+from okc.ledger import Run, open_ledger, runs
+from okc.report import Report, build_report
+
+PLOTS_DIR = "plots"
+DPI = 120
+HISTORY_SIZE_IN = (11.0, 5.5)
+SHAPES_COLUMNS = 3  # loads per row of the per-shape figure
+SHAPES_PANEL_IN = (5.0, 3.8)
+BAR_WIDTH = 0.2
+# Each kind of score sits a little beside the candidate's number, so the CI bars never hide each other.
+SERIES = (
+    ("bench", "local bench", "o", "tab:blue", -0.18),
+    ("official-check", "official check", "s", "tab:orange", 0.0),
+    ("official-scored", "official scored", "D", "tab:green", 0.18),
+)
+BARS = (("baseline", "tab:gray"), ("candidate", "tab:blue"), ("floor (SPEC)", "tab:red"), ("read floor", "tab:green"))
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plots_dir(lab: Lab) -> Path:
+    folder = lab.results / PLOTS_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def _error_bars(runs_: list[Run]) -> list[list[float]]:
+    below = [r.score - r.ci_lo if r.ci_lo is not None else 0.0 for r in runs_]
+    above = [r.ci_hi - r.score if r.ci_hi is not None else 0.0 for r in runs_]
+    return [below, above]
+
+
+def draw_history(history: list[Run], path: Path) -> Path:
+    """Every scored run by candidate number, with its 95% CI, and a line at 1.0 (the baseline)."""
+    scored = [r for r in history if r.score is not None]
+    if not scored:
+        raise ConfigError("nothing to plot yet: the ledger has no bench or official score")
+    gpus = Counter(r.gpu for r in scored if r.kind == "bench" and r.gpu)
+    gpu = gpus.most_common(1)[0][0] if gpus else "an unknown GPU"
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=HISTORY_SIZE_IN)
+    for kind, label, marker, colour, offset in SERIES:
+        points = [r for r in scored if r.kind == kind]
+        if not points:
+            continue
+        ax.errorbar([r.candidate_number + offset for r in points], [r.score for r in points],
+                    yerr=_error_bars(points), fmt=marker, color=colour, ecolor=colour, capsize=4,
+                    markersize=7, label=f"{label} (95% CI)")
+    ax.axhline(1.0, color="black", linestyle="--", linewidth=1, label="baseline = 1.0")
+    numbers = sorted({r.candidate_number for r in scored})
+    if len(numbers) <= 40:
+        ax.set_xticks(numbers, [f"{n:03d}" for n in numbers], rotation=45 if len(numbers) > 15 else 0)
+    ax.set_xlabel("candidate number")
+    ax.set_ylabel("score (geometric mean of load speedups)")
+    ax.set_title(f"okc score history (local runs on {gpu})")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(loc="best")
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return path
+
+
+def draw_shapes(report: Report, title: str, path: Path) -> Path:
+    """One panel per load: baseline, candidate and floor(s) of each layer, in µs."""
+    result = report.result
+    loads = [load.name for load in result.loads] or list(dict.fromkeys(s.load for s in result.shapes))
+    if not result.shapes:
+        raise ConfigError(f"bench job {result.job_id} has no per-shape numbers to plot")
+    speedups = {load.name: load for load in result.loads}
+    bars = BARS if report.floor else BARS[:3]
+    plt = _pyplot()
+    rows = math.ceil(len(loads) / SHAPES_COLUMNS)
+    columns = min(len(loads), SHAPES_COLUMNS)
+    fig, axes = plt.subplots(rows, columns, squeeze=False,
+                             figsize=(SHAPES_PANEL_IN[0] * columns, SHAPES_PANEL_IN[1] * rows + 0.8))
+    for index, load in enumerate(loads):
+        ax = axes[index // SHAPES_COLUMNS][index % SHAPES_COLUMNS]
+        shapes = [s for s in result.shapes if s.load == load]
+        values = {
+            "baseline": [s.baseline_us for s in shapes],
+            "candidate": [s.candidate_us for s in shapes],
+            "floor (SPEC)": [s.floor_us for s in shapes],
+            "read floor": [report.read_floor(s) or 0.0 for s in shapes],
+        }
+        centre = (len(bars) - 1) / 2
+        for offset, (name, colour) in enumerate(bars):
+            ax.bar([i + (offset - centre) * BAR_WIDTH for i in range(len(shapes))], values[name],
+                   BAR_WIDTH, color=colour, label=name)
+        ax.set_xticks(range(len(shapes)), [s.layer for s in shapes], rotation=20)
+        heading = f"{load} (m={shapes[0].m})" if shapes else load
+        if load in speedups:
+            heading += f": speedup {speedups[load].speedup:.3f}"
+        ax.set_title(heading)
+        ax.set_ylabel("time (µs)")
+        ax.grid(axis="y", alpha=0.3)
+    for index in range(len(loads), rows * columns):
+        axes[index // SHAPES_COLUMNS][index % SHAPES_COLUMNS].set_visible(False)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(bars), frameon=False)
+    fig.suptitle(title)
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return path
+
+
+def plot_history(lab: Lab) -> Path:
+    """results/plots/score_history.png from the whole ledger."""
+    conn = open_ledger(lab.ledger_path)
+    try:
+        history = runs(conn)
+    finally:
+        conn.close()
+    return draw_history(history, plots_dir(lab) / "score_history.png")
+
+
+def plot_shapes(lab: Lab, ref: str | None, job: str | None = None) -> Path:
+    """results/plots/NNN_shapes.png for the candidate's latest bench (or the job named)."""
+    report = build_report(lab, ref, job)
+    candidate = load_spec(report.job_dir).candidate
+    label = f"{candidate.number:03d}" if candidate else report.result.job_id
+    title = f"{candidate.name if candidate else label} per shape on {report.gpu_name or 'an unknown GPU'}"
+    if report.result.score is not None:
+        title += f": score {report.result.score:.4f}"
+    return draw_shapes(report, title, plots_dir(lab) / f"{label}_shapes.png")

@@ -1,0 +1,124 @@
+"""Reports: a bench job's per-shape and per-load numbers against the speed of light.
+
+A report reads one finished bench job (a candidate's latest, from the ledger, or one
+named by id) and sets every shape against two floors: the SPEC formula, already in
+result.json, and the practical read floor that ``okc floor`` measured on the same GPU,
+when the ledger has one.
+"""
+
+from __future__ import annotations
+
+import bisect
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+
+from okc import candidates, views
+from okc.errors import ConfigError
+from okc.jobs import gpu_name, gpu_uuid
+from okc.lab import Lab
+from okc.ledger import Floor, latest_floor, open_ledger, runs
+from okc.results import JobResult, ShapeResult, load_result
+from okc.tables import Table
+
+# SPEC 4.5's math peak. The problem module states it too, but it imports torch, which the
+# local side never needs; the memory side of the floor comes from the measurement instead.
+PEAK_FLOPS = 989e12
+
+
+def read_us(floor: Floor, nbytes: int) -> float:
+    """Cold-read time of ``nbytes`` on the floor's GPU, interpolated between measured sizes.
+
+    Between two measured sizes the time is linear in bytes (a fixed start-up plus a
+    bandwidth); outside them, the nearest size's bandwidth carries on, which never
+    goes below zero and never promises more than was measured.
+    """
+    points = sorted((size.bytes, size.us) for size in floor.sizes)
+    sizes = [b for b, _ in points]
+    if nbytes <= sizes[0]:
+        return points[0][1] * nbytes / sizes[0]
+    if nbytes >= sizes[-1]:
+        return points[-1][1] * nbytes / sizes[-1]
+    i = bisect.bisect_left(sizes, nbytes)
+    (b0, t0), (b1, t1) = points[i - 1], points[i]
+    return t0 + (t1 - t0) * (nbytes - b0) / (b1 - b0)
+
+
+def measured_floor_us(floor: Floor, shape: ShapeResult) -> float | None:
+    """A shape's practical floor: reading its bytes as fast as measured, or its math at peak."""
+    if shape.bytes is None:
+        return None
+    math_us = (shape.flops or 0) / PEAK_FLOPS * 1e6
+    return max(read_us(floor, shape.bytes), math_us)
+
+
+@dataclass(frozen=True)
+class Report:
+    job_dir: Path
+    result: JobResult
+    gpu_name: str | None
+    gpu_uuid: str | None
+    floor: Floor | None
+
+    def read_floor(self, shape: ShapeResult) -> float | None:
+        return measured_floor_us(self.floor, shape) if self.floor else None
+
+    @property
+    def tables(self) -> list[Table]:
+        read_floor = self.read_floor if self.floor else None
+        return [views.shape_table(self.result, read_floor), views.load_table(self.result, read_floor)]
+
+    @property
+    def floor_line(self) -> str:
+        if self.floor is None:
+            return f"no measured read floor for {self.gpu_name or 'this GPU'} in the ledger: run `okc floor` on it"
+        which = "this GPU" if self.gpu_uuid and self.floor.gpu_uuid == self.gpu_uuid else f"another {self.floor.gpu_name}"
+        return f"read floor: measured on {which} by floor job {self.floor.job_id} ({self.floor.created_at})"
+
+    @property
+    def lines(self) -> list[str]:
+        return [views.score_line(self.result), f"job {self.result.job_id} on {self.gpu_name or 'an unknown GPU'}",
+                self.floor_line]
+
+
+def candidate_number(lab: Lab, ref: str) -> int:
+    """A candidate's number; a bare number works even if its file is gone."""
+    ref = ref.strip()
+    return int(ref) if ref.isdigit() else candidates.resolve(lab.candidates, ref).number
+
+
+def latest_bench(conn: sqlite3.Connection, number: int) -> str:
+    """The folder name of the candidate's latest finished bench; ConfigError if there is none."""
+    benches = [r for r in runs(conn, number, "bench") if r.status == "ok" and r.result_path]
+    if not benches:
+        raise ConfigError(f"no finished bench of candidate {number:03d} in the ledger: run `okc bench {number:03d}` first")
+    return benches[-1].result_path
+
+
+def bench_job(job_dir: Path) -> JobResult:
+    if not (job_dir / "result.json").is_file():
+        raise ConfigError(f"no finished job at {job_dir}: pull it first (`okc pull`) or name another with --job")
+    result = load_result(job_dir)
+    if result.kind != "bench":
+        raise ConfigError(f"job {job_dir.name} is a {result.kind} job; a report needs a bench job")
+    if not result.passed:
+        raise ConfigError(f"bench job {job_dir.name} did not finish ({result.status}: {result.reason})")
+    return result
+
+
+def build_report(lab: Lab, ref: str | None, job: str | None = None) -> Report:
+    """The report of job ``job``, or of the latest bench of candidate ``ref``."""
+    if ref is None and job is None:
+        raise ConfigError("name a candidate (okc report 036) or a job (okc report --job JOB)")
+    if job is not None and (not job or Path(job).name != job):
+        raise ConfigError(f"--job takes a job id (a folder name under {lab.results}), got {job!r}")
+    conn = open_ledger(lab.ledger_path)
+    try:
+        folder = job or latest_bench(conn, candidate_number(lab, ref))
+        job_dir = lab.results / folder
+        result = bench_job(job_dir)
+        name, uuid = gpu_name(job_dir), gpu_uuid(job_dir)
+        floor = latest_floor(conn, uuid, name)
+    finally:
+        conn.close()
+    return Report(job_dir, result, name, uuid, floor)
