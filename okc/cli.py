@@ -225,6 +225,8 @@ class _bench_progress:
 def ledger(
     fmt: str = typer.Option("table", "--format", help=FORMAT_HELP),
     as_json: bool = typer.Option(False, "--json", help="Same as --format json."),
+    calibration: bool = typer.Option(
+        False, "--calibration", help="Official/local score ratios, and predicted official scores once 3 pairs exist."),
 ) -> None:
     """Every candidate: hash, local check, best local bench (CI), official check and scored results.
 
@@ -235,6 +237,16 @@ def ledger(
 
     fmt = output_format(fmt, as_json)
     lab = load_lab()
+    if calibration:
+        from okc.calibration import calibrate
+
+        conn = ledger_db.open_ledger(lab.ledger_path)
+        try:
+            table = views.calibration_table(calibrate(ledger_db.runs(conn)))
+        finally:
+            conn.close()
+        show([table], fmt)
+        return
     current = {c.number: (c.name, c.sha256()) for c in candidates.discover(lab.candidates)}
     conn = ledger_db.open_ledger(lab.ledger_path)
     try:
@@ -272,3 +284,70 @@ def record(
         conn.close()
     out.print(f"recorded official {official} of {candidate.name} ({run.candidate_sha256[:10]}): "
               f"{score} [{ci}] job {job}" + (f" rank {rank}" if rank else ""), markup=False)
+
+
+# ---------------------------------------------------------------------------------------
+# Reports, plots and the measured floor
+
+
+@app.command()
+@handles_errors
+def report(
+    words: Optional[list[str]] = typer.Argument(None, help=CANDIDATE_HELP, metavar="[candidate] NNN"),
+    job: Optional[str] = typer.Option(None, "--job", help="Report this bench job (an id under results/) instead."),
+    fmt: str = typer.Option("table", "--format", help=FORMAT_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Same as --format json."),
+) -> None:
+    """Per-shape and per-load tables of a candidate's latest bench against the speed-of-light floors.
+
+    Example: okc report 036 --format markdown
+    """
+    from okc.report import build_report
+
+    fmt = output_format(fmt, as_json)
+    built = build_report(load_lab(), candidate_ref(words) if words else None, job)
+    show(built.tables, fmt, *built.lines)
+
+
+@app.command()
+@handles_errors
+def floor(
+    on: Optional[str] = typer.Option(None, "--on", help="Pod from pod.yaml, or 'local'."),
+    fmt: str = typer.Option("table", "--format", help=FORMAT_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Same as --format json."),
+) -> None:
+    """Measure the GPU's practical memory-read floor (cold L2) at each layer's size; stored per GPU.
+
+    Example: okc floor --on h200
+    """
+    from okc import jobs, views
+
+    fmt = output_format(fmt, as_json)
+    with err.status("measuring the read floor ..."):
+        outcome = jobs.submit(load_lab(), "floor", None, on=on, on_log=_echo_log)
+    result = outcome.result
+    if not result.passed:
+        raise_failed(result)
+    gpu = f"{result.gpu_name or 'unknown GPU'} ({result.gpu_uuid or 'no UUID'})"
+    stored = "recorded in the ledger" if outcome.recorded else "already in the ledger"
+    show([views.floor_table(result.sizes, f"read floor of {gpu}")], fmt, f"{stored}; job {result.job_id}")
+
+
+@app.command()
+@handles_errors
+def plot(
+    words: Optional[list[str]] = typer.Argument(None, help=CANDIDATE_HELP, metavar="[[candidate] NNN]"),
+    job: Optional[str] = typer.Option(None, "--job", help="Plot this bench job's shapes instead of the latest."),
+) -> None:
+    """Score history PNG, or with a candidate (or --job) its per-shape bars; under results/plots/.
+
+    Example: okc plot 036
+    """
+    from okc import plot as plots
+
+    lab = load_lab()
+    if words or job:
+        path = plots.plot_shapes(lab, candidate_ref(words) if words else None, job)
+    else:
+        path = plots.plot_history(lab)
+    out.print(f"wrote {path}", markup=False, soft_wrap=True)
