@@ -37,12 +37,15 @@ class _LazyConsole:
         self._options = options
         self._console = None
 
-    def __getattr__(self, name: str):
+    def get(self):
         if self._console is None:
             from rich.console import Console
 
             self._console = Console(highlight=False, **self._options)
-        return getattr(self._console, name)
+        return self._console
+
+    def __getattr__(self, name: str):
+        return getattr(self.get(), name)
 
 
 out = _LazyConsole()
@@ -196,7 +199,7 @@ class _bench_progress:
         self.progress = Progress(
             TextColumn("[bold]bench"), BarColumn(), TextColumn("{task.completed} pairs"),
             TextColumn("±{task.fields[half]} (target ±{task.fields[goal]})"), TimeElapsedColumn(),
-            console=err, transient=True,
+            console=err.get(), transient=True,
         )
         self.task = None
 
