@@ -33,7 +33,10 @@ def read_us(floor: Floor, nbytes: int) -> float:
     bandwidth); outside them, the nearest size's bandwidth carries on, which never
     goes below zero and never promises more than was measured.
     """
-    points = sorted((size.bytes, size.us) for size in floor.sizes)
+    by_size: dict[int, list[float]] = {}
+    for size in floor.sizes:  # two layers of one size (pooler, unpooler): one point, their mean
+        by_size.setdefault(size.bytes, []).append(size.us)
+    points = sorted((nbytes, sum(times) / len(times)) for nbytes, times in by_size.items())
     sizes = [b for b, _ in points]
     if nbytes <= sizes[0]:
         return points[0][1] * nbytes / sizes[0]
