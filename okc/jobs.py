@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -30,7 +31,7 @@ from okc.ledger import Floor, Run, record_floor, record_run
 from okc.results import JOB_FILE, RESULT_FILE, JobResult, load_result, write_json
 
 JOB_SCHEMA_VERSION = 1
-JOB_KINDS = ("check", "bench", "floor")
+JOB_KINDS = ("check", "bench", "floor", "time")
 DEVICES = ("auto", "cpu", "cuda")
 LOG_FILE = "log.txt"
 PHASE_FILE = "phase.json"
@@ -176,8 +177,17 @@ def _kill_group(proc: subprocess.Popen) -> None:
             continue
 
 
-def run_local(job_dir: Path, on_progress: Callable[[dict], None] | None = None) -> JobResult:
-    """Run the worker on ``job_dir`` here, under the job's time limit; return its result."""
+def run_local(
+    job_dir: Path,
+    on_progress: Callable[[dict], None] | None = None,
+    env: dict[str, str] | None = None,
+    cancel: threading.Event | None = None,
+) -> JobResult:
+    """Run the worker on ``job_dir`` here, under the job's time limit; return its result.
+
+    ``env`` is laid over the worker's environment (a sweep pins a job to one GPU with
+    CUDA_VISIBLE_DEVICES); setting ``cancel`` stops the job as Ctrl-C would.
+    """
     spec = load_spec(job_dir)
     started = time.monotonic()
     timed_out = False
@@ -188,11 +198,13 @@ def run_local(job_dir: Path, on_progress: Callable[[dict], None] | None = None) 
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group: the whole tree dies with it
-            env=worker_env(),
+            env={**worker_env(), **(env or {})},
             cwd=job_dir,
         )
         try:
             while proc.poll() is None:
+                if cancel is not None and cancel.is_set():
+                    raise KeyboardInterrupt
                 if time.monotonic() - started > spec.job_timeout_s:
                     timed_out = True
                     _kill_group(proc)
