@@ -24,6 +24,7 @@ import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
+import okc
 from okc.hostkeys import KNOWN_HOSTS_ENV, HostKeyPins
 from okc.lab import find_lab
 
@@ -152,6 +153,7 @@ def sshd(tmp_path_factory) -> SSHServer:
 
 
 TEST_PROBLEM = "tiny_matvec"  # the built-in CPU problem: a remote job runs in seconds
+TINY_BASELINE = Path(okc.__file__).parent / "problems" / TEST_PROBLEM / "baseline.py"
 
 
 @pytest.fixture
@@ -161,6 +163,7 @@ def ssh_lab(lab_root, tmp_path, sshd, monkeypatch):
     settings = pyproject.read_text()
     pyproject.write_text(settings.replace('problem = "muse_bf16_proj"', f'problem = "{TEST_PROBLEM}"'))
     (lab_root / "experiments").mkdir(exist_ok=True)
+    shutil.copy(TINY_BASELINE, lab_root / "candidates" / "000_baseline.py")
     remote = tmp_path / "remote"
     (lab_root / "pod.yaml").write_text(
         yaml.safe_dump({"default": POD_NAME, "pods": {POD_NAME: sshd.pod_settings(remote)}})
