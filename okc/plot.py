@@ -28,7 +28,7 @@ SERIES = (
     ("official-check", "official check", "s", "tab:orange", 0.0),
     ("official-scored", "official scored", "D", "tab:green", 0.18),
 )
-BARS = (("baseline", "tab:gray"), ("candidate", "tab:blue"), ("floor (SPEC)", "tab:red"), ("read floor", "tab:green"))
+BARS = (("baseline", "tab:gray"), ("candidate", "tab:blue"), ("floor (SPEC)", "tab:red"), ("read floor (measured)", "tab:green"))
 
 
 def _pyplot():
@@ -103,7 +103,7 @@ def draw_shapes(report: Report, title: str, path: Path) -> Path:
             "baseline": [s.baseline_us for s in shapes],
             "candidate": [s.candidate_us for s in shapes],
             "floor (SPEC)": [s.floor_us for s in shapes],
-            "read floor": [report.read_floor(s) or 0.0 for s in shapes],
+            "read floor (measured)": [report.read_floor(s) or 0.0 for s in shapes],
         }
         centre = (len(bars) - 1) / 2
         for offset, (name, colour) in enumerate(bars):
