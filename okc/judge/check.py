@@ -192,6 +192,9 @@ class Checker:
                         raise self._stop(case, index, rules.CUDA_ERROR, f"CUDA error, the context is lost: {describe(exc)}") from None
                     verdict = fail(rules.EXCEPTION, f"kernel_fn raised {describe(exc)}")
                 if not verdict.passed:
+                    if (changed := self._changed_weights(weights, truth)) is not None:
+                        # A wrong answer computed from weights the candidate overwrote: name the cause.
+                        verdict = fail(rules.WEIGHTS_MODIFIED, f"kernel_fn wrote into weight {changed!r}")
                     self.entries.append(self._entry(case, variant, index, verdict, replay))
                     return
                 worst = verdict if worst is None or verdict.margin > worst.margin else worst

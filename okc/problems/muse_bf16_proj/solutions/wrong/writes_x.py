@@ -1,0 +1,30 @@
+"""Wrong: a right answer, but it zeroes its input's first column afterwards (scratch reuse of x).
+
+Rule: x_modified
+"""
+
+import torch
+import torch.nn.functional as F
+
+UNPOOLER_SLICE_MAX_M = 8
+UNPOOLER_SLICE_ROWS = 1024
+
+_weights = {}
+
+
+def prepare(weights):
+    _weights.clear()
+    _weights.update(weights)
+
+
+def correct(x, layer):
+    w = _weights[layer]
+    if layer == "unpooler" and x.shape[0] <= UNPOOLER_SLICE_MAX_M:
+        w = w[:UNPOOLER_SLICE_ROWS]
+    return F.linear(x.float(), w) if layer == "router" else F.linear(x, w)
+
+
+def kernel_fn(x, layer):
+    out = correct(x, layer)
+    x[:, 0] = 0
+    return out

@@ -1,0 +1,30 @@
+"""Correct: the fp32 gate weight split into bf16 hi + lo parts, the two products summed in fp32."""
+
+import torch
+import torch.nn.functional as F
+
+PROJ_SLICE_MAX_M = 2
+PROJ_SLICE_ROWS = 32
+
+_weights = {}
+
+
+def prepare(weights):
+    _weights.clear()
+    _weights.update(weights)
+
+
+def correct(x, layer):
+    if layer == "gate":
+        return F.linear(x.float(), _weights["gate"])
+    w = _weights["proj"]
+    return F.linear(x, w[:PROJ_SLICE_ROWS] if x.shape[0] <= PROJ_SLICE_MAX_M else w)
+
+
+def kernel_fn(x, layer):
+    if layer != "gate":
+        return correct(x, layer)
+    w = _weights["gate"]
+    hi = w.to(torch.bfloat16)
+    lo = (w - hi.float()).to(torch.bfloat16)
+    return F.linear(x.float(), hi.float()) + F.linear(x.float(), lo.float())

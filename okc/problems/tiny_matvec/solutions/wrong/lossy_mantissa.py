@@ -1,0 +1,32 @@
+"""Wrong: drops the last mantissa bit of the bf16 weight (a lossy format only probe rows expose).
+
+Rule: probe
+"""
+
+import torch
+import torch.nn.functional as F
+
+PROJ_SLICE_MAX_M = 2
+PROJ_SLICE_ROWS = 32
+
+_weights = {}
+
+
+def prepare(weights):
+    _weights.clear()
+    _weights.update(weights)
+
+
+def correct(x, layer):
+    if layer == "gate":
+        return F.linear(x.float(), _weights["gate"])
+    w = _weights["proj"]
+    return F.linear(x, w[:PROJ_SLICE_ROWS] if x.shape[0] <= PROJ_SLICE_MAX_M else w)
+
+
+def kernel_fn(x, layer):
+    if layer == "gate":
+        return correct(x, layer)
+    w = _weights["proj"].view(torch.int16)
+    w = ((w + 1) & ~1).view(torch.bfloat16)
+    return F.linear(x, w[:PROJ_SLICE_ROWS] if x.shape[0] <= PROJ_SLICE_MAX_M else w)

@@ -1,0 +1,28 @@
+"""Wrong: returns an nn.Parameter (a torch.Tensor subclass), not exactly a torch.Tensor.
+
+Rule: type
+"""
+
+import torch
+import torch.nn.functional as F
+
+PROJ_SLICE_MAX_M = 2
+PROJ_SLICE_ROWS = 32
+
+_weights = {}
+
+
+def prepare(weights):
+    _weights.clear()
+    _weights.update(weights)
+
+
+def correct(x, layer):
+    if layer == "gate":
+        return F.linear(x.float(), _weights["gate"])
+    w = _weights["proj"]
+    return F.linear(x, w[:PROJ_SLICE_ROWS] if x.shape[0] <= PROJ_SLICE_MAX_M else w)
+
+
+def kernel_fn(x, layer):
+    return torch.nn.Parameter(correct(x, layer), requires_grad=False)

@@ -1,0 +1,30 @@
+"""Wrong: ignores the small-m slice and always computes every row of proj.
+
+Rule: shape
+"""
+
+import torch
+import torch.nn.functional as F
+
+PROJ_SLICE_MAX_M = 2
+PROJ_SLICE_ROWS = 32
+
+_weights = {}
+
+
+def prepare(weights):
+    _weights.clear()
+    _weights.update(weights)
+
+
+def correct(x, layer):
+    if layer == "gate":
+        return F.linear(x.float(), _weights["gate"])
+    w = _weights["proj"]
+    return F.linear(x, w[:PROJ_SLICE_ROWS] if x.shape[0] <= PROJ_SLICE_MAX_M else w)
+
+
+def kernel_fn(x, layer):
+    if layer == "proj":
+        return F.linear(x, _weights["proj"])
+    return correct(x, layer)
