@@ -212,6 +212,15 @@ def resolve_pod(lab, name: str | None = None) -> Pod | None:
     return pod_file.pods[chosen]
 
 
+def require_pod(lab, name: str | None = None) -> Pod:
+    """Like :func:`resolve_pod`, for commands that only make sense on a pod."""
+    pod = resolve_pod(lab, name)
+    if pod is None:
+        where = "--on local names this machine" if name == LOCAL_TARGET else f"{lab.pod_file} names no default pod"
+        raise ConfigError(f"this command needs a pod and {where}; name one with --on POD")
+    return pod
+
+
 def ssh_config_path() -> Path:
     return Path(os.environ.get(SSH_CONFIG_ENV) or DEFAULT_SSH_CONFIG).expanduser()
 

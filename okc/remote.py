@@ -14,16 +14,20 @@ import codecs
 import json
 import stat
 import time
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Callable
 
+import paramiko
+
 from okc import agent
-from okc.errors import ConfigError, PodError
-from okc.hostkeys import HostKeyPins, pins_path
+from okc.errors import ConfigError, PodError, UnreachableError
+from okc.hostkeys import HostKeyPins, fingerprint, pins_path
 from okc.jobs import LOG_FILE, PROGRESS_FILE, finish_job
 from okc.pod import Pod
 from okc.ssh import SSHTarget
 from okc.sync import agent_source, sync
+from okc.tables import Table
 
 POLL_S = 0.5  # how often a followed job's log and progress are read
 STATE_EVERY_S = 5.0  # how often a followed job is checked for having died without an exit code
@@ -206,8 +210,11 @@ def run_remote_job(
         sync(lab, target)
         upload_job(target, job_dir)
         call_agent(target, "start", job_dir.name, str(pod.gpus))
-        follow(target, job_dir, on_log, on_progress)
-        fetch_job(target, job_dir.name, job_dir)
+        try:
+            follow(target, job_dir, on_log, on_progress)
+            fetch_job(target, job_dir.name, job_dir)
+        except UnreachableError as exc:
+            raise UnreachableError(f"{exc}; job {job_dir.name} keeps running there: okc attach {job_dir.name}") from None
     _finish(job_dir)
 
 
@@ -287,11 +294,69 @@ def record(lab, job_dirs: list[Path]) -> int:
 
 def pod_status(lab, pod: Pod) -> dict:
     """Reachable?, GPUs (name, memory, SM clock, utilisation), running okc jobs, free disk."""
-    from okc.errors import UnreachableError
-
     try:
         with open_target(lab, pod) as target:
             status = call_agent(target, "status")
     except UnreachableError as exc:
         return {"pod": pod.name, "reachable": False, "error": str(exc)}
     return {"pod": pod.name, "reachable": True, **status}
+
+
+@dataclass(frozen=True)
+class HostKeyOffer:
+    pod: str
+    host_name: str
+    key: paramiko.PKey
+    pinned: tuple[paramiko.PKey, ...]
+
+    @property
+    def fingerprint(self) -> str:
+        return fingerprint(self.key)
+
+    @property
+    def already_pinned(self) -> bool:
+        return any(fingerprint(key) == self.fingerprint for key in self.pinned)
+
+
+def offered_host_key(lab, pod: Pod) -> HostKeyOffer:
+    """The key the pod offers now, and what is pinned for it (for ``okc pod trust``)."""
+    with open_target(lab, pod) as target:
+        host_name, key = target.offered_host_key()
+    pinned = HostKeyPins(pins_path(lab)).lookup(host_name)
+    return HostKeyOffer(pod.name, host_name, key, tuple(pinned.values()))
+
+
+def pin(lab, offer: HostKeyOffer) -> Path:
+    pins = HostKeyPins(pins_path(lab))
+    pins.pin(offer.host_name, offer.key)
+    return pins.path
+
+
+def jobs_table(entries: list[dict], pod: str) -> Table:
+    rows = [
+        (e["job"], e["state"], e.get("exit_code"), "yes" if e.get("pulled") else "no",
+         time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(e["started_at"])) if e.get("started_at") else None)
+        for e in entries
+    ]
+    return Table(f"jobs on {pod}", ("job", "state", "exit code", "pulled", "started (UTC)"), rows)
+
+
+def status_table(status: dict) -> Table:
+    rows = [("reachable", "yes" if status["reachable"] else f"no: {status.get('error')}")]
+    if status["reachable"]:
+        for index, gpu in enumerate(status["gpus"]):
+            rows += [
+                (f"gpu {index}", gpu["name"]),
+                (f"gpu {index} memory", f"{gpu['memory_used_mib']} / {gpu['memory_total_mib']} MiB"),
+                (f"gpu {index} SM clock", f"{gpu['sm_clock_mhz']} MHz"),
+                (f"gpu {index} utilisation", f"{gpu['utilization_pct']} %"),
+            ]
+        if not status["gpus"]:
+            rows.append(("gpu", "none visible (no nvidia-smi)"))
+        rows += [
+            ("running okc jobs", ", ".join(j["job"] for j in status["running"]) or "none"),
+            ("free disk under remote_dir", f"{status['disk_free_bytes'] / 2**30:.1f} GiB of {status['disk_total_bytes'] / 2**30:.1f} GiB"),
+            ("python", status["python"]),
+            ("lab synced", "yes" if status["synced"] else "no"),
+        ]
+    return Table(f"pod {status['pod']}", ("", "value"), rows)

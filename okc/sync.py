@@ -174,6 +174,14 @@ def sync(lab, target: SSHTarget, dry_run: bool = False, progress: Callable[[Sync
     return SyncReport(tuple(send), tuple(delete), unchanged, len(stream), time.monotonic() - started)
 
 
+def sync_lab(lab, pod, dry_run: bool = False, progress: Callable[[SyncProgress], None] | None = None) -> SyncReport:
+    """:func:`sync` over a fresh connection to ``pod`` (what ``okc sync`` does)."""
+    from okc.hostkeys import HostKeyPins, pins_path
+
+    with SSHTarget(pod, HostKeyPins(pins_path(lab))) as target:
+        return sync(lab, target, dry_run=dry_run, progress=progress)
+
+
 def agent_source() -> str:
     """The pod-side agent, sent with every call so it always matches this okc."""
     return Path(agent.__file__).read_text(encoding="utf-8")

@@ -1,0 +1,74 @@
+"""The pod commands through the CLI, against the real sshd."""
+
+from __future__ import annotations
+
+import json
+
+import yaml
+from typer.testing import CliRunner
+
+from okc.cli import app
+from okc.hostkeys import fingerprint, pins_path
+from sshd import POD_NAME, free_port
+
+runner = CliRunner()
+
+
+def invoke(*args, **kwargs):
+    return runner.invoke(app, list(args), **kwargs)
+
+
+def test_trust_asks_then_pins(ssh_lab, sshd):
+    pins_path(ssh_lab).unlink()
+    refused = invoke("sync")
+    assert refused.exit_code == 2
+    assert fingerprint(sshd.host_key_public) in refused.output and f"okc pod trust {POD_NAME}" in refused.output
+
+    declined = invoke("pod", "trust", POD_NAME, input="n\n")
+    assert declined.exit_code == 2 and fingerprint(sshd.host_key_public) in declined.output
+    assert not pins_path(ssh_lab).exists()
+
+    accepted = invoke("pod", "trust", POD_NAME, input="y\n")
+    assert accepted.exit_code == 0 and "pinned in" in accepted.output
+    assert "already pinned" in invoke("pod", "trust", POD_NAME, "--yes").output
+    assert invoke("sync").exit_code == 0
+
+
+def test_sync_dry_run_then_sync(ssh_lab):
+    dry = invoke("sync", "--dry-run")
+    assert dry.exit_code == 0 and "would send candidates/000_baseline.py" in dry.output
+    first = invoke("sync", "--on", POD_NAME)
+    assert first.exit_code == 0 and "sent candidates/000_baseline.py" in first.output
+    again = invoke("sync")
+    assert again.exit_code == 0 and "0 sent, 0 deleted" in again.output
+
+
+def test_unreachable_pod_is_one_line_and_exit_3(ssh_lab, sshd):
+    pods = yaml.safe_load(ssh_lab.pod_file.read_text())
+    pods["pods"][POD_NAME]["port"] = free_port()
+    ssh_lab.pod_file.write_text(yaml.safe_dump(pods))
+    result = invoke("sync")
+    assert result.exit_code == 3
+    assert result.output.strip().count("\n") == 0 and "connection refused" in result.output
+    status = invoke("pod", "status", "--json")
+    assert status.exit_code == 3 and json.loads(status.output)["reachable"] is False
+
+
+def test_pod_commands_need_a_pod(ssh_lab):
+    result = invoke("jobs", "--on", "local")
+    assert result.exit_code == 2 and "needs a pod" in result.output
+    assert invoke("pull", "--on", "nosuchpod").exit_code == 2
+
+
+def test_remote_check_then_jobs_logs_pull(ssh_lab):
+    checked = invoke("check", "0", "--on", POD_NAME)
+    assert checked.exit_code == 0, checked.output
+    listed = json.loads(invoke("jobs", "--json").output)
+    (job,) = listed
+    assert job["state"] == "finished" and job["pulled"] == "yes" and job["exit code"] == 0
+    log = invoke("logs", job["job"])
+    assert log.exit_code == 0 and f"okc: job {job['job']} running on GPU 0" in log.output
+    pulled = invoke("pull")
+    assert pulled.exit_code == 0 and "0 job(s) pulled" in pulled.output
+    status = invoke("pod", "status")
+    assert status.exit_code == 0 and "lab synced" in status.output
