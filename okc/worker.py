@@ -26,6 +26,8 @@ BACKSTOP_GRACE_S = 30.0  # faulthandler's exit, for a prepare that holds the GIL
 # kind -> "module:function"; the function is (job, job_dir, *, device, seed, phase, log) -> result fields.
 KINDS = {
     "check": "okc.judge.check:run_job",
+    "bench": "okc.judge.bench:run_job",
+    "floor": "okc.judge.floor:run_job",
 }
 PASSING = ("pass", "ok")
 

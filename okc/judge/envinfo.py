@@ -89,3 +89,82 @@ def collect(device: torch.device) -> dict[str, Any]:
         "platform": platform.platform(),
         "cpu_threads": torch.get_num_threads(),
     }
+
+
+# --- readings before and after a bench: clocks, temperature, power, throttle reasons ------------
+
+READING_FIELDS = ("clocks.sm", "clocks.mem", "temperature.gpu", "power.draw")
+# Newer drivers call the throttle reasons "clocks event reasons"; older ones know only the first name.
+REASON_FIELDS = ("clocks_throttle_reasons.active", "clocks_event_reasons.active")
+# Reason bits that mean the clocks were held down (nvmlClocksThrottleReasons); the others
+# (idle 0x1, application clocks 0x2, sync boost 0x10, display 0x100) are harmless.
+THROTTLE_BITS = {
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown",
+}
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None  # "[N/A]", "[Not Supported]"
+
+
+def parse_readings(line: str) -> dict[str, Any] | None:
+    """One ``--format=csv,noheader,nounits`` line of READING_FIELDS + reasons, as numbers."""
+    values = [value.strip() for value in line.split(",")]
+    if len(values) != len(READING_FIELDS) + 1:
+        return None
+    readings: dict[str, Any] = {name: _number(value) for name, value in zip(READING_FIELDS, values)}
+    try:
+        mask = int(values[-1], 16)
+    except ValueError:
+        mask = None
+    readings["throttle_reasons"] = None if mask is None else f"{mask:#x}"
+    readings["throttled_by"] = None if mask is None else [name for bit, name in THROTTLE_BITS.items() if mask & bit]
+    return readings
+
+
+def gpu_readings(index: int = 0) -> dict[str, Any] | None:
+    """Clocks (MHz), temperature (C), power (W) and throttle reasons of GPU ``index`` now; None without nvidia-smi."""
+    binary = shutil.which("nvidia-smi")
+    if binary is None:
+        return None
+    for reasons in REASON_FIELDS:
+        try:
+            done = subprocess.run(
+                [binary, f"--id={index}", f"--query-gpu={','.join((*READING_FIELDS, reasons))}",
+                 "--format=csv,noheader,nounits"],
+                capture_output=True, text=True, timeout=NVIDIA_SMI_TIMEOUT_S, check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        if done.returncode == 0 and done.stdout.strip():
+            return parse_readings(done.stdout.strip().splitlines()[0])
+    return None
+
+
+def is_throttled(readings: dict[str, Any] | None) -> bool:
+    """Whether a reading shows the clocks held down by power or heat."""
+    return bool(readings and readings.get("throttled_by"))
+
+
+def add_bench_readings(job_dir, result: dict[str, Any]) -> None:
+    """Add a bench's readings, flush and overhead settings to the job's env.json."""
+    import json
+    from pathlib import Path
+
+    from okc.judge.job import ENV_FILE, write_json
+
+    path = Path(job_dir) / ENV_FILE
+    try:
+        env = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        env = {}
+    env["bench"] = {key: result.get(key) for key in ("gpu_readings", "throttled", "flush", "overhead_us",
+                                                       "persisting_l2", "seed", "bootstrap")}
+    write_json(path, env)

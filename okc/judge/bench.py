@@ -1,0 +1,331 @@
+"""The paired benchmark (SPEC 4.5): the score the official judge would give, with its 95% CI.
+
+Both sides (the candidate, and the baseline or another candidate) get the same weights
+(each its own clone), every scored case of each is captured once into a CUDA graph, and
+pairs of replays run under the protocol of :mod:`okc.judge.timing` until the score's CI is
+narrow enough. A/A mode benchmarks a candidate against a second import of itself: its
+score shows the position bias and its CI the noise floor.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from okc.judge import envinfo, pairs, stats, timing  # timing binds torch's timing objects now
+from okc.judge.capture import CaptureError, capture
+from okc.judge.loader import CandidateLoadError, load_candidate
+from okc.judge.pairs import PairTable
+from okc.judge.problem import Case, Problem
+from okc.judge.seeds import derive_seed
+from okc.judge.timing import HoldTimeout, Step, TimingError
+
+NEEDS_CUDA = ("okc bench needs a CUDA GPU; this machine has none (torch.cuda.is_available() is False). "
+              "Run it on a pod: okc bench NNN --on POD")
+PROGRESS_FILE = "progress.json"
+WARMUP_PAIRS = 3  # pairs run and thrown away first: clocks ramp up, first replays are slow
+INPUT_SETS = 16  # fresh inputs per case, cycled over the pairs (each pair differs from the last)
+CHECK_GROWTH = 0.1  # re-evaluate the stopping rule each time the pairs grow by 10%
+MAX_HOLD_RETRIES = 3  # voided batches tolerated (each halves the batch) before giving up
+PROGRESS_INTERVAL_S = 0.2  # progress.json is rewritten at most this often (the CLI polls at that pace)
+
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    """A bench's knobs, from job.json's ``bench`` object (every one optional)."""
+
+    rule: stats.StoppingRule = stats.StoppingRule()
+    judge_overhead_us: float = 4.0
+    flush: str = "read"
+    aa_floor: float = stats.DEFAULT_AA_FLOOR
+    batch_ops: int = pairs.BATCH_OPS
+    warmup_pairs: int = WARMUP_PAIRS
+
+    @classmethod
+    def from_options(cls, options: dict, problem: Problem) -> BenchSettings:
+        """Parse ``options``; ValueError names the bad one."""
+        known = {"target_half_width", "min_pairs", "max_pairs", "overhead_us", "flush", "aa_floor", "batch_ops",
+                 "warmup_pairs"}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise ValueError(f"unknown bench setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        rule_options = {k: options[k] for k in ("target_half_width", "min_pairs", "max_pairs") if k in options}
+        overhead = options.get("overhead_us", problem.judge_overhead_us)
+        if isinstance(overhead, bool) or not isinstance(overhead, (int, float)) or not 0 <= overhead < 1e3:
+            raise ValueError(f"overhead_us must be a number of microseconds >= 0, got {overhead!r}")
+        if options.get("flush", "read") not in ("read", "write"):
+            raise ValueError(f"flush must be 'read' or 'write', got {options['flush']!r}")
+        return cls(rule=stats.StoppingRule(**rule_options), judge_overhead_us=float(overhead),
+                   flush=options.get("flush", "read"), aa_floor=float(options.get("aa_floor", stats.DEFAULT_AA_FLOOR)),
+                   batch_ops=int(options.get("batch_ops", pairs.BATCH_OPS)),
+                   warmup_pairs=int(options.get("warmup_pairs", WARMUP_PAIRS)))
+
+
+class BenchFailed(Exception):
+    """The bench cannot go on; the message is result.json's reason."""
+
+
+def _error(reason: str, **fields) -> dict:
+    return {"kind": "bench", "status": "error", "reason": reason, **fields}
+
+
+def scored_cases(problem: Problem, keys: list[str] | None) -> list[Case]:
+    cases = problem.scored_cases()
+    if keys is None:
+        return cases
+    unknown = sorted(set(keys) - {case.key for case in cases})
+    if unknown:
+        raise ValueError(f"unknown scored case(s) {', '.join(unknown)}; {problem.name} scores: "
+                         f"{', '.join(case.key for case in cases)}")
+    return [case for case in cases if case.key in set(keys)]
+
+
+class Side:
+    """One side of the bench: its module and one captured graph per case, alive for the whole job."""
+
+    def __init__(self, name: str, source: Path) -> None:
+        self.name, self.source = name, source
+        self.module = None
+        self.captured: list = []
+
+    def load(self) -> None:
+        try:
+            self.module = load_candidate(self.source)
+        except CandidateLoadError as exc:
+            raise BenchFailed(f"{self.name}: {exc}".splitlines()[0]) from None
+
+    def prepare(self, problem: Problem, weights: dict[str, torch.Tensor]) -> None:
+        try:
+            problem.prepare(self.module, {name: tensor.clone() for name, tensor in weights.items()})
+            timing.synchronize()
+        except Exception as exc:
+            raise BenchFailed(f"{self.name}: prepare raised {type(exc).__name__}: {exc}".splitlines()[0]) from None
+
+    def capture(self, problem: Problem, cases: list[Case], first_inputs: list[torch.Tensor]) -> None:
+        for case, x in zip(cases, first_inputs):
+            try:
+                captured = capture(lambda x_buf, case=case: problem.call(self.module, x_buf, case), x)
+            except CaptureError as exc:
+                raise BenchFailed(f"{self.name} {case.key}: {exc}") from None
+            except Exception as exc:
+                raise BenchFailed(f"{self.name} {case.key}: kernel_fn raised {type(exc).__name__}: {exc}"
+                                  .splitlines()[0]) from None
+            if not timing.is_graph(captured.graph):
+                raise BenchFailed(f"{self.name} {case.key}: the capture did not produce a torch CUDA graph")
+            self.captured.append(captured)
+
+
+class PersistingReport:
+    """What the persisting-L2 state was, and whether a side changed it (SPEC 4.5)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.l2 = timing.PersistingL2(device)
+        self.report: dict = {"available": self.l2.lib is not None, "limit_at_start": self.l2.limit()}
+        self.report["cleared_at_start"] = self.l2.clear()
+
+    def check(self, when: str) -> None:
+        limit = self.l2.limit()
+        self.report[f"limit_{when}"] = limit
+        if limit:
+            self.report.setdefault("set_by", []).append(when)
+            self.report[f"cleared_{when}"] = self.l2.clear()
+
+    def done(self) -> dict:
+        if self.l2.error:
+            self.report["error"] = self.l2.error
+        return self.report
+
+
+class Runner:
+    """The timed part: pairs of replays, pipelined, until the stopping rule says enough."""
+
+    def __init__(self, protocol: timing.Protocol, sides: dict[str, Side], overhead: tuple, pool: list[list[torch.Tensor]],
+                 matrix, settings: BenchSettings, progress: Callable[[dict], None], log: Log) -> None:
+        self.protocol, self.sides, self.pool = protocol, sides, pool
+        self.overhead_graph, self._overhead_memory = overhead  # the trivial graph, and the tensor it writes
+        self.matrix, self.settings, self.progress, self.log = matrix, settings, progress, log
+        self.cases = len(sides["candidate"].captured)
+
+    def steps(self, units: list[pairs.Unit]) -> list[Step]:
+        steps = []
+        for unit in units:
+            if unit.case is None:
+                steps.append(Step(timed=(self.overhead_graph,)))
+                continue
+            fresh = self.pool[unit.pair % len(self.pool)][unit.case]
+            graphs = {name: side.captured[unit.case] for name, side in self.sides.items()}
+            copies = tuple((graphs[name].x, fresh) for name in pairs.SIDES)
+            steps.append(Step(timed=tuple(graphs[name].graph for name in pairs.order(unit.pair)), copies=copies))
+        return steps
+
+    def warm_up(self) -> None:
+        for units in pairs.plan(0, self.settings.warmup_pairs, self.cases, self.settings.batch_ops):
+            self.protocol.collect(self.protocol.submit(self.steps(units)))
+
+    def run(self) -> tuple[PairTable, str]:
+        rule, budget = self.settings.rule, self.settings.batch_ops
+        table = PairTable(self.cases, rule.max_pairs)
+        batches = deque(pairs.plan(0, rule.max_pairs, self.cases, budget))
+        pending: deque = deque()
+        stopped_by, half, score, next_check, voided, last_progress = None, None, None, rule.min_pairs, 0, 0.0
+        while True:
+            while batches and stopped_by is None and len(pending) < timing.MAX_IN_FLIGHT:
+                units = batches.popleft()
+                pending.append((self.protocol.submit(self.steps(units)), units))
+            if not pending:
+                break
+            batch, units = pending.popleft()
+            try:
+                table.record(units, self.protocol.collect(batch))
+            except HoldTimeout as exc:
+                voided += 1
+                if voided > MAX_HOLD_RETRIES:
+                    raise TimingError(str(exc)) from None
+                self.log(f"voided a batch ({exc}); retrying with batches of {budget // 2} ops")
+                self._discard(pending)
+                table.truncate()
+                budget = max(pairs.OPS_PER_CASE, budget // 2)
+                batches = deque(pairs.plan(table.complete, rule.max_pairs - table.complete, self.cases, budget))
+                continue
+            if stopped_by is None and table.complete >= min(next_check, rule.max_pairs):
+                estimate = pairs.score(table, self.matrix, self.settings.judge_overhead_us)
+                if estimate is None:
+                    raise BenchFailed("a load's time minus the fixed overhead is not positive: "
+                                      "the calls do (almost) nothing on the GPU")
+                half, score = estimate.half_width, estimate.value
+                stopped_by = rule.decide(table.complete, half)
+                next_check = max(table.complete + 1, math.ceil(table.complete * (1 + CHECK_GROWTH)))
+                self.log(f"{table.complete} pairs: score {estimate.value:.4f} "
+                         f"[{estimate.lo:.4f}, {estimate.hi:.4f}] +-{half:.2%}")
+            if time.monotonic() - last_progress > PROGRESS_INTERVAL_S or stopped_by:
+                last_progress = time.monotonic()
+                self.progress({"pairs": table.complete, "half_width": half, "score": score,
+                               "target": rule.target_half_width, "max_pairs": rule.max_pairs})
+        return table, stopped_by or "cap"
+
+    def _discard(self, pending: deque) -> None:
+        while pending:
+            batch, _ = pending.popleft()
+            try:
+                self.protocol.collect(batch)
+            except HoldTimeout:
+                pass
+
+
+def _inputs(problem: Problem, cases: list[Case], seed: int, label: str, sets: int, device) -> list[list[torch.Tensor]]:
+    variant = problem.input_variants[0]
+    return [[problem.make_input(case, derive_seed(seed, label, index, case.key), variant, device).x for case in cases]
+            for index in range(sets)]
+
+
+def _shape_rows(problem: Problem, cases: list[Case]) -> list[dict]:
+    rows = []
+    for case in cases:
+        nbytes, flops = problem.traffic(case)
+        rows.append({"layer": case.layer, "m": case.m, "load": case.load, "floor_us": problem.floor_us(case),
+                     "bytes": nbytes, "flops": flops})
+    return rows
+
+
+def run_bench(problem: Problem, candidate: Path, against: Path, *, device: torch.device, seed: int,
+              settings: BenchSettings, cases: list[str] | None = None, aa: bool = False,
+              names: tuple[str, str] = ("candidate", "against"), phase: Callable[..., None] | None = None,
+              log: Log = print, progress: Callable[[dict], None] | None = None) -> dict:
+    """Benchmark ``candidate`` against ``against``; return result.json's bench fields."""
+    started = time.monotonic()
+    phase = phase or (lambda *args, **info: None)
+    progress = progress or (lambda state: None)
+    identity = {"problem": problem.name, "candidate": names[0], "against": names[1], "aa": aa, "seed": seed}
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return _error(NEEDS_CUDA, **identity)
+    selected = scored_cases(problem, cases)
+    loads = [load for load in problem.loads if any(case.load == load.name for case in selected)]
+    try:
+        persisting = PersistingReport(device)
+        sides = {"candidate": Side("candidate", candidate), "baseline": Side("against", against)}
+        phase("import")
+        for side in sides.values():
+            side.load()
+        weights = problem.make_weights(derive_seed(seed, "weights"), device)
+        for name, side in sides.items():
+            phase("prepare", side=name)
+            side.prepare(problem, weights)
+            phase("capture", side=name)
+            persisting.check(f"after_prepare_{name}")
+        del weights
+        first = _inputs(problem, selected, seed, "capture", 1, device)[0]
+        for name, side in sides.items():
+            side.capture(problem, selected, first)
+        persisting.check("after_capture")
+        phase("bench")
+        flush = timing.make_flush(device, settings.flush)
+        overhead_graph, counter = timing.trivial_graph(device)  # counter: the memory the graph writes
+        protocol = timing.Protocol(device, flush)
+        pool = _inputs(problem, selected, seed, "input", INPUT_SETS, device)
+        matrix = pairs.load_matrix([[load.name for load in loads].index(case.load) for case in selected], len(loads))
+        runner = Runner(protocol, sides, (overhead_graph, counter), pool, matrix, settings, progress, log)
+        log(f"bench {names[0]} against {names[1]}{' (A/A)' if aa else ''}: {len(selected)} cases, "
+            f"{settings.flush} flush of {flush.nbytes / 2**20:.0f} MiB, target +-{settings.rule.target_half_width:.2%}")
+        runner.warm_up()
+        before = envinfo.gpu_readings(device.index or 0)
+        table, stopped_by = runner.run()
+        after = envinfo.gpu_readings(device.index or 0)
+        try:
+            summary = pairs.summarize(table, _shape_rows(problem, selected), [l.name for l in loads],
+                                      [l.m for l in loads], settings.judge_overhead_us)
+        except ValueError as exc:
+            raise BenchFailed(str(exc)) from None
+    except BenchFailed as exc:
+        return _error(str(exc), **identity)
+    except TimingError as exc:
+        return _error(f"the timing protocol failed: {exc}", **identity)
+    except RuntimeError as exc:  # a CUDA error in a replay: the context is gone, nothing more can run
+        return _error(f"CUDA error during the bench (the context is lost): {exc}".splitlines()[0], **identity)
+    result = {
+        "kind": "bench", "status": "ok", "reason": None, **identity, **summary,
+        "target_half_width": settings.rule.target_half_width, "stopped_by": stopped_by,
+        "flush": flush.describe(), "persisting_l2": persisting.done(),
+        "gpu_readings": {"before": before, "after": after},
+        "throttled": envinfo.is_throttled(before) or envinfo.is_throttled(after),
+        "duration_s": round(time.monotonic() - started, 3),
+    }
+    if aa:
+        result["aa_floor"] = stats.aa_floor(summary["score_ci"])
+    else:
+        result["verdict"] = stats.verdict(summary["score_ci"], settings.aa_floor)
+    return result
+
+
+def run_job(job, job_dir: Path, *, device: torch.device, seed: int, phase, log: Log) -> dict:
+    """The worker's entry for ``kind: bench`` (see okc.worker.KINDS)."""
+    from okc.judge.job import BadJob, write_json
+    from okc.problems import load_problem
+
+    if job.candidate is None:
+        raise BadJob("a bench job needs a candidate")
+    try:
+        problem = load_problem(job.problem)
+        settings = BenchSettings.from_options(job.bench, problem)
+        scored_cases(problem, job.cases)
+    except ValueError as exc:
+        raise BadJob(str(exc)) from None
+    candidate = job.candidate.path(job_dir)
+    if job.against is not None:
+        against, against_name = job.against.path(job_dir), job.against.name
+    elif job.aa:
+        against, against_name = candidate, job.candidate.name
+    else:
+        against, against_name = problem.baseline_source, "baseline"
+    result = run_bench(problem, candidate, against, device=device, seed=seed, settings=settings, cases=job.cases,
+                       aa=job.aa, names=(job.candidate.name, against_name), phase=phase, log=log,
+                       progress=lambda state: write_json(job_dir / PROGRESS_FILE, state))
+    envinfo.add_bench_readings(job_dir, result)
+    return result

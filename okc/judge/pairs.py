@@ -1,0 +1,186 @@
+"""A paired bench's bookkeeping: the order of its timed replays, and what their times add up to.
+
+Pure Python and numpy, so the planning and the arithmetic are tested without a GPU.
+
+A pair runs every scored case once on each side, on one fresh input per case copied into
+both sides' input buffers, then one sample of the fixed replay cost. Within a pair the
+sides alternate case by case; which side goes first swaps from one pair to the next.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from okc.judge import stats
+
+SIDES = ("candidate", "baseline")
+# Stream operations enqueued behind one hold. The driver queues about a thousand launches
+# per stream before the host blocks; a host blocked behind a held stream would deadlock
+# until the hold times out, so a batch stays well below that, a graph replay counted once.
+BATCH_OPS = 256
+OPS_PER_CASE = 2 + 2 * 4  # two input copies, then per side: flush, event, replay, event
+OPS_PER_OVERHEAD = 4  # flush, event, trivial replay, event
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One case of one pair (both sides), or the pair's overhead sample (``case`` None)."""
+
+    pair: int
+    case: int | None
+
+    @property
+    def ops(self) -> int:
+        return OPS_PER_OVERHEAD if self.case is None else OPS_PER_CASE
+
+    @property
+    def samples(self) -> int:
+        return 1 if self.case is None else 2
+
+
+def order(pair: int) -> tuple[str, str]:
+    """Which side replays first in ``pair``: the candidate in even pairs, the baseline in odd ones."""
+    return SIDES if pair % 2 == 0 else SIDES[::-1]
+
+
+def plan(first_pair: int, pairs: int, cases: int, budget: int = BATCH_OPS) -> list[list[Unit]]:
+    """The units of ``pairs`` pairs from ``first_pair`` on, cut into batches of at most ``budget`` ops.
+
+    A cut falls only between units, so both sides of a case always run back to back.
+    """
+    if budget < OPS_PER_CASE:
+        raise ValueError(f"a batch must hold at least one case ({OPS_PER_CASE} ops), got a budget of {budget}")
+    batches: list[list[Unit]] = []
+    current: list[Unit] = []
+    used = 0
+    for pair in range(first_pair, first_pair + pairs):
+        for case in [*range(cases), None]:
+            unit = Unit(pair, case)
+            if used + unit.ops > budget:
+                batches.append(current)
+                current, used = [], 0
+            current.append(unit)
+            used += unit.ops
+    if current:
+        batches.append(current)
+    return batches
+
+
+class PairTable:
+    """Raw event times (us) of every pair: per side and case, and the overhead samples."""
+
+    def __init__(self, cases: int, capacity: int) -> None:
+        self.cases = cases
+        self.times = {side: np.full((capacity, cases), np.nan) for side in SIDES}
+        self.overhead = np.full(capacity, np.nan)
+        self._filled = np.zeros(capacity, dtype=np.int64)
+        self.complete = 0  # pairs 0 .. complete-1 are fully recorded
+
+    def record(self, units: list[Unit], times: np.ndarray) -> None:
+        """File one collected batch: ``times`` in the order its units enqueued them."""
+        expected = sum(unit.samples for unit in units)
+        if len(times) != expected:
+            raise ValueError(f"a batch of {len(units)} units gave {len(times)} times, expected {expected}")
+        position = 0
+        for unit in units:
+            if unit.case is None:
+                self.overhead[unit.pair] = times[position]
+            else:
+                for side, value in zip(order(unit.pair), times[position:position + 2]):
+                    self.times[side][unit.pair, unit.case] = value
+            position += unit.samples
+            self._filled[unit.pair] += 1
+        while self.complete < len(self._filled) and self._filled[self.complete] == self.cases + 1:
+            self.complete += 1
+
+    def truncate(self) -> None:
+        """Forget every pair after the complete ones (after a voided batch)."""
+        rest = slice(self.complete, None)
+        for side in SIDES:
+            self.times[side][rest] = np.nan
+        self.overhead[rest] = np.nan
+        self._filled[rest] = 0
+
+    def side(self, name: str) -> np.ndarray:
+        return self.times[name][: self.complete]
+
+    def overheads(self) -> np.ndarray:
+        return self.overhead[: self.complete]
+
+
+def load_matrix(case_loads: list[int], loads: int) -> np.ndarray:
+    """A (cases x loads) 0/1 matrix: times @ matrix sums each load's cases."""
+    matrix = np.zeros((len(case_loads), loads))
+    matrix[np.arange(len(case_loads)), case_loads] = 1.0
+    return matrix
+
+
+def load_times(times: np.ndarray, matrix: np.ndarray, overhead_us: float) -> np.ndarray:
+    """(loads x pairs): per pair, the sum over each load's cases of (time - overhead)."""
+    return ((times - overhead_us) @ matrix).T
+
+
+def load_ratios(table: PairTable, matrix: np.ndarray, overhead_us: float) -> np.ndarray | None:
+    """(loads x pairs) baseline / candidate load times; None if any load time is not positive."""
+    baseline = load_times(table.side("baseline"), matrix, overhead_us)
+    candidate = load_times(table.side("candidate"), matrix, overhead_us)
+    if np.any(baseline <= 0) or np.any(candidate <= 0):
+        return None
+    return baseline / candidate
+
+
+def score(table: PairTable, matrix: np.ndarray, overhead_us: float, resamples: int = stats.BOOTSTRAP_RESAMPLES,
+          seed: int = stats.BOOTSTRAP_SEED) -> stats.Estimate | None:
+    """The score and its bootstrap CI over the complete pairs (None: a load time was not positive)."""
+    ratios = load_ratios(table, matrix, overhead_us)
+    if ratios is None:
+        return None
+    return stats.bootstrap_score(ratios, resamples=resamples, seed=seed)
+
+
+def summarize(table: PairTable, shapes: list[dict], load_names: list[str], load_ms: list[int],
+              judge_overhead_us: float, seed: int = stats.BOOTSTRAP_SEED) -> dict:
+    """result.json's numbers from the complete pairs.
+
+    ``shapes`` holds, per case in table order: layer, m, load (its name), floor_us, bytes,
+    flops. Every time reported has the judge's fixed overhead subtracted; the measured
+    overhead (the median of the trivial-graph samples) gives the second score.
+    """
+    index = {name: i for i, name in enumerate(load_names)}
+    matrix = load_matrix([index[shape["load"]] for shape in shapes], len(load_names))
+    measured = float(np.median(table.overheads()))
+    judge = score(table, matrix, judge_overhead_us, seed=seed)
+    if judge is None:
+        raise ValueError(
+            f"a load's time minus the fixed overhead ({judge_overhead_us:g} us per call) is not positive: "
+            "the calls do (almost) nothing on the GPU"
+        )
+    with_measured = score(table, matrix, measured, seed=seed)
+    ratios = load_ratios(table, matrix, judge_overhead_us)
+    base_loads = load_times(table.side("baseline"), matrix, judge_overhead_us)
+    cand_loads = load_times(table.side("candidate"), matrix, judge_overhead_us)
+    loads = []
+    for i, (name, m) in enumerate(zip(load_names, load_ms)):
+        speedup = stats.median_with_ci(ratios[i])
+        loads.append({"name": name, "m": m, "speedup": speedup.value, "ci": speedup.ci,
+                      "baseline_us": float(np.median(base_loads[i])), "candidate_us": float(np.median(cand_loads[i]))})
+    base_cases = np.median(table.side("baseline") - judge_overhead_us, axis=0)
+    cand_cases = np.median(table.side("candidate") - judge_overhead_us, axis=0)
+    rows = []
+    for shape, base_us, cand_us in zip(shapes, base_cases, cand_cases):
+        rows.append({**shape, "baseline_us": float(base_us), "candidate_us": float(cand_us),
+                     "ratio": float(base_us / cand_us) if cand_us > 0 else None})
+    return {
+        "pairs": table.complete,
+        "score": judge.value,
+        "score_ci": judge.ci,
+        "half_width": judge.half_width,
+        "score_measured_overhead": with_measured.value if with_measured else None,
+        "score_measured_overhead_ci": with_measured.ci if with_measured else None,
+        "overhead_us": {"judge": judge_overhead_us, "measured": measured},
+        "loads": loads,
+        "shapes": rows,
+        "bootstrap": {"resamples": stats.BOOTSTRAP_RESAMPLES, "seed": seed, "confidence": stats.CONFIDENCE},
+    }

@@ -1,0 +1,287 @@
+"""The paired bench without a GPU: batch planning, bookkeeping, the pairs loop on a simulated
+GPU, result assembly, settings, and the refusal of bench and floor jobs on a CUDA-less machine."""
+
+import json
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from conftest import cuda_available, write_lab
+from okc import jobs
+from okc.candidates import resolve
+from okc.judge import envinfo, pairs, stats, timing
+from okc.judge.bench import BenchSettings, Runner
+from okc.judge.pairs import PairTable, Unit
+from okc.judge.timing import HoldTimeout
+from okc.lab import find_lab
+from okc.problems.tiny_matvec import PROBLEM as TINY
+from okc.problems.muse_bf16_proj import PROBLEM as MUSE
+
+
+# --- planning ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("cases", "budget"), [(30, 256), (30, 128), (4, 256), (1, 10), (7, 33)])
+def test_plan_covers_every_unit_once_in_order_within_the_budget(cases, budget):
+    batches = pairs.plan(5, 9, cases, budget)
+    flat = [unit for batch in batches for unit in batch]
+    assert flat == [Unit(pair, case) for pair in range(5, 14) for case in [*range(cases), None]]
+    assert all(sum(unit.ops for unit in batch) <= budget for batch in batches)
+    assert all(batches)
+
+
+def test_plan_refuses_a_budget_below_one_case():
+    with pytest.raises(ValueError, match="at least one case"):
+        pairs.plan(0, 1, 3, pairs.OPS_PER_CASE - 1)
+
+
+def test_order_swaps_every_pair():
+    assert pairs.order(0) == ("candidate", "baseline")
+    assert pairs.order(1) == ("baseline", "candidate")
+    assert pairs.order(6) == pairs.order(0)
+
+
+def test_flush_is_at_least_256_mb_and_twice_l2():
+    assert timing.flush_bytes(50 * 2**20) == 256 * 2**20
+    assert timing.flush_bytes(200 * 2**20) >= 400 * 2**20
+    assert timing.flush_bytes(None) == 256 * 2**20
+
+
+# --- bookkeeping and summary ---------------------------------------------------------------------
+
+
+def fill(table: PairTable, first: int, count: int, candidate: list[float], baseline: list[float], overhead: float):
+    """Record ``count`` pairs of exact times through the same path the bench uses."""
+    for batch in pairs.plan(first, count, table.cases, 64):
+        times = []
+        for unit in batch:
+            if unit.case is None:
+                times.append(overhead)
+            else:
+                by_side = {"candidate": candidate[unit.case], "baseline": baseline[unit.case]}
+                times.extend(by_side[side] for side in pairs.order(unit.pair))
+        table.record(batch, np.array(times))
+
+
+def test_pair_table_files_times_by_side_despite_the_swapped_order():
+    table = PairTable(cases=3, capacity=10)
+    fill(table, 0, 4, candidate=[1.0, 2.0, 3.0], baseline=[10.0, 20.0, 30.0], overhead=0.5)
+    assert table.complete == 4
+    assert np.array_equal(table.side("candidate"), np.tile([1.0, 2.0, 3.0], (4, 1)))
+    assert np.array_equal(table.side("baseline"), np.tile([10.0, 20.0, 30.0], (4, 1)))
+    assert np.array_equal(table.overheads(), [0.5] * 4)
+
+
+def test_an_incomplete_pair_does_not_count_and_truncate_forgets_it():
+    table = PairTable(cases=3, capacity=10)
+    fill(table, 0, 2, [1.0] * 3, [2.0] * 3, 0.5)
+    table.record([Unit(2, 0)], np.array([1.0, 2.0]))
+    assert table.complete == 2
+    table.truncate()
+    assert np.isnan(table.times["candidate"][2]).all()
+    fill(table, 2, 1, [1.0] * 3, [2.0] * 3, 0.5)
+    assert table.complete == 3
+
+
+def test_record_refuses_the_wrong_number_of_times():
+    with pytest.raises(ValueError, match="expected 3"):
+        PairTable(cases=2, capacity=4).record([Unit(0, 0), Unit(0, None)], np.array([1.0, 2.0]))
+
+
+SHAPES = [{"layer": "a", "m": 1, "load": "one", "floor_us": 1.0, "bytes": 10, "flops": 20},
+          {"layer": "b", "m": 1, "load": "one", "floor_us": 2.0, "bytes": 10, "flops": 20},
+          {"layer": "a", "m": 8, "load": "eight", "floor_us": 3.0, "bytes": 10, "flops": 20}]
+
+
+def test_summary_subtracts_the_overhead_per_call_and_sums_loads():
+    table = PairTable(cases=3, capacity=60)
+    # Raw times include a 4 us fixed cost per call; the measured overhead samples read 5 us.
+    fill(table, 0, 60, candidate=[9.0, 14.0, 24.0], baseline=[14.0, 24.0, 24.0], overhead=5.0)
+    summary = pairs.summarize(table, SHAPES, ["one", "eight"], [1, 8], judge_overhead_us=4.0)
+    one, eight = summary["loads"]
+    assert one["baseline_us"] == 30.0 and one["candidate_us"] == 15.0 and one["speedup"] == 2.0
+    assert eight["speedup"] == 1.0 and eight["ci"] == [1.0, 1.0]
+    assert summary["score"] == pytest.approx(math.sqrt(2.0))
+    assert summary["score_ci"] == pytest.approx([math.sqrt(2.0)] * 2)
+    # With the measured 5 us: (9 + 19) / (4 + 9) for load one.
+    assert summary["score_measured_overhead"] == pytest.approx(math.sqrt(28 / 13))
+    assert summary["overhead_us"] == {"judge": 4.0, "measured": 5.0}
+    assert [row["ratio"] for row in summary["shapes"]] == [2.0, 2.0, 1.0]
+    assert summary["shapes"][0]["candidate_us"] == 5.0 and summary["shapes"][2]["floor_us"] == 3.0
+    assert summary["pairs"] == 60
+
+
+def test_summary_refuses_loads_that_do_nothing():
+    table = PairTable(cases=3, capacity=10)
+    fill(table, 0, 10, candidate=[4.0, 3.9, 10.0], baseline=[10.0] * 3, overhead=4.0)
+    with pytest.raises(ValueError, match="not positive"):
+        pairs.summarize(table, SHAPES, ["one", "eight"], [1, 8], judge_overhead_us=4.0)
+
+
+# --- the pairs loop, on a simulated GPU --------------------------------------------------------
+
+
+class SimulatedGPU:
+    """Stands in for timing.Protocol: a replay takes its graph's cost, times lognormal noise,
+    plus ``first_penalty`` (relative) for whichever side of a case replays first."""
+
+    def __init__(self, seed: int = 0, noise: float = 0.02, first_penalty: float = 0.0, void: tuple = ()) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.noise, self.first_penalty, self.void = noise, first_penalty, set(void)
+        self.epoch = 0
+        self.submitted: list[list] = []
+
+    def submit(self, steps):
+        self.epoch += 1
+        self.submitted.append(steps)
+        times = []
+        for step in steps:
+            for position, graph in enumerate(step.timed):
+                penalty = self.first_penalty if position == 0 and len(step.timed) == 2 else 0.0
+                times.append(graph.cost * (1 + penalty) * self.rng.lognormal(0.0, self.noise))
+        return self.epoch, np.array(times)
+
+    def collect(self, batch):
+        epoch, times = batch
+        if epoch in self.void:
+            raise HoldTimeout(f"simulated void of batch {epoch}")
+        return times
+
+
+def simulated_runner(gpu, candidate_costs, baseline_costs, case_loads, settings, log=None):
+    def side(costs):
+        return SimpleNamespace(captured=[SimpleNamespace(graph=SimpleNamespace(cost=c), x=f"x{i}")
+                                         for i, c in enumerate(costs)])
+
+    sides = {"candidate": side(candidate_costs), "baseline": side(baseline_costs)}
+    pool = [[f"input{s}/{c}" for c in range(len(candidate_costs))] for s in range(4)]
+    matrix = pairs.load_matrix(case_loads, max(case_loads) + 1)
+    messages = log if log is not None else []
+    return Runner(gpu, sides, (SimpleNamespace(cost=4.0), None), pool, matrix, settings, lambda state: None,
+                  messages.append)
+
+
+def settings(**rule) -> BenchSettings:
+    return BenchSettings(rule=stats.StoppingRule(**rule), judge_overhead_us=4.0, batch_ops=64)
+
+
+CANDIDATE = [14.0, 14.0, 24.0, 24.0]  # 10 and 20 us of work over a 4 us fixed cost
+BASELINE = [16.0, 16.0, 24.0, 24.0]  # load 0: 24 / 20 = 1.2; load 1: 1.0
+LOADS = [0, 0, 1, 1]
+
+
+def test_the_loop_stops_at_the_target_with_the_right_score():
+    table, stopped_by = simulated_runner(SimulatedGPU(), CANDIDATE, BASELINE, LOADS, settings()).run()
+    assert stopped_by == "target"
+    assert 50 <= table.complete < 2000
+    estimate = pairs.score(table, pairs.load_matrix(LOADS, 2), 4.0)
+    assert estimate.half_width < stats.TARGET_HALF_WIDTH
+    assert estimate.lo < math.sqrt(1.2) < estimate.hi
+
+
+def test_the_loop_stops_at_the_cap_when_the_target_is_out_of_reach():
+    rule = {"min_pairs": 20, "max_pairs": 90, "target_half_width": 1e-6}
+    table, stopped_by = simulated_runner(SimulatedGPU(), CANDIDATE, BASELINE, LOADS, settings(**rule)).run()
+    assert (stopped_by, table.complete) == ("cap", 90)
+
+
+def test_inputs_and_order_per_pair():
+    gpu = SimulatedGPU()
+    rule = {"min_pairs": 6, "max_pairs": 6}
+    simulated_runner(gpu, CANDIDATE, BASELINE, LOADS, settings(**rule)).run()
+    steps = [step for batch in gpu.submitted for step in batch if step.copies]
+    assert len(steps) == 6 * 4
+    for index, step in enumerate(steps):
+        pair, case = divmod(index, 4)
+        assert step.copies == ((f"x{case}", f"input{pair % 4}/{case}"),) * 2  # same fresh input, both sides
+        first = step.timed[0].cost == CANDIDATE[case]
+        if CANDIDATE[case] != BASELINE[case]:
+            assert first == (pair % 2 == 0)
+
+
+def test_swapping_the_order_cancels_a_first_position_penalty():
+    rule = {"min_pairs": 400, "max_pairs": 400}
+    gpu = SimulatedGPU(seed=3, noise=0.03, first_penalty=0.02)
+    table, _ = simulated_runner(gpu, CANDIDATE, BASELINE, LOADS, settings(**rule)).run()
+    (load0, load1) = stats.load_speedups(pairs.load_ratios(table, pairs.load_matrix(LOADS, 2), 4.0))
+    assert load0.value == pytest.approx(1.2, rel=0.006)
+    assert load1.value == pytest.approx(1.0, abs=0.006)
+
+
+def test_a_voided_batch_is_dropped_and_the_run_goes_on_with_smaller_batches():
+    messages = []
+    gpu = SimulatedGPU(void=(3,))
+    rule = {"min_pairs": 30, "max_pairs": 30}
+    table, _ = simulated_runner(gpu, CANDIDATE, BASELINE, LOADS, settings(**rule), log=messages).run()
+    assert table.complete == 30
+    assert not np.isnan(table.side("candidate")).any()
+    assert any("voided" in message for message in messages)
+    assert max(sum(step.ops for step in batch) for batch in gpu.submitted[4:]) <= 32 + 1
+
+
+def test_too_many_voided_batches_end_the_run():
+    gpu = SimulatedGPU(void=range(1, 100))
+    with pytest.raises(timing.TimingError):
+        simulated_runner(gpu, CANDIDATE, BASELINE, LOADS, settings(min_pairs=30, max_pairs=30)).run()
+
+
+# --- settings ----------------------------------------------------------------------------------
+
+
+def test_settings_from_job_options():
+    parsed = BenchSettings.from_options({"target_half_width": 0.01, "min_pairs": 20, "max_pairs": 500,
+                                         "overhead_us": 4.6}, MUSE)
+    assert parsed.rule == stats.StoppingRule(min_pairs=20, max_pairs=500, target_half_width=0.01)
+    assert parsed.judge_overhead_us == 4.6
+    assert BenchSettings.from_options({}, MUSE).judge_overhead_us == MUSE.judge_overhead_us
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"pairs": 5}, "unknown bench setting"),
+    ({"overhead_us": "4"}, "overhead_us"),
+    ({"flush": "memset"}, "flush"),
+    ({"min_pairs": 2}, "min_pairs"),
+])
+def test_settings_refuse_bad_options(options, message):
+    with pytest.raises(ValueError, match=message):
+        BenchSettings.from_options(options, MUSE)
+
+
+def test_readings_parse_and_flag_throttling():
+    calm = envinfo.parse_readings("1980, 2619, 41, 312.55, 0x0000000000000001")
+    assert calm["clocks.sm"] == 1980.0 and calm["throttle_reasons"] == "0x1" and not envinfo.is_throttled(calm)
+    hot = envinfo.parse_readings("1410, 2619, 88, [N/A], 0x0000000000000060")
+    assert hot["power.draw"] is None
+    assert hot["throttled_by"] == ["sw_thermal_slowdown", "hw_thermal_slowdown"] and envinfo.is_throttled(hot)
+    assert envinfo.parse_readings("garbage") is None
+    assert not envinfo.is_throttled(None)
+
+
+# --- refusal without CUDA, through the worker --------------------------------------------------
+
+
+@pytest.fixture
+def tiny_lab(tmp_path, monkeypatch):
+    root = write_lab(tmp_path / "tiny", problem="tiny_matvec", baseline=TINY.baseline_source)
+    monkeypatch.setenv("OKC_LAB", str(root))
+    monkeypatch.chdir(root)
+    return find_lab()
+
+
+@pytest.mark.skipif(cuda_available(), reason="the refusal is what a machine without CUDA does")
+def test_bench_without_cuda_ends_in_a_clear_error(tiny_lab):
+    baseline = resolve(tiny_lab.candidates, "0")
+    outcome = jobs.submit(tiny_lab, "bench", baseline, against=baseline)
+    assert outcome.result.status == "error"
+    assert outcome.result.reason.startswith("okc bench needs a CUDA GPU; ")
+    written = json.loads((outcome.job_dir / "result.json").read_text())
+    assert written["kind"] == "bench" and written["schema_version"] == 1
+
+
+@pytest.mark.skipif(cuda_available(), reason="the refusal is what a machine without CUDA does")
+def test_floor_without_cuda_ends_in_a_clear_error(tiny_lab):
+    outcome = jobs.submit(tiny_lab, "floor", None)
+    assert outcome.result.status == "error"
+    assert outcome.result.reason.startswith("okc floor needs a CUDA GPU")
