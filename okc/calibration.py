@@ -109,7 +109,7 @@ def _row(number: int, history: list[Run]) -> Row | None:
     local = _latest(history, "bench", official.candidate_sha256)
     note = None
     if local is None and _latest(history, "bench") is not None:
-        note = "local bench is of another source than the official run"
+        note = "benched source differs"
     return Row(number, official.candidate_name, local, official, note=note)
 
 

@@ -140,9 +140,9 @@ def calibration_table(calibration: Calibration) -> Table:
             None if prediction is None else f"{prediction.score:.4f} [{fmt_ci(prediction.lo, prediction.hi)}]",
             r.note,
         ))
-    columns = ("#", "name", "local bench [95% CI]", "official", "official [95% CI]", "official/local",
-               f"predicted official [±{BAND_SIGMAS:g}σ]", "note")
-    return Table("local versus official", columns, rows, caption=calibration.summary)
+    columns = ("#", "name", "local [95% CI]", "kind", "official [95% CI]", "ratio",
+               f"predicted [±{BAND_SIGMAS:g}σ]", "note")
+    return Table("local versus official (ratio = official/local)", columns, rows, caption=calibration.summary)
 
 
 def score_line(result: JobResult) -> str:

@@ -44,17 +44,17 @@ def test_known_ratios_give_a_known_prediction(lab):
     fill(lab, (1, 2, 3))
     rows = {row["#"]: row for row in json.loads(invoke("ledger", "--calibration", "--json").output)}
     for number, ratio in RATIOS.items():
-        assert rows[f"{number:03d}"]["official/local"] == pytest.approx(ratio, abs=1e-4)
-        assert rows[f"{number:03d}"]["official"] == "scored"
-        assert rows[f"{number:03d}"]["predicted official [±2σ]"] is None
+        assert rows[f"{number:03d}"]["ratio"] == pytest.approx(ratio, abs=1e-4)
+        assert rows[f"{number:03d}"]["kind"] == "scored"
+        assert rows[f"{number:03d}"]["predicted [±2σ]"] is None
     logs = [math.log(r) for r in RATIOS.values()]
     mean, spread = statistics.fmean(logs), statistics.stdev(logs) * math.sqrt(1 + 1 / len(logs))
     expected = PREDICTED_LOCAL * math.exp(mean)
     lo, hi = (PREDICTED_LOCAL * math.exp(mean + sign * BAND_SIGMAS * spread) for sign in (-1, 1))
-    text = rows["004"]["predicted official [±2σ]"]
+    text = rows["004"]["predicted [±2σ]"]
     assert text == f"{expected:.4f} [{lo:.4f}:{hi:.4f}]"
     assert expected == pytest.approx(1.3860, abs=1e-4)  # 1.40 x the geometric mean of 0.98, 0.99, 1.00
-    assert rows["004"]["official/local"] is None and rows["004"]["official"] is None
+    assert rows["004"]["ratio"] is None and rows["004"]["kind"] is None
 
 
 def test_the_table_says_how_the_fit_was_made(lab):
@@ -73,7 +73,7 @@ def test_fewer_than_three_pairs_give_no_prediction_and_say_why(lab, numbers):
     assert f"no prediction: {len(numbers)} candidate(s) have both a local bench and an official score" in words
     assert f"{MIN_PAIRS} are needed" in words
     rows = {row["#"]: row for row in json.loads(invoke("ledger", "--calibration", "--json").output)}
-    assert rows["004"]["predicted official [±2σ]"] is None
+    assert rows["004"]["predicted [±2σ]"] is None
 
 
 def test_a_bench_of_another_source_is_not_paired(tmp_path):
@@ -82,7 +82,7 @@ def test_a_bench_of_another_source_is_not_paired(tmp_path):
     record_run(conn, run(7, "official-check", 1.25, sha="new"))
     (row,) = calibrate(runs(conn)).rows
     assert row.ratio is None and row.local is None
-    assert row.note == "local bench is of another source than the official run"
+    assert row.note == "benched source differs"
 
 
 def test_an_official_check_is_used_when_there_is_no_scored_run(tmp_path):
