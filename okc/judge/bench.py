@@ -235,64 +235,100 @@ def _shape_rows(problem: Problem, cases: list[Case]) -> list[dict]:
     return rows
 
 
+class Bench:
+    """One paired bench, in three steps: ``setup`` (import, prepare, capture), ``measure``, ``summary``.
+
+    Errors the candidate causes surface as :class:`BenchFailed`; the harness script drives
+    these steps itself to study the pairs.
+    """
+
+    def __init__(self, problem: Problem, candidate: Path, against: Path, *, device: torch.device, seed: int,
+                 settings: BenchSettings, cases: list[str] | None = None, phase: Callable[..., None] | None = None,
+                 log: Log = print, progress: Callable[[dict], None] | None = None) -> None:
+        self.problem, self.device, self.seed, self.settings, self.log = problem, device, seed, settings, log
+        self.phase = phase or (lambda *args, **info: None)
+        self.progress = progress or (lambda state: None)
+        self.cases = scored_cases(problem, cases)
+        self.loads = [load for load in problem.loads if any(case.load == load.name for case in self.cases)]
+        self.sides = {"candidate": Side("candidate", candidate), "baseline": Side("against", against)}
+        self.persisting: PersistingReport | None = None
+        self.flush: timing.Flush | None = None
+        self.runner: Runner | None = None
+        self.readings: dict = {}
+
+    def setup(self) -> None:
+        problem, device, phase = self.problem, self.device, self.phase
+        torch.cuda.init()
+        self.persisting = PersistingReport(device)
+        phase("import")
+        for side in self.sides.values():
+            side.load()
+        weights = problem.make_weights(derive_seed(self.seed, "weights"), device)
+        for name, side in self.sides.items():
+            phase("prepare", side=name)
+            side.prepare(problem, weights)
+            phase("capture", side=name)
+            self.persisting.check(f"after_prepare_{name}")
+        del weights
+        first = _inputs(problem, self.cases, self.seed, "capture", 1, device)[0]
+        for side in self.sides.values():
+            side.capture(problem, self.cases, first)
+        self.persisting.check("after_capture")
+        phase("bench")
+        self.flush = timing.make_flush(device, self.settings.flush)
+        overhead = timing.trivial_graph(device)  # (graph, the tensor it writes): both live as long as the runner
+        pool = _inputs(problem, self.cases, self.seed, "input", INPUT_SETS, device)
+        names = [load.name for load in self.loads]
+        matrix = pairs.load_matrix([names.index(case.load) for case in self.cases], len(names))
+        protocol = timing.Protocol(device, self.flush)
+        self.runner = Runner(protocol, self.sides, overhead, pool, matrix, self.settings, self.progress, self.log)
+
+    def measure(self) -> tuple[PairTable, str]:
+        """Warm up, then run pairs until the stopping rule; GPU readings taken around the pairs."""
+        self.runner.warm_up()
+        index = self.device.index or 0
+        self.readings["before"] = envinfo.gpu_readings(index)
+        table, stopped_by = self.runner.run()
+        self.readings["after"] = envinfo.gpu_readings(index)
+        return table, stopped_by
+
+    def summary(self, table: PairTable) -> dict:
+        try:
+            return pairs.summarize(table, _shape_rows(self.problem, self.cases), [load.name for load in self.loads],
+                                   [load.m for load in self.loads], self.settings.judge_overhead_us)
+        except ValueError as exc:
+            raise BenchFailed(str(exc)) from None
+
+
 def run_bench(problem: Problem, candidate: Path, against: Path, *, device: torch.device, seed: int,
               settings: BenchSettings, cases: list[str] | None = None, aa: bool = False,
               names: tuple[str, str] = ("candidate", "against"), phase: Callable[..., None] | None = None,
               log: Log = print, progress: Callable[[dict], None] | None = None) -> dict:
     """Benchmark ``candidate`` against ``against``; return result.json's bench fields."""
     started = time.monotonic()
-    phase = phase or (lambda *args, **info: None)
-    progress = progress or (lambda state: None)
     identity = {"problem": problem.name, "candidate": names[0], "against": names[1], "aa": aa, "seed": seed}
     if device.type != "cuda" or not torch.cuda.is_available():
         return _error(NEEDS_CUDA, **identity)
-    selected = scored_cases(problem, cases)
-    loads = [load for load in problem.loads if any(case.load == load.name for case in selected)]
+    bench = Bench(problem, candidate, against, device=device, seed=seed, settings=settings, cases=cases,
+                  phase=phase, log=log, progress=progress)
     try:
-        persisting = PersistingReport(device)
-        sides = {"candidate": Side("candidate", candidate), "baseline": Side("against", against)}
-        phase("import")
-        for side in sides.values():
-            side.load()
-        weights = problem.make_weights(derive_seed(seed, "weights"), device)
-        for name, side in sides.items():
-            phase("prepare", side=name)
-            side.prepare(problem, weights)
-            phase("capture", side=name)
-            persisting.check(f"after_prepare_{name}")
-        del weights
-        first = _inputs(problem, selected, seed, "capture", 1, device)[0]
-        for name, side in sides.items():
-            side.capture(problem, selected, first)
-        persisting.check("after_capture")
-        phase("bench")
-        flush = timing.make_flush(device, settings.flush)
-        overhead_graph, counter = timing.trivial_graph(device)  # counter: the memory the graph writes
-        protocol = timing.Protocol(device, flush)
-        pool = _inputs(problem, selected, seed, "input", INPUT_SETS, device)
-        matrix = pairs.load_matrix([[load.name for load in loads].index(case.load) for case in selected], len(loads))
-        runner = Runner(protocol, sides, (overhead_graph, counter), pool, matrix, settings, progress, log)
-        log(f"bench {names[0]} against {names[1]}{' (A/A)' if aa else ''}: {len(selected)} cases, "
-            f"{settings.flush} flush of {flush.nbytes / 2**20:.0f} MiB, target +-{settings.rule.target_half_width:.2%}")
-        runner.warm_up()
-        before = envinfo.gpu_readings(device.index or 0)
-        table, stopped_by = runner.run()
-        after = envinfo.gpu_readings(device.index or 0)
-        try:
-            summary = pairs.summarize(table, _shape_rows(problem, selected), [l.name for l in loads],
-                                      [l.m for l in loads], settings.judge_overhead_us)
-        except ValueError as exc:
-            raise BenchFailed(str(exc)) from None
+        bench.setup()
+        log(f"bench {names[0]} against {names[1]}{' (A/A)' if aa else ''}: {len(bench.cases)} cases, "
+            f"{settings.flush} flush of {bench.flush.nbytes / 2**20:.0f} MiB, "
+            f"target +-{settings.rule.target_half_width:.2%}")
+        table, stopped_by = bench.measure()
+        summary = bench.summary(table)
     except BenchFailed as exc:
         return _error(str(exc), **identity)
     except TimingError as exc:
         return _error(f"the timing protocol failed: {exc}", **identity)
     except RuntimeError as exc:  # a CUDA error in a replay: the context is gone, nothing more can run
         return _error(f"CUDA error during the bench (the context is lost): {exc}".splitlines()[0], **identity)
+    before, after = bench.readings.get("before"), bench.readings.get("after")
     result = {
         "kind": "bench", "status": "ok", "reason": None, **identity, **summary,
         "target_half_width": settings.rule.target_half_width, "stopped_by": stopped_by,
-        "flush": flush.describe(), "persisting_l2": persisting.done(),
+        "flush": bench.flush.describe(), "persisting_l2": bench.persisting.done(),
         "gpu_readings": {"before": before, "after": after},
         "throttled": envinfo.is_throttled(before) or envinfo.is_throttled(after),
         "duration_s": round(time.monotonic() - started, 3),

@@ -29,11 +29,13 @@ def read_reduce_kernel(src_ptr, out_ptr, n_elements, BLOCK: tl.constexpr, ITERS:
     tl.store(out_ptr + program, tl.sum(total, axis=0))
 
 
-@triton.jit
-def hold_kernel(flag_ptr, status_ptr, epoch, timeout_ns):
+# Not specialised on its integers: one compiled kernel for every epoch and slot (Triton
+# would otherwise compile new variants mid-run for values like 1 or multiples of 16).
+@triton.jit(do_not_specialize=["slot", "epoch", "timeout_ns"])
+def hold_kernel(flag_ptr, status_ptr, slot, epoch, timeout_ns):
     """Spin until the device flag reaches ``epoch`` (or ``timeout_ns`` passes), holding the stream.
 
-    Writes ``epoch`` to ``status_ptr`` when released by the flag, ``-epoch`` on timeout.
+    Writes ``epoch`` to ``status_ptr[slot]`` when released by the flag, ``-epoch`` on timeout.
     """
     start = tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False, pack=1)
     seen = tl.load(flag_ptr, volatile=True)
@@ -42,4 +44,4 @@ def hold_kernel(flag_ptr, status_ptr, epoch, timeout_ns):
         seen = tl.load(flag_ptr, volatile=True)
         now = tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False, pack=1)
         waited = now - start
-    tl.store(status_ptr, tl.where(seen >= epoch, epoch, -epoch))
+    tl.store(status_ptr + slot, tl.where(seen >= epoch, epoch, -epoch))

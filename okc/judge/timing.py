@@ -289,7 +289,7 @@ class Protocol:
         pairs = iter(batch.events)
         stream = self.stream
         with on_stream(stream):
-            kernels.hold_kernel[(1,)](self.flag, self.status[slot:slot + 1], self.epoch, self.timeout_ns, num_warps=1)
+            kernels.hold_kernel[(1,)](self.flag, self.status, slot, self.epoch, self.timeout_ns, num_warps=1)
             for step in steps:
                 for dst, src in step.copies:
                     dst.copy_(src)

@@ -1,0 +1,143 @@
+"""The paired bench and the read floor on a real GPU (skipped without CUDA).
+
+Jobs run through the launcher and the worker, as `okc bench` runs them, so a candidate that
+monkeypatches torch does so in the worker's process only.
+"""
+
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+
+from okc import jobs
+from okc.candidates import resolve
+from okc.lab import find_lab
+
+pytestmark = pytest.mark.gpu
+
+SHORT = {"max_pairs": 300}  # enough for a verdict far from 1; keeps the suite quick
+
+SLOWED = """
+_kernel_fn = kernel_fn
+
+
+def kernel_fn(x, layer):
+    _kernel_fn(x, layer)  # the same product twice: about half the baseline's speed
+    return _kernel_fn(x, layer)
+"""
+
+PATCHES_TIMING = """
+# A wrong solution: it rewrites torch's timing objects at import, so that a harness that
+# looked them up at call time would read 1 us for everything and replay nothing.
+torch.cuda.Event.elapsed_time = lambda self, end_event: 1e-3
+torch.cuda.Event.record = lambda self, stream=None: None
+torch.cuda.CUDAGraph.replay = lambda self: None
+"""
+
+
+def add_candidate(lab, name: str, extra: str):
+    path = lab.candidates / f"{name}.py"
+    path.write_text((lab.candidates / "000_baseline.py").read_text() + "\n" + textwrap.dedent(extra))
+    return resolve(lab.candidates, name.split("_")[0])
+
+
+def bench(lab, candidate, **options):
+    outcome = jobs.submit(lab, "bench", candidate, against=resolve(lab.candidates, "0"), **options)
+    assert outcome.result.status == "ok", outcome.result.reason
+    return outcome.result
+
+
+def test_aa_scores_one_within_a_percent_with_a_ci_holding_one():
+    lab = find_lab()
+    baseline = resolve(lab.candidates, "0")
+    result = bench(lab, baseline, aa=True)
+    assert result.aa
+    assert abs(result.score - 1.0) < 0.01, result.score
+    assert result.score_ci[0] <= 1.0 <= result.score_ci[1], result.score_ci
+    assert result.stopped_by == "target" and result.half_width < 0.005
+    assert len(result.loads) == 6 and len(result.shapes) == 30
+    assert 1.0 < result.overhead_us["measured"] < 20.0
+    assert result.raw["flush"] == {"kind": "read", "bytes": 256 * 2**20}
+
+
+def test_a_slowed_candidate_scores_clearly_below_one():
+    lab = find_lab()
+    result = bench(lab, add_candidate(lab, "001_slowed", SLOWED), bench=SHORT)
+    assert result.score < 0.75 and result.score_ci[1] < 0.8, (result.score, result.score_ci)
+    assert result.verdict == "slower"
+    assert all(load.speedup < 0.8 for load in result.loads)
+
+
+def test_patching_torch_timing_objects_cannot_change_the_score():
+    lab = find_lab()
+    result = bench(lab, add_candidate(lab, "002_patches_timing", PATCHES_TIMING), bench=SHORT)
+    assert abs(result.score - 1.0) < 0.02, result.score
+    assert all(shape.candidate_us > 1.0 for shape in result.shapes)
+
+
+def test_floor_reads_every_layer_size_near_the_memory_bandwidth():
+    lab = find_lab()
+    outcome = jobs.submit(lab, "floor", None)
+    result = outcome.result
+    assert result.status == "ok", result.reason
+    sizes = {size.layer: size for size in result.sizes}
+    assert set(sizes) == {"qkv_gate", "o", "pooler", "unpooler", "router"}
+    assert sizes["qkv_gate"].bytes == 2304 * 8192 * 2
+    for size in sizes.values():
+        assert 0.5 < size.tb_per_s < 6.0, size
+    if "H200" in torch.cuda.get_device_name():
+        assert 7.0 < sizes["qkv_gate"].us < 13.0, sizes["qkv_gate"]  # SPEC: about 9-10 us for 37.7 MB
+
+
+# --- the protocol's primitives -------------------------------------------------------------------
+
+
+def test_hold_kernel_waits_for_its_flag_and_gives_up_after_its_timeout():
+    from okc.judge import kernels
+
+    flag = torch.zeros(1, dtype=torch.int32, device="cuda")
+    status = torch.zeros(4, dtype=torch.int32, device="cuda")
+    kernels.hold_kernel[(1,)](flag, status, 1, 7, 2_000_000, num_warps=1)  # 2 ms, never released
+    flag.fill_(9)
+    kernels.hold_kernel[(1,)](flag, status, 2, 9, 2_000_000_000, num_warps=1)  # released at once
+    torch.cuda.synchronize()
+    assert status.tolist() == [0, -7, 9, 0]
+
+
+def test_the_read_graph_reads_every_element():
+    from okc.judge import timing
+
+    probe = timing.read_graph(3 * 2**20 + 4096, torch.device("cuda"), block=1024, iters=2, warps=4)
+    probe.out.zero_()
+    timing.replay(probe.graph)
+    torch.cuda.synchronize()
+    expected = int(probe.buffer.to(torch.int64).sum()) % 2**32
+    assert int(probe.out.to(torch.int64).sum()) % 2**32 == expected
+
+
+def test_protocol_times_the_fixed_replay_cost():
+    from okc.judge import timing
+    from okc.judge.timing import Step
+
+    device = torch.device("cuda")
+    protocol = timing.Protocol(device, timing.make_flush(device))
+    graph, _memory = timing.trivial_graph(device)
+    times = np.concatenate([protocol.collect(protocol.submit([Step(timed=(graph,) * 40)])) for _ in range(3)])
+    assert 1.0 < np.median(times) < 20.0, np.median(times)
+
+
+def test_a_persisting_l2_limit_is_reported_and_cleared():
+    from okc.judge import timing
+    from okc.judge.bench import PersistingReport
+
+    report = PersistingReport(torch.device("cuda"))
+    if not report.l2.available:
+        pytest.skip(f"the CUDA runtime cannot be reached: {report.l2.error}")
+    assert report.report["limit_at_start"] is not None
+    report.l2.lib.cudaDeviceSetLimit(timing.CUDA_LIMIT_PERSISTING_L2_CACHE_SIZE, 4 * 2**20)
+    assert report.l2.limit() > 0
+    report.check("after_prepare_candidate")
+    done = report.done()
+    assert done["set_by"] == ["after_prepare_candidate"] and done["cleared_after_prepare_candidate"]
+    assert report.l2.limit() == 0
