@@ -26,7 +26,7 @@ from okc.hostkeys import HostKeyPins, fingerprint, pins_path
 from okc.jobs import LOG_FILE, PROGRESS_FILE, finish_job
 from okc.pod import Pod
 from okc.ssh import SSHTarget
-from okc.sync import agent_source, sync
+from okc.sync import agent_argv, sync
 from okc.tables import Table
 
 POLL_S = 0.5  # how often a followed job's log and progress are read
@@ -51,8 +51,7 @@ def remote_job_dir(job_id: str) -> str:
 
 def call_agent(target: SSHTarget, verb: str, *args: str) -> dict:
     """Run one agent verb on the pod; its JSON answer."""
-    argv = [*target.python_argv(), "-c", agent_source(), verb, target.pod.remote_dir, *args]
-    result = target.run(argv, timeout=AGENT_TIMEOUT_S).check(f"okc agent {verb}")
+    result = target.run(agent_argv(target, verb, *args), timeout=AGENT_TIMEOUT_S).check(f"okc agent {verb}")
     try:
         return json.loads(result.stdout)
     except ValueError:

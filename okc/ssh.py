@@ -261,7 +261,10 @@ class SSHTarget:
                 stdout += channel.recv(READ_CHUNK)
             while channel.recv_stderr_ready():
                 stderr += channel.recv_stderr(READ_CHUNK)
-            if channel.exit_status_ready() and not channel.recv_ready() and not channel.recv_stderr_ready():
+            # Output can still arrive after the exit status (OpenSSH sends it when the process
+            # ends, not when its pipes drain): done only at EOF with both buffers empty.
+            drained = not channel.recv_ready() and not channel.recv_stderr_ready()
+            if channel.eof_received and drained and channel.exit_status_ready():
                 break
             if channel.closed or not channel.get_transport().is_active():
                 raise EOFError("the channel closed before the command reported an exit status")

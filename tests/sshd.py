@@ -8,6 +8,7 @@ sshd binary is absent (Debian: ``apt-get install -y openssh-server``).
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import os
 import shutil
@@ -17,6 +18,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import paramiko
 import pytest
@@ -100,13 +102,9 @@ def _wait_ready(server: SSHServer) -> None:
     raise RuntimeError(f"sshd did not answer on port {server.port}: {server.log.read_text()}")
 
 
-@pytest.fixture(scope="session")
-def sshd(tmp_path_factory) -> SSHServer:
-    """A running sshd on 127.0.0.1 that accepts this user with a temporary key."""
-    binary = sshd_binary()
-    if binary is None:
-        pytest.skip("OpenSSH server (sshd) is not installed: apt-get install -y openssh-server")
-    folder = tmp_path_factory.mktemp("sshd")
+@contextlib.contextmanager
+def running_sshd(folder: Path, binary: str) -> Iterator[SSHServer]:
+    """Start sshd with fresh keys under ``folder``; stop it on exit (also used by benchmarks)."""
     host_key, client_key = folder / "host_ed25519", folder / "client_ed25519"
     write_ed25519(host_key)
     (folder / "authorized_keys").write_text(write_ed25519(client_key) + "\n")
@@ -114,32 +112,27 @@ def sshd(tmp_path_factory) -> SSHServer:
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege-separation directory
     port = free_port()
     config = folder / "sshd_config"
-    config.write_text(
-        "\n".join(
-            [
-                f"Port {port}",
-                "ListenAddress 127.0.0.1",
-                f"HostKey {host_key}",
-                f"AuthorizedKeysFile {folder / 'authorized_keys'}",
-                f"PidFile {folder / 'sshd.pid'}",
-                "UsePAM no",
-                "StrictModes no",
-                "PasswordAuthentication no",
-                "KbdInteractiveAuthentication no",
-                "PubkeyAuthentication yes",
-                "PermitRootLogin prohibit-password",
-                "Subsystem sftp internal-sftp",
-                "MaxSessions 50",
-                "MaxStartups 50",
-                "LogLevel ERROR",
-            ]
-        )
-        + "\n"
-    )
+    settings = [
+        f"Port {port}",
+        "ListenAddress 127.0.0.1",
+        f"HostKey {host_key}",
+        f"AuthorizedKeysFile {folder / 'authorized_keys'}",
+        f"PidFile {folder / 'sshd.pid'}",
+        "UsePAM no",
+        "StrictModes no",
+        "PasswordAuthentication no",
+        "KbdInteractiveAuthentication no",
+        "PubkeyAuthentication yes",
+        "PermitRootLogin prohibit-password",
+        "Subsystem sftp internal-sftp",
+        "MaxSessions 50",
+        "MaxStartups 50",
+        "LogLevel ERROR",
+    ]
+    config.write_text("\n".join(settings) + "\n")
     log = folder / "sshd.log"
-    process = subprocess.Popen(
-        [binary, "-D", "-e", "-f", str(config)], stdout=subprocess.DEVNULL, stderr=log.open("wb")
-    )
+    with log.open("wb") as log_file:
+        process = subprocess.Popen([binary, "-D", "-e", "-f", str(config)], stdout=subprocess.DEVNULL, stderr=log_file)
     server = SSHServer(port, host_key, client_key, getpass.getuser(), process, log)
     try:
         _wait_ready(server)
@@ -150,6 +143,16 @@ def sshd(tmp_path_factory) -> SSHServer:
             process.wait(timeout=5)
         except subprocess.TimeoutExpired:
             process.kill()
+
+
+@pytest.fixture(scope="session")
+def sshd(tmp_path_factory) -> Iterator[SSHServer]:
+    """A running sshd on 127.0.0.1 that accepts this user with a temporary key."""
+    binary = sshd_binary()
+    if binary is None:
+        pytest.skip("OpenSSH server (sshd) is not installed: apt-get install -y openssh-server")
+    with running_sshd(tmp_path_factory.mktemp("sshd"), binary) as server:
+        yield server
 
 
 TEST_PROBLEM = "tiny_matvec"  # the built-in CPU problem: a remote job runs in seconds
