@@ -17,9 +17,9 @@ Usage: python benchmarks/bench_harness.py
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -106,11 +106,6 @@ def job(lab_root: Path):
     return outcome.result, time.monotonic() - started
 
 
-def spin() -> None:
-    while True:
-        pass
-
-
 def wall_and_busy(lab_root: Path):
     say("2. wall time of `okc bench 001` (worker process, 30 shapes, to +-0.5%)")
     idle, wall = job(lab_root)
@@ -121,22 +116,20 @@ def wall_and_busy(lab_root: Path):
     say(f"   {wall:.1f} s in all ({idle.duration_s:.1f} s in the worker's bench), {idle.pairs} pairs, "
         f"stopped by {idle.stopped_by}, +-{idle.half_width:.2%}: {verdict} (target <= {WALL_TARGET_S:.0f} s)")
     say(f"3. the same with all {os.cpu_count()} host CPUs busy")
-    spinners = [multiprocessing.Process(target=spin, daemon=True) for _ in range(os.cpu_count() or 1)]
-    for process in spinners:
-        process.start()
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
     try:
         busy, busy_wall = job(lab_root)
     finally:
         for process in spinners:
             process.terminate()
-            process.join()
+            process.wait()
     if busy.status != "ok":
         say(f"   FAILED: {busy.reason}")
         return idle
     drift = busy.score / idle.score - 1
     verdict = "ok" if abs(drift) <= BUSY_TOLERANCE else "OVER TARGET"
-    say(f"   idle {idle.score:.4f} {list(map(lambda v: round(v, 4), idle.score_ci))}, busy {busy.score:.4f} "
-        f"{list(map(lambda v: round(v, 4), busy.score_ci))}: {drift:+.2%} ({verdict}, target within 1%); "
+    say(f"   idle {idle.score:.4f} [{idle.score_ci[0]:.4f}, {idle.score_ci[1]:.4f}], busy {busy.score:.4f} "
+        f"[{busy.score_ci[0]:.4f}, {busy.score_ci[1]:.4f}]: {drift:+.2%} ({verdict}, target within 1%); "
         f"busy wall {busy_wall:.1f} s, {busy.pairs} pairs")
     return idle
 
@@ -154,9 +147,10 @@ def flush_kinds() -> None:
 
 
 def per_load(result) -> None:
+    measured = result.score_measured_overhead
     say(f"5. 000 against 001 ({candidate_001().name}): score {result.score:.4f} "
-        f"[{result.score_ci[0]:.4f}, {result.score_ci[1]:.4f}], measured-overhead score "
-        f"{result.score_measured_overhead:.4f}, throttled: {result.throttled}")
+        f"[{result.score_ci[0]:.4f}, {result.score_ci[1]:.4f}], with the measured overhead "
+        f"{'n/a' if measured is None else f'{measured:.4f}'}, throttled: {result.throttled}")
     say(f"   {'load':<9} {'m':>4} {'speedup':>8} {'CI':>19} {'000 us':>8} {'001 us':>8}")
     for load in result.loads:
         say(f"   {load.name:<9} {load.m:>4} {load.speedup:8.4f} [{load.ci[0]:.4f}, {load.ci[1]:.4f}] "

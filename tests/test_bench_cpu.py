@@ -243,6 +243,8 @@ def test_settings_from_job_options():
     ({"overhead_us": "4"}, "overhead_us"),
     ({"flush": "memset"}, "flush"),
     ({"min_pairs": 2}, "min_pairs"),
+    ({"batch_ops": 5}, "batch_ops"),
+    ({"aa_floor": 2}, "aa_floor"),
 ])
 def test_settings_refuse_bad_options(options, message):
     with pytest.raises(ValueError, match=message):

@@ -63,10 +63,18 @@ class BenchSettings:
             raise ValueError(f"overhead_us must be a number of microseconds >= 0, got {overhead!r}")
         if options.get("flush", "read") not in ("read", "write"):
             raise ValueError(f"flush must be 'read' or 'write', got {options['flush']!r}")
+        aa_floor = options.get("aa_floor", stats.DEFAULT_AA_FLOOR)
+        if isinstance(aa_floor, bool) or not isinstance(aa_floor, (int, float)) or not 0 <= aa_floor < 1:
+            raise ValueError(f"aa_floor is relative (0.005 = 0.5%), got {aa_floor!r}")
+        batch_ops = options.get("batch_ops", pairs.BATCH_OPS)
+        if isinstance(batch_ops, bool) or not isinstance(batch_ops, int) or batch_ops < pairs.OPS_PER_CASE:
+            raise ValueError(f"batch_ops must be an integer >= {pairs.OPS_PER_CASE}, got {batch_ops!r}")
+        warmup = options.get("warmup_pairs", WARMUP_PAIRS)
+        if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+            raise ValueError(f"warmup_pairs must be an integer >= 0, got {warmup!r}")
         return cls(rule=stats.StoppingRule(**rule_options), judge_overhead_us=float(overhead),
-                   flush=options.get("flush", "read"), aa_floor=float(options.get("aa_floor", stats.DEFAULT_AA_FLOOR)),
-                   batch_ops=int(options.get("batch_ops", pairs.BATCH_OPS)),
-                   warmup_pairs=int(options.get("warmup_pairs", WARMUP_PAIRS)))
+                   flush=options.get("flush", "read"), aa_floor=float(aa_floor), batch_ops=batch_ops,
+                   warmup_pairs=warmup)
 
 
 class BenchFailed(Exception):

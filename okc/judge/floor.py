@@ -73,12 +73,18 @@ def run_floor(problem: Problem, *, device: torch.device, seed: int, overhead_us:
                 del probe
             raw, config = best
             us = raw - judge_overhead
+            if us <= 0:
+                log(f"{layer}: {nbytes} bytes read in {raw:.2f} us, not above the fixed replay cost; left out")
+                continue
             sizes.append({"layer": layer, "bytes": nbytes, "us": us, "tb_per_s": nbytes / (us * 1e-6) / 1e12,
                           "us_raw": raw, "config": {"block": config[0], "iters": config[1], "warps": config[2]}})
             log(f"{layer}: {nbytes / 1e6:.1f} MB in {us:.2f} us ({sizes[-1]['tb_per_s']:.2f} TB/s; raw {raw:.2f} us)")
     except timing.TimingError as exc:
         return {"kind": "floor", "status": "error", "reason": f"the timing protocol failed: {exc}",
                 "problem": problem.name}
+    if not sizes:
+        return {"kind": "floor", "status": "error", "problem": problem.name,
+                "reason": "every layer's weight reads faster than the fixed replay cost: nothing to measure"}
     return {
         "kind": "floor", "status": "ok", "reason": None, "problem": problem.name, "seed": seed,
         "gpu_name": gpu.get("name"), "gpu_uuid": gpu.get("uuid"), "sizes": sizes,

@@ -272,6 +272,9 @@ class Protocol:
         self.epochs = torch.zeros(STATUS_SLOTS, dtype=torch.int32).pin_memory()
         self.epoch = 0
         self._spare: list = []
+        # Everything made on the default stream (flag, buffers, inputs) must be in place: the
+        # timing streams do not wait for the default stream.
+        synchronize()
 
     def _events(self, count: int) -> list:
         while len(self._spare) < count:
