@@ -145,6 +145,13 @@ def test_a_second_job_waits_for_the_gpu_lock(ssh_lab):
         time.sleep(2)
         assert "waiting for a GPU: gpu lock held by other-job" in remote.logs(ssh_lab, pod, job_dir.name)
         assert {j["job"]: j["state"] for j in remote.list_jobs(ssh_lab, pod)}[job_dir.name] == "running"
+
+        def ctrl_c(text):
+            raise KeyboardInterrupt
+
+        with pytest.raises(remote.JobDetached, match=f"okc attach {job_dir.name}"):
+            remote.attach(ssh_lab, pod, job_dir.name, on_log=ctrl_c)
+        assert {j["job"]: j["state"] for j in remote.list_jobs(ssh_lab, pod)}[job_dir.name] == "running"
     _wait_finished(ssh_lab, job_dir.name)
     assert remote.pull(ssh_lab, pod) == [job_dir]
 
