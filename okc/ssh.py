@@ -213,7 +213,9 @@ class SSHTarget:
             yield
         except (PodError, ConfigError):
             raise
-        except (paramiko.SSHException, EOFError, socket.error) as exc:
+        except (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError) as exc:
+            raise PodError(f"pod {self.pod.name!r}: {what} failed: {exc.strerror or exc}") from None
+        except (paramiko.SSHException, EOFError, OSError) as exc:  # OSError: reset, timed out, socket gone
             self.close()
             raise UnreachableError(f"pod {self.pod.name!r}: connection lost during {what} ({exc or type(exc).__name__})") from None
 
