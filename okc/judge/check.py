@@ -97,6 +97,7 @@ class Checker:
         self.entries: list[Entry] = []
         self.graphs: list[Captured] = []  # kept alive for the whole job (cuBLAS workspaces)
         self.on_cuda = device.type == "cuda"
+        self.seconds = {"import": 0.0, "prepare": 0.0, "check": 0.0}  # where the job's time went
 
     @property
     def failures(self) -> list[Entry]:
@@ -106,11 +107,23 @@ class Checker:
         for index in range(self.weight_seeds):
             weight_seed = derive_seed(self.seed, "weights", index)
             module, weights, truth = self._prepare(index, weight_seed)
-            for case in self.cases:
-                self.phase("check", case=case.key, weight_seed=index)
-                self._check_case(module, weights, truth, case, index, weight_seed)
-                if len(self.failures) >= MAX_FAILURES:
-                    return
+            started = time.monotonic()
+            try:
+                self._check_all(module, weights, truth, index, weight_seed)
+            finally:
+                self.seconds["check"] += time.monotonic() - started
+            if len(self.failures) >= MAX_FAILURES:
+                return
+
+    def _check_all(self, module, weights, truth, index: int, weight_seed: int) -> None:
+        for case in self.cases:
+            self.phase("check", case=case.key, weight_seed=index)
+            self._check_case(module, weights, truth, case, index, weight_seed)
+            if len(self.failures) >= MAX_FAILURES:
+                return
+        if (changed := self._changed_weights(weights, truth)) is not None:
+            verdict = fail(rules.WEIGHTS_MODIFIED, f"kernel_fn wrote into weight {changed!r}")
+            self.entries.append(self._entry(None, None, index, verdict))
 
     def _entry(self, case: Case | None, variant: str | None, index: int, verdict: Verdict, replay: int | None = None) -> Entry:
         where = "job" if case is None else f"{case.key} [{case.load or 'check only'}]"
@@ -142,20 +155,26 @@ class Checker:
     def _prepare(self, index: int, weight_seed: int) -> tuple[ModuleType, dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         # A fresh import per weight set: nothing the candidate cached for one set survives into the next.
         self.phase("import", weight_seed=index)
+        started = time.monotonic()
         try:
             module = load_candidate(self.source)
         except CandidateLoadError as exc:
             raise self._stop(None, index, rules.IMPORT, str(exc).splitlines()[0]) from None
+        finally:
+            self.seconds["import"] += time.monotonic() - started
         weights = self.problem.make_weights(weight_seed, self.device)
         truth = {name: tensor.clone() for name, tensor in weights.items()}
         handed = dict(weights)  # the candidate may rebind entries of the dict it is given
         self.phase("prepare", weight_seed=index)
+        started = time.monotonic()
         try:
             self.problem.prepare(module, handed)
             self._sync()
         except Exception as exc:
             rule = rules.CUDA_ERROR if is_cuda_error(exc) else rules.PREPARE
             raise self._stop(None, index, rule, f"prepare raised {describe(exc)}") from None
+        finally:
+            self.seconds["prepare"] += time.monotonic() - started
         self.phase("check", weight_seed=index)
         if (changed := self._changed_weights(weights, truth)) is not None:
             raise self._stop(None, index, rules.WEIGHTS_MODIFIED, f"prepare wrote into weight {changed!r}")
@@ -174,6 +193,7 @@ class Checker:
             return
         shape, dtype = self.problem.output_spec(case)
         tolerance = self.problem.tolerance(case)
+        passed: list[tuple[str, Verdict]] = []
         for variant in self.problem.input_variants:
             worst: Verdict | None = None
             previous: torch.Tensor | None = None
@@ -198,10 +218,14 @@ class Checker:
                     self.entries.append(self._entry(case, variant, index, verdict, replay))
                     return
                 worst = verdict if worst is None or verdict.margin > worst.margin else worst
-            if (changed := self._changed_weights(weights, truth)) is not None:
-                self.entries.append(self._entry(case, variant, index, fail(rules.WEIGHTS_MODIFIED, f"kernel_fn wrote into weight {changed!r}")))
-                return
-            self.entries.append(self._entry(case, variant, index, worst))
+            passed.append((variant, worst))
+        # On a GPU every case compares the weights (cheap there), naming the case that wrote;
+        # on the CPU a full comparison costs more than the case, so it runs once per weight set.
+        if self.on_cuda and (changed := self._changed_weights(weights, truth)) is not None:
+            verdict = fail(rules.WEIGHTS_MODIFIED, f"kernel_fn wrote into weight {changed!r}")
+            self.entries.append(self._entry(case, None, index, verdict))
+            return
+        self.entries.extend(self._entry(case, variant, index, worst) for variant, worst in passed)
 
     def _judge(self, out, x_after, inputs, previous, poisoned, truth, case, tolerance) -> Verdict:
         if poisoned and bool(torch.isnan(out).all()):
@@ -277,6 +301,7 @@ def run_check(problem: Problem, source: Path, *, device: torch.device, seed: int
         "kind": "check",
         "status": status,
         "reason": reason,
+        "rule": failures[0].rule if failures else None,  # the first broken rule, for programs
         "problem": problem.name,
         "device": device.type,
         "graph_exercised": checker.on_cuda,
@@ -284,6 +309,7 @@ def run_check(problem: Problem, source: Path, *, device: torch.device, seed: int
         "weight_seeds": checker.weight_seeds,
         "replays": problem.replays,
         "duration_s": round(time.monotonic() - started, 3),
+        "seconds": {phase: round(spent, 3) for phase, spent in checker.seconds.items()},
         "stopped_early": stopped,
         "context_lost": cuda_lost,
         "notes": notes,

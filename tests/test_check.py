@@ -1,0 +1,283 @@
+"""The correctness check on the CPU: the tiny problem end to end through the worker, muse's
+math on small pieces, and every shipped example solution judged for its own reason."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import okc
+from okc.judge import rules
+from okc.judge.check import run_check, select_cases
+from okc.judge.job import write_json
+from okc.judge.loader import CandidateLoadError, load_candidate
+from okc.judge.problem import Case, Tolerance
+from okc.problems import BUILT_IN, load_problem
+
+PROBLEMS_DIR = Path(okc.__file__).resolve().parent / "problems"
+# Cases that expose every wrong muse solution on the CPU while staying cheap there: the
+# sliced unpooler, probe rows on a bf16 layer (o at m = 8), and the router at a larger m.
+MUSE_CPU_CASES = ["o/m=8", "unpooler/m=5", "router/m=9", "router/m=512"]
+PROCESS_RULES = {"timeout", "crash"}  # verdicts only the launcher can give: the worker cannot finish
+
+
+def make_job(job_dir: Path, source: Path, problem_name: str, **fields) -> Path:
+    (job_dir / "candidate").mkdir(parents=True)
+    target = job_dir / "candidate" / source.name
+    target.write_bytes(source.read_bytes())
+    job = {
+        "schema_version": 1, "job_id": job_dir.name, "kind": "check", "problem": problem_name,
+        "candidate": {"number": 1, "name": source.stem, "sha256": "0" * 64, "source": f"candidate/{source.name}"},
+        "against": None, "aa": False, "device": "auto", "seed": None, "prepare_timeout_s": 300,
+        "job_timeout_s": 600, "cases": None, "weight_seeds": None, "bench": {},
+    }
+    job.update(fields)
+    write_json(job_dir / "job.json", job)
+    return job_dir
+
+
+def run_worker(job_dir: Path, timeout: float = 120) -> tuple[int, dict]:
+    done = subprocess.run([sys.executable, "-m", "okc.worker", str(job_dir)], capture_output=True, text=True,
+                          timeout=timeout, cwd=job_dir)
+    (job_dir / "log.txt").write_text(done.stdout + done.stderr)
+    return done.returncode, json.loads((job_dir / "result.json").read_text())
+
+
+# --- the tiny problem, end to end through the worker -----------------------------------------
+
+def test_tiny_baseline_passes_through_the_worker(tmp_path):
+    problem = load_problem("tiny_matvec")
+    job_dir = make_job(tmp_path / "job", problem.baseline_source, "tiny_matvec", device="cpu")
+    code, result = run_worker(job_dir)
+    assert code == 0, (job_dir / "log.txt").read_text()
+    assert result["schema_version"] == 1 and result["job_id"] == "job" and result["kind"] == "check"
+    assert result["status"] == "pass" and result["rule"] is None and result["failures"] == []
+    assert result["device"] == "cpu" and result["graph_exercised"] is False
+    assert "NOT exercised" in result["reason"]
+    entries = len(problem.check_cases()) * len(problem.input_variants) * problem.weight_seeds
+    assert len(result["cases"]) == entries and all(case["passed"] for case in result["cases"])
+    assert {case["load"] for case in result["cases"]} == {"single", "batch", None}
+    env = json.loads((job_dir / "env.json").read_text())
+    assert env["seed"] == result["seed"] and env["torch"] == torch.__version__ and env["okc"] == okc.__version__
+    assert json.loads((job_dir / "phase.json").read_text())["phase"] == "done"
+    assert "PASS proj/m=500" in (job_dir / "log.txt").read_text()
+
+
+def test_worker_reports_a_failure_with_case_rule_value_and_row(tmp_path):
+    source = PROBLEMS_DIR / "tiny_matvec" / "solutions" / "wrong" / "bad_row.py"
+    job_dir = make_job(tmp_path / "job", source, "tiny_matvec", seed=7, weight_seeds=1, cases=["proj/m=500"])
+    code, result = run_worker(job_dir)
+    assert code == 1 and result["status"] == "fail" and result["seed"] == 7 and result["rule"] == "row"
+    failed = [case for case in result["cases"] if not case["passed"]]
+    assert failed[0]["layer"] == "proj" and failed[0]["m"] == 500 and failed[0]["weight_seed"] == 0
+    assert failed[0]["value"] > failed[0]["bound"] == pytest.approx(0.05) and failed[0]["row"] is not None
+    assert re.match(r"proj/m=500 \[check only\] normal input, weight seed 0, replay 0: row: .* > 0\.05 at row \d+",
+                    result["failures"][0])
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        ({"problem": "no_such_problem"}, "unknown problem"),
+        ({"cases": ["proj/m=4"]}, "unknown case"),
+        ({"kind": "paint"}, "unknown job kind"),
+        ({"schema_version": 99}, "schema_version"),
+        ({"weight_seeds": 0}, "weight_seeds"),
+        ({"candidate": {"source": "../../etc/passwd"}}, "inside the job folder"),
+    ],
+)
+def test_worker_refuses_a_bad_job_with_exit_code_2(tmp_path, fields, message):
+    source = load_problem("tiny_matvec").baseline_source
+    job_dir = make_job(tmp_path / "job", source, "tiny_matvec", **fields)
+    code, result = run_worker(job_dir)
+    assert code == 2 and result["status"] == "error" and message in result["reason"]
+
+
+def test_same_seed_same_verdict_and_fresh_seed_otherwise():
+    problem = load_problem("tiny_matvec")
+    first, second = (run_check(problem, problem.baseline_source, device=torch.device("cpu"), seed=11,
+                               weight_seeds=1, log=lambda line: None) for _ in range(2))
+    assert [c["value"] for c in first["cases"]] == [c["value"] for c in second["cases"]]
+    from okc.judge.seeds import fresh_seed
+
+    assert fresh_seed() != fresh_seed()
+
+
+# --- muse_bf16_proj's math, on small pieces ------------------------------------------------
+
+def test_muse_shapes_and_tolerances_are_the_spec():
+    muse = load_problem("muse_bf16_proj")
+    assert muse.layers == ("qkv_gate", "o", "pooler", "unpooler", "router")
+    assert [(load.name, load.m) for load in muse.loads] == [
+        ("decode1", 1), ("decode16", 16), ("decode32", 32), ("verify1", 8), ("verify16", 128), ("verify32", 256)]
+    assert len(muse.scored_cases()) == 30 and len(muse.check_cases()) == 65
+    assert muse.check_ms == (5, 7, 9, 33, 130, 512, 1000)
+    assert muse.weight_seeds == 2 and muse.replays >= 3 and muse.input_variants == ("normal", "outlier")
+    assert muse.tolerance(Case("router", 1)) == Tolerance(whole=1e-4, row_factor=5.0, probe=1e-3)
+    assert muse.tolerance(Case("qkv_gate", 1)) == Tolerance(whole=1e-2, row_factor=5.0, probe=1e-3)
+    assert muse.output_spec(Case("router", 3)) == ((3, 256), torch.float32)
+    assert muse.output_spec(Case("unpooler", 8)) == ((8, 1024), torch.bfloat16)
+    assert muse.output_spec(Case("unpooler", 9)) == ((9, 8192), torch.bfloat16)
+    # pooler at m=1: a 4096 x 8192 bf16 weight read once dominates; FLOPs are 2*m*N*K.
+    assert muse.traffic(Case("pooler", 1)) == (4096 * 8192 * 2 + 8192 * 2 + 4096 * 2, 2 * 4096 * 8192)
+    assert muse.traffic(Case("unpooler", 1))[1] == 2 * 1024 * 4096  # only the slice is computed
+    assert muse.floor_us(Case("pooler", 1)) == pytest.approx(67.1e6 / 4.8e12 * 1e6, rel=1e-2)
+
+
+@pytest.mark.parametrize("layer, m", [("router", 9), ("unpooler", 8), ("unpooler", 16), ("o", 33)])
+def test_muse_probe_rows_are_exact_scaled_weight_columns(layer, m):
+    muse = load_problem("muse_bf16_proj")
+    spec = muse.layer(layer)
+    generator = torch.Generator().manual_seed(3)
+    weights = {layer: (torch.randn(spec.n, spec.k, generator=generator) / spec.k**0.5).to(spec.weight_dtype)}
+    case = Case(layer, m)
+    for seed in range(4):
+        inputs = muse.make_input(case, seed, "outlier", torch.device("cpu"))
+        assert inputs.x.dtype == spec.x_dtype and inputs.x.shape == (m, spec.k)
+        assert len(inputs.probe_rows) >= 1  # m >= 8
+        ref = muse.reference(weights, case, inputs.x)
+        assert ref.shape == muse.output_spec(case)[0] and ref.dtype == spec.out_dtype
+        expected = (inputs.x.double() @ weights[layer][: ref.shape[1]].double().T).to(spec.out_dtype)
+        assert torch.equal(ref, expected)
+        for row in inputs.probe_rows:
+            (column,) = inputs.x[row].nonzero()[0].tolist()
+            value = float(inputs.x[row, column])
+            assert value != 0 and abs(value) == 2.0 ** round(torch.log2(torch.tensor(abs(value))).item())
+            assert torch.equal(ref[row], (value * weights[layer][: ref.shape[1], column].double()).to(spec.out_dtype))
+
+
+def test_muse_outlier_variant_scales_a_few_columns():
+    muse = load_problem("muse_bf16_proj")
+    case = Case("o", 64)
+    normal = muse.make_input(case, 5, "normal", torch.device("cpu")).x.float()
+    outlier = muse.make_input(case, 5, "outlier", torch.device("cpu"))
+    column_max = outlier.x.float().abs().amax(dim=0)
+    assert (column_max > 50).sum() == 4 and normal.abs().max() < 10
+
+
+# --- the rules, on constructed outputs -------------------------------------------------------
+
+@pytest.mark.parametrize(
+    "tweak, rule, row",
+    [
+        (lambda out: out, None, None),
+        (lambda out: out.index_fill(0, torch.tensor([3]), float("inf")), rules.NONFINITE, 3),
+        (lambda out: out * 1.02, rules.WHOLE, None),
+        (lambda out: out.index_put((torch.tensor([6]),), out[6] * 1.07), rules.ROW, 6),
+        (lambda out: out.index_put((torch.tensor([0]),), out[0] * 1.002), rules.PROBE, 0),
+    ],
+)
+def test_check_values_names_the_rule_and_row(tweak, rule, row):
+    generator = torch.Generator().manual_seed(0)
+    ref = torch.randn(400, 64, generator=generator, dtype=torch.float64)  # one row in 400 hides in the whole
+    ref[0] = 0
+    ref[0, 5] = 0.25  # a probe row: small, so only its own bound sees a 0.2% error
+    ref[1] = 1e-9  # a near-zero row: the floored norm keeps its ratio bounded
+    verdict = rules.check_values(tweak(ref.clone()), ref, Tolerance(whole=1e-2, probe=1e-3), probe_rows=(0,))
+    assert verdict.passed is (rule is None)
+    if rule is not None:
+        assert verdict.rule == rule and verdict.row == row
+
+
+def test_check_form_wants_exactly_a_tensor_of_the_right_shape_and_dtype():
+    cpu = torch.device("cpu")
+    good = torch.zeros(2, 3)
+    assert rules.check_form(good, (2, 3), torch.float32, cpu) is None
+    assert rules.check_form(torch.nn.Parameter(good), (2, 3), torch.float32, cpu).rule == rules.TYPE
+    assert rules.check_form(good.numpy(), (2, 3), torch.float32, cpu).rule == rules.TYPE
+    assert rules.check_form(good, (3, 2), torch.float32, cpu).rule == rules.SHAPE
+    assert rules.check_form(good.double(), (2, 3), torch.float32, cpu).rule == rules.DTYPE
+
+
+def test_select_cases_filters_in_problem_order_and_rejects_unknown_keys():
+    tiny = load_problem("tiny_matvec")
+    assert [c.key for c in select_cases(tiny, ["gate/m=500", "proj/m=1"])] == ["proj/m=1", "gate/m=500"]
+    with pytest.raises(ValueError, match="unknown case.*proj/m=2.*has: proj/m=1"):
+        select_cases(tiny, ["proj/m=2"])
+
+
+def test_load_problem_by_name_or_dotted_path():
+    assert load_problem("tiny_matvec") is load_problem("okc.problems.tiny_matvec")
+    with pytest.raises(ValueError, match="muse_bf16_proj, tiny_matvec"):
+        load_problem("nope")
+    with pytest.raises(ValueError, match="no PROBLEM"):
+        load_problem("okc.judge.rules")
+
+
+# --- the loader ---------------------------------------------------------------------------------
+
+def test_loader_gives_each_load_its_own_module_and_imports_folders(tmp_path):
+    source = tmp_path / "counter.py"
+    source.write_text("calls = []\n")
+    first, second = load_candidate(source), load_candidate(source)
+    first.calls.append(1)
+    assert first.__name__ != second.__name__ and second.calls == []
+    folder = tmp_path / "017_folder"
+    folder.mkdir()
+    (folder / "kernels.py").write_text("SCALE = 3\n")
+    (folder / "submission.py").write_text("from . import kernels\nimport kernels as same\nSCALE = kernels.SCALE * same.SCALE\n")
+    assert load_candidate(folder).SCALE == 9
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("import okc_missing_module\n", "ModuleNotFoundError: No module named 'okc_missing_module'"),
+        ("x = 1\nraise SystemExit(3)\n", "SystemExit: 3"),
+        ("def broken(:\n", "SyntaxError"),
+    ],
+)
+def test_loader_turns_import_failures_into_a_message(tmp_path, text, expected):
+    source = tmp_path / "bad.py"
+    source.write_text(text)
+    with pytest.raises(CandidateLoadError, match=re.escape(expected)):
+        load_candidate(source)
+    with pytest.raises(CandidateLoadError, match="folder candidate needs a submission.py"):
+        load_candidate(tmp_path)
+
+
+# --- every shipped solution, judged for its own reason ---------------------------------------
+
+def _solutions():
+    for name in BUILT_IN:
+        for kind in ("correct", "wrong"):
+            for path in sorted((PROBLEMS_DIR / name / "solutions" / kind).glob("*.py")):
+                doc = path.read_text().split('"""')[1] if path.read_text().startswith('"""') else ""
+                match = re.search(r"^Rule: (.+)$", doc, re.MULTILINE)
+                expected = set(match.group(1).split(" | ")) if match else set()
+                marks = [pytest.mark.gpu] if "GPU only" in doc else []
+                yield pytest.param(name, path, kind, expected, id=f"{name}-{kind}-{path.stem}", marks=marks)
+
+
+@pytest.mark.parametrize("problem_name, path, kind, expected", list(_solutions()))
+def test_solution_is_judged_for_its_reason(tmp_path, problem_name, path, kind, expected):
+    assert (kind == "wrong") == bool(expected), f"{path.name}: a wrong solution's docstring names its Rule"
+    cases = MUSE_CPU_CASES if problem_name == "muse_bf16_proj" else None
+    if expected & PROCESS_RULES:
+        from okc.jobs import run_local
+
+        # A hang is only ended by the launcher's job limit; a crash ends the job by itself.
+        job_timeout_s = 15 if "timeout" in expected else 120
+        job_dir = make_job(tmp_path / "job", path, problem_name, cases=cases, weight_seeds=1,
+                           prepare_timeout_s=2, job_timeout_s=job_timeout_s)
+        result = run_local(job_dir)
+        if path.stem == "hang_prepare":
+            assert result.status == "timeout" and "prepare exceeded its 2 s limit" in result.reason
+        elif expected == {"timeout"}:
+            assert result.status == "timeout"
+        else:
+            assert result.status in ("fail", "error") and "died of SIG" in result.reason
+        return
+    problem = load_problem(problem_name)
+    device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    result = run_check(problem, path, device=device, seed=2024, weight_seeds=1, cases=cases, log=lambda line: None)
+    if kind == "correct":
+        assert result["status"] == "pass", result["failures"]
+    else:
+        assert result["status"] == "fail" and result["rule"] in expected, result["failures"]
