@@ -357,6 +357,36 @@ def plot(
 
 
 # ---------------------------------------------------------------------------------------
+# Experiments: tuning sweeps
+
+
+@app.command()
+@handles_errors
+def sweep(
+    name: str = typer.Argument(..., help="The sweep: experiments/NAME.yaml."),
+    on: Optional[str] = typer.Option(None, "--on", help="Pods from pod.yaml, comma-separated, or 'local'."),
+    emit: Optional[int] = typer.Option(None, "--emit", help="Write the winners into a new candidate NNN."),
+    gpus: Optional[int] = typer.Option(None, "--gpus", help="Use at most this many GPUs per target."),
+    fmt: str = typer.Option("table", "--format", help=FORMAT_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Same as --format json."),
+) -> None:
+    """Run (or resume) a tuning sweep: screen every point, keep the best per shape, check them, re-measure.
+
+    Example: okc sweep gemv_decode --on h200a,h200b --emit 040
+    """
+    from okc import sweepview
+    from okc.funnel import run_sweep
+
+    fmt = output_format(fmt, as_json)
+    with sweepview.LiveView(err.get()) as view:
+        result = run_sweep(load_lab(), name, on=on, emit=emit, gpus=gpus, on_progress=view.update,
+                           on_message=lambda line: err.print(line, markup=False))
+    tables = [sweepview.winners_table(result)] + ([sweepview.failures_table(result)] if result.failed else [])
+    lines = [f"emitted {result.emitted} (check it: okc check {result.emitted.name[:3]})"] if result.emitted else []
+    show(tables, fmt, *lines)
+
+
+# ---------------------------------------------------------------------------------------
 # Pods: sync, status, trust, and remote jobs
 
 

@@ -28,6 +28,7 @@ KINDS = {
     "check": "okc.judge.check:run_job",
     "bench": "okc.judge.bench:run_job",
     "floor": "okc.judge.floor:run_job",
+    "time": "okc.judge.sweep:run_job",
 }
 PASSING = ("pass", "ok")
 

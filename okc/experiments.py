@@ -1,0 +1,303 @@
+"""Sweep definitions: experiments/NAME.yaml parsed into frozen dataclasses, and their templates.
+
+A definition names a template candidate, the shapes it targets, the parameter sets to try
+(a ``grid`` of lists, crossed, or an explicit list of ``points``) and the funnel's
+settings. A template is a candidate whose module level holds exactly one ``PARAMS = {...}``
+(the parameters a point runs with) and one ``PARAMS_BY_SHAPE = {...}`` (the per-shape
+winners an emitted candidate runs with); okc rewrites those two assignments and nothing
+else (experiments/README.md documents the convention).
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import itertools
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from okc.errors import CandidateError, ConfigError
+
+PARAMS_NAME = "PARAMS"
+TABLE_NAME = "PARAMS_BY_SHAPE"
+SHAPE_KEY = re.compile(r"^(?P<layer>[A-Za-z_]\w*)/m=(?P<m>[1-9]\d*)$")
+EXPERIMENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
+POINT_ID_CHARS = 10
+MAX_POINTS = 10_000  # a grid this large is a typo, not a sweep
+KNOWN_KEYS = ("template", "shapes", "grid", "points", "funnel", "description")
+SCALARS = (bool, int, float, str, type(None))
+
+
+@dataclass(frozen=True)
+class Funnel:
+    """Screen everything cheaply, keep the best few per shape, re-measure and check those."""
+
+    screen_pairs: int = 20
+    keep: int = 3
+    target_half_width: float = 0.01
+    min_pairs: int = 50
+    max_pairs: int = 2000
+    neighbours: tuple[int, ...] = ()  # extra m values every kept point is checked at
+
+    def __post_init__(self) -> None:
+        for name in ("screen_pairs", "keep", "min_pairs", "max_pairs"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"funnel.{name} must be a positive integer, got {value!r}")
+        if self.max_pairs < self.min_pairs:
+            raise ConfigError(f"funnel.max_pairs ({self.max_pairs}) must not be below funnel.min_pairs ({self.min_pairs})")
+        value = self.target_half_width
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
+            raise ConfigError(f"funnel.target_half_width is relative (0.01 = 1%), got {value!r}")
+        if not all(isinstance(m, int) and not isinstance(m, bool) and m > 0 for m in self.neighbours):
+            raise ConfigError(f"funnel.neighbours must be a list of positive m values, got {list(self.neighbours)!r}")
+
+
+@dataclass(frozen=True)
+class Point:
+    """One parameter set; its id is a stable hash of the parameters."""
+
+    params_json: str  # canonical JSON (sorted keys): hashable and exact
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return json.loads(self.params_json)
+
+    @property
+    def id(self) -> str:
+        return hashlib.sha256(self.params_json.encode()).hexdigest()[:POINT_ID_CHARS]
+
+    @classmethod
+    def of(cls, params: dict[str, Any]) -> Point:
+        return cls(json.dumps(params, sort_keys=True, separators=(",", ":")))
+
+    def label(self) -> str:
+        return " ".join(f"{k}={v}" for k, v in self.params.items())
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str
+    path: Path  # the YAML file
+    template: Path
+    shapes: tuple[str, ...]
+    points: tuple[Point, ...]
+    funnel: Funnel = field(default_factory=Funnel)
+    description: str = ""
+
+    @property
+    def layers(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(SHAPE_KEY.match(shape)["layer"] for shape in self.shapes))
+
+    def check_cases(self) -> list[str]:
+        """What a kept point is checked on: every shape, and every layer of them at the neighbour m values."""
+        extra = [f"{layer}/m={m}" for layer in self.layers for m in self.funnel.neighbours]
+        return list(dict.fromkeys([*self.shapes, *extra]))
+
+    def fingerprint(self) -> str:
+        """sha256 of the definition and the template: a run resumes only an unchanged sweep."""
+        digest = hashlib.sha256()
+        for path in (self.path, self.template):
+            digest.update(path.read_bytes() + b"\0")
+        return digest.hexdigest()
+
+
+def _where(path: Path) -> str:
+    return path.name
+
+
+def load_experiment(experiments_dir: Path, name: str) -> Experiment:
+    """Parse experiments/NAME.yaml (NAME may also be a path to a .yaml file)."""
+    import yaml
+
+    path = Path(name)
+    if path.suffix not in (".yaml", ".yml"):
+        if not EXPERIMENT_NAME.match(name):
+            raise ConfigError(f"experiment name {name!r}: letters, digits, '_' and '-' (the file is experiments/NAME.yaml)")
+        path = experiments_dir / f"{name}.yaml"
+    if not path.is_file():
+        known = sorted(p.stem for p in experiments_dir.glob("*.yaml")) if experiments_dir.is_dir() else []
+        raise ConfigError(f"no sweep definition {path}; defined: {', '.join(known) or 'none'}")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{path.name}: not valid YAML{line}: {getattr(exc, 'problem', None) or exc}") from None
+    return parse_experiment(data, path)
+
+
+def parse_experiment(data: Any, path: Path) -> Experiment:
+    where = _where(path)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a mapping with template, shapes, grid (or points) and funnel")
+    unknown = sorted(set(map(str, data)) - set(KNOWN_KEYS))
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)} (known: {', '.join(KNOWN_KEYS)})")
+    for key in ("template", "shapes"):
+        if key not in data:
+            raise ConfigError(f"{where}: missing '{key}'")
+    template = _template_path(data["template"], path)
+    defaults = template_params(template)
+    shapes = _shapes(data["shapes"], where)
+    if ("grid" in data) == ("points" in data):
+        raise ConfigError(f"{where}: give either 'grid' (lists crossed) or 'points' (a list of parameter sets), not both or neither")
+    points = _grid(data["grid"], where) if "grid" in data else _points(data["points"], where)
+    for point in points:
+        unknown = sorted(set(point.params) - set(defaults))
+        if unknown:
+            raise ConfigError(f"{where}: parameter(s) {', '.join(unknown)} are not in {template.name}'s {PARAMS_NAME} "
+                              f"(it has: {', '.join(defaults) or 'none'})")
+    funnel_data = data.get("funnel") or {}
+    if not isinstance(funnel_data, dict):
+        raise ConfigError(f"{where}: 'funnel' must be a mapping (screen_pairs, keep, target_half_width, max_pairs, neighbours)")
+    known = set(Funnel.__dataclass_fields__)
+    bad = sorted(set(map(str, funnel_data)) - known)
+    if bad:
+        raise ConfigError(f"{where}: unknown funnel key(s) {', '.join(bad)} (known: {', '.join(sorted(known))})")
+    if "neighbours" in funnel_data:
+        neighbours = funnel_data["neighbours"]
+        if not isinstance(neighbours, list):
+            raise ConfigError(f"{where}: funnel.neighbours must be a list of m values, got {neighbours!r}")
+        funnel_data = {**funnel_data, "neighbours": tuple(neighbours)}
+    description = data.get("description") or ""
+    return Experiment(path.stem, path, template, shapes, points, Funnel(**funnel_data), str(description))
+
+
+def _template_path(value: Any, path: Path) -> Path:
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"{_where(path)}: 'template' must be a path to a .py file, got {value!r}")
+    template = (path.parent / value).resolve()
+    if not template.is_file() or template.suffix != ".py":
+        raise ConfigError(f"{_where(path)}: template {value!r} is not a .py file (paths are relative to {path.parent})")
+    return template
+
+
+def _shapes(value: Any, where: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not value:
+        raise ConfigError(f"{where}: 'shapes' must be a non-empty list of case keys like qkv_gate/m=1")
+    for shape in value:
+        if not isinstance(shape, str) or not SHAPE_KEY.match(shape):
+            raise ConfigError(f"{where}: shape {shape!r} is not a case key like qkv_gate/m=1")
+    if len(set(value)) != len(value):
+        raise ConfigError(f"{where}: 'shapes' lists a shape twice")
+    return tuple(value)
+
+
+def _check_value(value: Any, where: str, name: str) -> None:
+    if not isinstance(value, SCALARS):
+        raise ConfigError(f"{where}: parameter {name} must take numbers, strings, booleans or null, got {value!r}")
+
+
+def _grid(value: Any, where: str) -> tuple[Point, ...]:
+    if not isinstance(value, dict) or not value:
+        raise ConfigError(f"{where}: 'grid' must map each parameter to a list of values, e.g. BLOCK_N: [64, 128]")
+    names = [str(name) for name in value]
+    columns = []
+    for name, options in value.items():
+        if not isinstance(options, list) or not options:
+            raise ConfigError(f"{where}: grid.{name} must be a non-empty list of values, got {options!r}")
+        for option in options:
+            _check_value(option, where, str(name))
+        columns.append(options)
+    size = 1
+    for options in columns:
+        size *= len(options)
+    if size > MAX_POINTS:
+        raise ConfigError(f"{where}: the grid has {size} points; more than {MAX_POINTS} is surely a mistake")
+    return _unique([Point.of(dict(zip(names, combo))) for combo in itertools.product(*columns)], where)
+
+
+def _points(value: Any, where: str) -> tuple[Point, ...]:
+    if not isinstance(value, list) or not value:
+        raise ConfigError(f"{where}: 'points' must be a non-empty list of parameter mappings")
+    points = []
+    for index, entry in enumerate(value):
+        if not isinstance(entry, dict) or not entry:
+            raise ConfigError(f"{where}: points[{index}] must be a mapping of parameter: value, got {entry!r}")
+        for name, option in entry.items():
+            _check_value(option, where, str(name))
+        points.append(Point.of({str(k): v for k, v in entry.items()}))
+    return _unique(points, where)
+
+
+def _unique(points: list[Point], where: str) -> tuple[Point, ...]:
+    if len({p.id for p in points}) != len(points):
+        raise ConfigError(f"{where}: two points have the same parameters")
+    return tuple(points)
+
+
+# -- templates -------------------------------------------------------------------------
+
+
+def _assignment(tree: ast.Module, name: str, template: Path) -> ast.Assign:
+    found = [node for node in tree.body if isinstance(node, ast.Assign)
+             and any(isinstance(t, ast.Name) and t.id == name for t in node.targets)]
+    if len(found) != 1:
+        raise ConfigError(f"template {template.name}: needs exactly one module-level `{name} = {{...}}` "
+                          f"(found {len(found)}); see experiments/README.md")
+    return found[0]
+
+
+def _parse_template(template: Path) -> tuple[str, ast.Module]:
+    source = template.read_text(encoding="utf-8")
+    try:
+        return source, ast.parse(source, filename=str(template))
+    except SyntaxError as exc:
+        raise ConfigError(f"template {template.name}: syntax error at line {exc.lineno}: {exc.msg}") from None
+
+
+def template_params(template: Path) -> dict[str, Any]:
+    """The template's own PARAMS (the defaults); also checks that PARAMS_BY_SHAPE is there."""
+    _, tree = _parse_template(template)
+    _assignment(tree, TABLE_NAME, template)
+    node = _assignment(tree, PARAMS_NAME, template)
+    try:
+        value = ast.literal_eval(node.value)
+    except ValueError:
+        raise ConfigError(f"template {template.name}: {PARAMS_NAME} must be a literal dict") from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"template {template.name}: {PARAMS_NAME} must be a dict, got {type(value).__name__}")
+    return value
+
+
+def _replace(source: str, node: ast.Assign, text: str) -> str:
+    lines = source.splitlines(keepends=True)
+    start, end = node.lineno - 1, node.end_lineno
+    return "".join(lines[:start]) + text + "".join(lines[end:])
+
+
+def materialise(template: Path, params: dict[str, Any], note: str) -> str:
+    """The template's source with PARAMS replaced by ``params`` (the template's defaults filled in)."""
+    source, tree = _parse_template(template)
+    merged = {**template_params(template), **params}
+    return _replace(source, _assignment(tree, PARAMS_NAME, template), f"{PARAMS_NAME} = {merged!r}  # {note}\n")
+
+
+def emit_source(template: Path, table: dict[tuple[str, int], dict[str, Any]], note: str) -> str:
+    """The template's source with PARAMS_BY_SHAPE holding ``table`` ((layer, m) -> parameters)."""
+    source, tree = _parse_template(template)
+    defaults = template_params(template)
+    rows = "".join(f"    {key!r}: {({**defaults, **params})!r},\n" for key, params in sorted(table.items()))
+    text = f"# {note}\n{TABLE_NAME} = {{\n{rows}}}\n"
+    return _replace(source, _assignment(tree, TABLE_NAME, template), text)
+
+
+def emit_candidate(candidates_dir: Path, number: int, name: str, source: str) -> Path:
+    """Write candidates/NNN_<name>.py; refuses a number already taken."""
+    from okc.candidates import discover
+
+    if not 0 <= number <= 999:
+        raise ConfigError(f"--emit takes a candidate number from 0 to 999, got {number}")
+    taken = [c for c in discover(candidates_dir) if c.number == number]
+    if taken:
+        raise CandidateError(f"candidate {number:03d} exists already ({taken[0].path.name}); pick a free number")
+    slug = re.sub(r"[^A-Za-z0-9_-]", "_", name)
+    path = candidates_dir / f"{number:03d}_{slug}.py"
+    path.write_text(source, encoding="utf-8")
+    return path

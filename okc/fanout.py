@@ -1,0 +1,139 @@
+"""Fan-out: run many job folders at once, one per GPU, over this machine and any pods.
+
+A :class:`Slot` is one GPU of one target. Locally each slot pins its jobs with
+CUDA_VISIBLE_DEVICES and holds a per-GPU file lock while a job runs (two sweeps never
+share a GPU); on a pod the agent takes the pod's own per-GPU lock and picks the GPU, so
+a pod with ``gpus: N`` gets N slots. One thread per slot takes tasks from a shared queue
+until it is empty.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import queue
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from okc.errors import ConfigError
+from okc.jobs import resolve_target, run_local, worker_env
+from okc.results import JobResult, load_result
+
+GPU_COUNT_TIMEOUT_S = 60.0
+JOIN_POLL_S = 0.2  # the main thread wakes this often, so Ctrl-C reaches it
+LOCKS_DIR = ".gpu-locks"  # under the results folder
+
+
+@dataclass(frozen=True)
+class Slot:
+    target: str  # "local" or a pod name
+    gpu: int | None  # the local GPU a job is pinned to; None: the CPU, or a pod (its agent picks)
+    pod: Any = None  # okc.pod.Pod for a pod slot
+
+    @property
+    def label(self) -> str:
+        return self.target if self.gpu is None else f"{self.target}:gpu{self.gpu}"
+
+
+def local_gpu_count() -> int:
+    """CUDA devices here, asked of a short-lived process (the CLI never imports torch)."""
+    probe = "import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)"
+    try:
+        done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                              timeout=GPU_COUNT_TIMEOUT_S, env=worker_env())
+        return int(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else 0
+    except (subprocess.TimeoutExpired, ValueError, IndexError):
+        return 0
+
+
+def slots_for(lab, on: str | None, gpus: int | None = None) -> list[Slot]:
+    """The slots of ``--on`` (comma-separated pods, or 'local'); ``gpus`` caps the GPUs used per target."""
+    names = [name.strip() for name in on.split(",")] if on else [None]
+    if any(name == "" for name in names) or len(set(names)) != len(names):
+        raise ConfigError(f"--on {on!r}: name each pod once, separated by commas (e.g. --on h200a,h200b)")
+    slots: list[Slot] = []
+    for name in names:
+        pod = resolve_target(lab, name)
+        if pod is None:
+            count = local_gpu_count()
+            if gpus is not None:
+                count = min(count, gpus)
+            slots += [Slot("local", i) for i in range(count)] or [Slot("local", None)]
+        else:
+            count = pod.gpus if gpus is None else min(pod.gpus, gpus)
+            slots += [Slot(pod.name, None, pod) for _ in range(count)]
+    return slots
+
+
+@contextlib.contextmanager
+def gpu_lock(results: Path, gpu: int | None):
+    """Hold this machine's lock on ``gpu`` (nothing to hold for the CPU)."""
+    if gpu is None:
+        yield
+        return
+    folder = results / LOCKS_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / f"gpu{gpu}.lock", "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)  # released by close, or by the kernel if we die
+        yield
+
+
+def run_on(lab, slot: Slot, job_dir: Path, cancel: threading.Event) -> JobResult:
+    """Run a prepared job folder on ``slot``; its result."""
+    if slot.pod is None:
+        env = {"CUDA_VISIBLE_DEVICES": str(slot.gpu)} if slot.gpu is not None else None
+        with gpu_lock(lab.results, slot.gpu):
+            return run_local(job_dir, env=env, cancel=cancel)
+    from okc.remote import run_remote_job
+
+    run_remote_job(lab, slot.pod, job_dir)
+    return load_result(job_dir)
+
+
+def execute(slots: list[Slot], tasks: Iterable, run_one: Callable[[Slot, Any], None], cancel: threading.Event) -> None:
+    """Run every task on the first free slot; the first error (or Ctrl-C) stops the rest.
+
+    On Ctrl-C local jobs are killed; a pod's job keeps running there (remote jobs are
+    detached by design) and its result is simply not waited for.
+    """
+    pending: queue.Queue = queue.Queue()
+    for task in tasks:
+        pending.put(task)
+    errors: list[BaseException] = []
+
+    def work(slot: Slot) -> None:
+        while not cancel.is_set():
+            try:
+                task = pending.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                run_one(slot, task)
+            except KeyboardInterrupt:  # run_local's answer to the cancel event
+                return
+            except BaseException as exc:
+                errors.append(exc)
+                cancel.set()
+                return
+
+    threads = [threading.Thread(target=work, args=(slot,), name=slot.label, daemon=True) for slot in slots]
+    for thread in threads:
+        thread.start()
+    try:
+        while any(thread.is_alive() for thread in threads):
+            for thread in threads:
+                thread.join(JOIN_POLL_S)
+    except KeyboardInterrupt:
+        cancel.set()
+        for thread in threads:
+            if thread.is_alive() and not thread.name.startswith("local"):
+                continue  # a pod's thread is following a detached job: do not wait for it
+            thread.join()
+        raise
+    if errors:
+        raise errors[0]

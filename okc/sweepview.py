@@ -1,0 +1,78 @@
+"""What ``okc sweep`` shows: a live panel while it runs, and the winners table at the end."""
+
+from __future__ import annotations
+
+import threading
+
+from okc.funnel import Progress, SweepResult
+from okc.tables import Table
+
+REFRESH_PER_S = 4
+
+
+def _eta(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+class LiveView:
+    """A rich Live panel: stage, jobs done / total, failures, best speedup so far per shape, ETA."""
+
+    def __init__(self, console) -> None:
+        from rich.live import Live
+
+        self._lock = threading.Lock()
+        self._progress: Progress | None = None
+        self.live = Live(self._render(), console=console, refresh_per_second=REFRESH_PER_S, transient=True,
+                         get_renderable=self._render)
+
+    def _render(self):
+        from rich.table import Table as RichTable
+
+        progress = self._progress
+        table = RichTable(box=None, show_header=True, title_justify="left")
+        if progress is None:
+            table.title = "sweep: starting"
+            return table
+        table.title = (f"sweep {progress.stage}: {progress.done}/{progress.total} jobs, {progress.failed} failed, "
+                       f"ETA {_eta(progress.eta_s)}")
+        table.add_column("shape")
+        table.add_column("best point")
+        table.add_column("speedup", justify="right")
+        for shape, (point, speedup) in sorted(progress.best.items()):
+            table.add_row(shape, point, f"{speedup:.3f}")
+        return table
+
+    def update(self, progress: Progress) -> None:
+        with self._lock:
+            self._progress = progress
+
+    def __enter__(self) -> LiveView:
+        self.live.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.live.stop()
+
+
+def _ci(ci) -> str:
+    return f"{ci[0]:.4g}..{ci[1]:.4g}" if ci else "-"
+
+
+def winners_table(result: SweepResult) -> Table:
+    rows = [
+        [shape, win["point"], win["time_us"], _ci(win.get("ci")), win["speedup"], _ci(win.get("speedup_ci")), win["job"]]
+        for shape, win in sorted(result.winners.items())
+    ]
+    return Table(
+        title=f"winners of run {result.run.run_id} ({result.points} points, {len(result.failed)} failed)",
+        columns=("shape", "point", "time_us", "time CI", "speedup", "speedup CI", "job"),
+        rows=rows,
+    )
+
+
+def failures_table(result: SweepResult) -> Table:
+    return Table(title="failed points", columns=("point", "reason"),
+                 rows=[[point, reason] for point, reason in sorted(result.failed.items())])

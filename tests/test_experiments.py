@@ -1,0 +1,249 @@
+"""Sweeps on the CPU problem: definitions, the funnel to completion, failing points, resume, emit, sshd."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from okc.cli import app
+from okc.errors import CandidateError, ConfigError
+from okc.experiments import Point, load_experiment, materialise
+from okc.funnel import TABLE_FILE, latest_run, run_sweep
+from okc.lab import find_lab
+from okc.problems.tiny_matvec import PROBLEM as TINY
+
+from conftest import write_lab
+
+# A template whose points differ in speed (a sleep), in correctness and in whether they import.
+TEMPLATE = '''\
+import time
+
+import torch
+import torch.nn.functional as F
+
+PARAMS = {"MODE": "right", "DELAY_MS": 0}
+PARAMS_BY_SHAPE = {}
+
+if PARAMS["MODE"] == "broken":
+    raise ImportError("this point does not compile")
+
+_weights = {}
+
+
+def params_for(layer, m):
+    if not PARAMS_BY_SHAPE:
+        return PARAMS
+    tabled = sorted(tm for (name, tm) in PARAMS_BY_SHAPE if name == layer and tm >= m)
+    return PARAMS_BY_SHAPE[(layer, tabled[0])] if tabled else None
+
+
+def prepare(weights):
+    _weights.clear()
+    _weights.update(weights)
+
+
+def kernel_fn(x, layer):
+    params = params_for(layer, x.shape[0]) or {"MODE": "right", "DELAY_MS": 0}
+    time.sleep(params["DELAY_MS"] / 1000)
+    w = _weights[layer]
+    if layer == "proj" and x.shape[0] <= 2:
+        w = w[:32]
+    out = F.linear(x.to(w.dtype), w)
+    if params["MODE"] == "wrong":
+        out = out * 1.5
+    return out.to(torch.float32 if layer == "gate" else x.dtype)
+'''
+
+FAST = {"MODE": "right", "DELAY_MS": 1}
+SLOW = {"MODE": "right", "DELAY_MS": 4}
+WRONG = {"MODE": "wrong", "DELAY_MS": 0}  # the fastest of all: screened first, caught by the check
+BROKEN = {"MODE": "broken", "DELAY_MS": 0}
+SHAPES = ["proj/m=1", "gate/m=8"]
+FUNNEL = {"screen_pairs": 3, "keep": 1, "target_half_width": 0.5, "min_pairs": 6, "max_pairs": 8, "neighbours": [3]}
+
+
+def definition(points, shapes=SHAPES, **funnel) -> dict:
+    return {"template": "templates/probe.py", "shapes": shapes, "points": points, "funnel": {**FUNNEL, **funnel}}
+
+
+@pytest.fixture
+def tiny_lab(tmp_path, monkeypatch):
+    root = write_lab(tmp_path / "tiny", problem="tiny_matvec", baseline=TINY.baseline_source)
+    (root / "experiments" / "templates").mkdir(parents=True)
+    (root / "experiments" / "templates" / "probe.py").write_text(TEMPLATE)
+    monkeypatch.setenv("OKC_LAB", str(root))
+    monkeypatch.chdir(root)
+    return find_lab()
+
+
+def write_sweep(lab, name: str, data) -> None:
+    (lab.experiments / f"{name}.yaml").write_text(yaml.safe_dump(data) if not isinstance(data, str) else data)
+
+
+def table(lab, name: str) -> list[dict]:
+    run = latest_run(lab, load_experiment(lab.experiments, name))
+    return run.load().rows
+
+
+# -- definitions -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"template": "templates/missing.py"}, "is not a .py file"),
+    ({"shapes": ["proj/m=one"]}, "is not a case key like qkv_gate/m=1"),
+    ({"shapes": []}, "non-empty list of case keys"),
+    ({"grid": {"MODE": ["right"]}}, "either 'grid'"),
+    ({"points": [{"MODE": "right", "TILE": 4}]}, "TILE are not in probe.py's PARAMS"),
+    ({"points": [FAST, dict(FAST)]}, "two points have the same parameters"),
+    ({"points": [{"MODE": [1, 2]}]}, "numbers, strings, booleans or null"),
+    ({"funnel": {"keep": 0}}, "funnel.keep must be a positive integer"),
+    ({"funnel": {"target_half_width": 5}}, "funnel.target_half_width is relative"),
+    ({"funnel": {"max_pairs": 3}}, "must not be below funnel.min_pairs"),
+    ({"funnel": {"neighbours": [0]}}, "funnel.neighbours must be a list of positive m values"),
+    ({"funnel": {"pairs": 3}}, "unknown funnel key(s) pairs"),
+    ({"shape": ["proj/m=1"]}, "unknown key(s) shape"),
+])
+def test_a_bad_definition_is_refused_with_a_message_that_says_what(tiny_lab, change, message):
+    data = {**definition([FAST]), **change}
+    write_sweep(tiny_lab, "bad", data)
+    with pytest.raises(ConfigError) as caught:
+        load_experiment(tiny_lab.experiments, "bad")
+    assert message in str(caught.value)
+
+
+@pytest.mark.parametrize("template, message", [
+    ("PARAMS = {}\n", "exactly one module-level `PARAMS_BY_SHAPE"),
+    ("PARAMS_BY_SHAPE = {}\nPARAMS = dict(a=1)\n", "PARAMS must be a literal dict"),
+    ("PARAMS_BY_SHAPE = {}\nPARAMS = {}\nPARAMS = {}\n", "found 2"),
+    ("PARAMS = {\n", "syntax error at line"),
+])
+def test_a_template_without_the_convention_is_refused(tiny_lab, template, message):
+    (tiny_lab.experiments / "templates" / "probe.py").write_text(template)
+    write_sweep(tiny_lab, "bad", definition([{}]))
+    with pytest.raises(ConfigError) as caught:
+        load_experiment(tiny_lab.experiments, "bad")
+    assert message in str(caught.value)
+
+
+def test_invalid_yaml_and_a_missing_sweep_name_their_file(tiny_lab):
+    write_sweep(tiny_lab, "broken", "shapes: [proj/m=1\n")
+    with pytest.raises(ConfigError, match="broken.yaml: not valid YAML at line"):
+        load_experiment(tiny_lab.experiments, "broken")
+    with pytest.raises(ConfigError, match="no sweep definition .*nothere.yaml; defined: broken"):
+        load_experiment(tiny_lab.experiments, "nothere")
+
+
+def test_a_grid_is_crossed_and_point_ids_hash_the_parameters_not_their_order(tiny_lab):
+    data = definition([FAST])
+    del data["points"]
+    write_sweep(tiny_lab, "grid", {**data, "grid": {"MODE": ["right", "wrong"], "DELAY_MS": [0, 1, 2]}})
+    experiment = load_experiment(tiny_lab.experiments, "grid")
+    assert len(experiment.points) == 6
+    assert Point.of({"a": 1, "b": 2}).id == Point.of({"b": 2, "a": 1}).id != Point.of({"a": 1, "b": 3}).id
+    assert experiment.check_cases() == ["proj/m=1", "gate/m=8", "proj/m=3", "gate/m=3"]
+    source = materialise(experiment.template, {"DELAY_MS": 7}, "a note")
+    assert "PARAMS = {'MODE': 'right', 'DELAY_MS': 7}  # a note\n" in source
+    assert source.replace("PARAMS = {'MODE': 'right', 'DELAY_MS': 7}  # a note", 'PARAMS = {"MODE": "right", "DELAY_MS": 0}') == TEMPLATE
+
+
+# -- running ---------------------------------------------------------------------------
+
+
+def test_a_sweep_funnels_to_the_winners_skips_failing_points_and_emits_a_passing_candidate(tiny_lab):
+    write_sweep(tiny_lab, "demo", definition([FAST, SLOW, WRONG, BROKEN]))
+    result = run_sweep(tiny_lab, "demo", emit=7)
+    ids = {name: Point.of(params).id for name, params in
+           (("fast", FAST), ("slow", SLOW), ("wrong", WRONG), ("broken", BROKEN))}
+    assert {shape: win["point"] for shape, win in result.winners.items()} == {s: ids["fast"] for s in SHAPES}
+    rows = result.run.rows
+    screen = {(r["point"], r["shape"]): r for r in rows if r["stage"] == "screen"}
+    assert len(screen) == 4 * len(SHAPES)
+    assert screen[ids["broken"], "proj/m=1"]["status"] == "fail"
+    assert "this point does not compile" in screen[ids["broken"], "proj/m=1"]["reason"]
+    assert screen[ids["wrong"], "gate/m=8"]["speedup"] > screen[ids["slow"], "gate/m=8"]["speedup"]
+    checks = {r["point"]: r for r in rows if r["stage"] == "check"}
+    assert set(checks) == {ids["wrong"], ids["fast"]}  # the wrong point was kept first, then replaced
+    assert checks[ids["wrong"]]["status"] == "fail" and "relative error" in checks[ids["wrong"]]["reason"]
+    assert checks[ids["fast"]]["status"] == "pass"
+    measured = [r for r in rows if r["stage"] == "measure"]
+    assert {r["point"] for r in measured} == {ids["fast"]}
+    assert all(6 <= r["pairs"] <= 8 and r["ci"] and r["time_us"] > 0 for r in measured)
+    assert set(result.failed) == {ids["wrong"], ids["broken"]}
+
+    emitted = result.emitted
+    assert emitted == tiny_lab.candidates / "007_demo.py"
+    assert "('gate', 8): {'MODE': 'right', 'DELAY_MS': 1}," in emitted.read_text()
+    runner = CliRunner()
+    checked = runner.invoke(app, ["check", "7"])
+    assert checked.exit_code == 0, checked.output
+    again = runner.invoke(app, ["sweep", "demo", "--emit", "7"])  # the finished run is not redone
+    assert again.exit_code == 2 and "candidate 007 exists already" in again.output
+    assert len(list((result.run.path.parent).iterdir())) == 1
+
+
+def test_a_shape_the_problem_does_not_have_stops_the_sweep(tiny_lab):
+    write_sweep(tiny_lab, "typo", definition([FAST], shapes=["proj/m=2"]))
+    with pytest.raises(ConfigError, match="unknown case.*proj/m=2"):
+        run_sweep(tiny_lab, "typo")
+
+
+def test_a_killed_sweep_resumes_without_redoing_a_finished_point(tiny_lab):
+    write_sweep(tiny_lab, "resume", definition([FAST, SLOW], shapes=["gate/m=8"]))
+    proc = subprocess.Popen([sys.executable, "-m", "okc", "sweep", "resume"], cwd=tiny_lab.root,
+                            env={**os.environ, "OKC_LAB": str(tiny_lab.root)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    runs = tiny_lab.results / "experiments" / "resume"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not list(runs.glob(f"*/{TABLE_FILE}")):
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGKILL)  # no chance to clean up: the table must hold up on its own
+    proc.wait(timeout=60)
+    assert proc.returncode != 0
+    (run_dir,) = runs.iterdir()
+    before = [json.loads(line) for line in (run_dir / TABLE_FILE).read_text().splitlines()]
+    assert len({(r["point"], r["stage"]) for r in before}) == 1, "the kill came too late to test a resume"
+
+    result = run_sweep(tiny_lab, "resume")
+    assert result.run.path == run_dir
+    assert result.run.rows[: len(before)] == before
+    jobs_per_stage: dict = {}
+    for row in result.run.rows:
+        jobs_per_stage.setdefault((row["point"], row["stage"]), set()).add(row["job"])
+    assert all(len(jobs) == 1 for jobs in jobs_per_stage.values()), jobs_per_stage
+    assert sorted(stage for _, stage in jobs_per_stage) == ["check", "measure", "screen", "screen"]
+    assert set(result.winners) == {"gate/m=8"}
+
+
+def test_emit_refuses_a_number_that_is_taken_before_running_anything(tiny_lab):
+    write_sweep(tiny_lab, "demo", definition([FAST]))
+    with pytest.raises(CandidateError, match="candidate 000 exists already"):
+        from okc.experiments import emit_candidate
+
+        emit_candidate(tiny_lab.candidates, 0, "demo", "")
+
+
+@pytest.mark.ssh
+def test_a_sweep_through_sshd_spreads_points_over_the_pod_gpus(ssh_lab):
+    pod_file = ssh_lab.pod_file
+    pods = yaml.safe_load(pod_file.read_text())
+    for settings in pods["pods"].values():
+        settings["gpus"] = 2
+    pod_file.write_text(yaml.safe_dump(pods))
+    (ssh_lab.experiments / "templates").mkdir(parents=True)
+    (ssh_lab.experiments / "templates" / "probe.py").write_text(TEMPLATE)
+    write_sweep(ssh_lab, "remote", definition([FAST, SLOW], shapes=["gate/m=8"]))
+    result = run_sweep(ssh_lab, "remote", on=next(iter(pods["pods"])))
+    assert result.winners["gate/m=8"]["point"] == Point.of(FAST).id
+    slots = {row["slot"] for row in result.run.rows}
+    assert slots == {next(iter(pods["pods"]))}
+    assert {row["stage"] for row in result.run.rows} == {"screen", "check", "measure"}
+    assert all((Path(result.run.path) / "jobs" / row["job"] / "exit_code").is_file() for row in result.run.rows)
