@@ -1,23 +1,20 @@
 """The ``time`` job kind: one sweep point's time per case, paired with the baseline.
 
 A sweep screens many parameter sets of one template, so this job is the bench cut down
-to what a funnel needs: a few cases (``job.cases``), no score, a per-case median time
-and speedup with their CIs. On CUDA it runs the bench protocol itself (okc.judge.timing:
-read flush before every replay, batches held behind a spin kernel, the judge's fixed
-replay cost subtracted, candidate and baseline alternating on the same input with the
-order swapped every pair; okc.judge.pairs plans and files the batches). On the CPU the
-same pairs are timed as eager calls with ``time.perf_counter``, and the result says
-those numbers are not judge-equivalent.
+to what a funnel needs: a few scored cases (``job.cases``) and, per case, the median
+time and speedup with their CIs. On CUDA it IS the paired bench (okc.judge.bench: read
+flush, held batches, fixed replay cost, alternating sides), run on those cases; only the
+per-case summary is this module's. On the CPU the same pairs are timed as eager calls
+with ``time.perf_counter``, and the result says those numbers are not judge-equivalent.
 
-``job.bench`` holds either ``{"pairs": N}`` (a screen: exactly N pairs) or the stopping
-rule ``{"min_pairs", "max_pairs", "target_half_width"}`` (a re-measure: stop once every
-case's speedup CI half-width is under the target, or at the cap).
+``job.bench`` holds either ``{"pairs": N}`` (a screen: N pairs, at least 6 on CUDA, the
+fewest a median CI takes) or the stopping rule ``{"min_pairs", "max_pairs",
+"target_half_width"}`` (a re-measure). The result's per-case rows are under ``timings``.
 """
 
 from __future__ import annotations
 
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +23,8 @@ import numpy as np
 import torch
 
 from okc.judge import stats
-from okc.judge.check import describe, is_cuda_error, select_cases
+from okc.judge.bench import scored_cases
+from okc.judge.check import describe, is_cuda_error
 from okc.judge.loader import CandidateLoadError, load_candidate
 from okc.judge.pairs import PairTable, Unit, order, plan
 from okc.judge.problem import Case, Problem
@@ -35,13 +33,12 @@ from okc.judge.seeds import derive_seed
 CPU_NOTE = "cpu timing (not judge-equivalent): eager calls on one thread, timed with time.perf_counter"
 WARMUP_CALLS = 3  # per side and case, untimed (as the CUDA path's capture warms up)
 INPUT_POOL = 8  # fresh inputs per case, cycled through the pairs (the bench draws one per pair)
-CHUNK_PAIRS = 25  # pairs between two looks at the stopping rule
-HOLD_RETRIES = 3  # voided batches (a hold that timed out) tolerated before the job gives up
+CHUNK_PAIRS = 25  # pairs between two looks at the stopping rule (CPU)
 MAX_PAIRS_LIMIT = 100_000
 
 
 class PointFailed(Exception):
-    """The point's own failure (import, prepare, compile, a raise): a result, not an okc fault."""
+    """The point's own failure on the CPU path (import, prepare, a raise): a result, not an okc fault."""
 
 
 @dataclass(frozen=True)
@@ -150,60 +147,6 @@ class Timer:
         return (time.perf_counter() - started) * 1e6
 
 
-class GraphTimer(Timer):
-    """The bench protocol on a CUDA device: captured graphs, read flush, held batches."""
-
-    def __init__(self, problem: Problem, modules: dict, cases: list[Case], device: torch.device, seed: int) -> None:
-        from okc.judge import timing
-        from okc.judge.capture import CaptureError, capture
-
-        super().__init__(problem, modules, cases, device, seed)
-        self.timing = timing
-        self.persisting = timing.PersistingL2(device)
-        self.persisting.clear()
-        self.flush = timing.make_flush(device)
-        self.graphs = {}  # (side, case index) -> Captured, alive for the whole job
-        for index, case in enumerate(cases):
-            for side in ("candidate", "baseline"):
-                try:
-                    self.graphs[side, index] = capture(lambda x, s=side, c=case: self.call(s, c, x), self.inputs[index][0])
-                except Exception as exc:
-                    if side == "baseline" or is_cuda_error(exc):
-                        raise
-                    raise PointFailed(f"{case.key}: {exc if isinstance(exc, CaptureError) else describe(exc)}") from None
-        self.trivial, self._counter = timing.trivial_graph(device)
-        self.protocol = timing.Protocol(device, self.flush)
-
-    def step(self, unit: Unit):
-        if unit.case is None:
-            return self.timing.Step(timed=(self.trivial,))
-        x = self.inputs[unit.case][unit.pair % INPUT_POOL]
-        cand, base = self.graphs["candidate", unit.case], self.graphs["baseline", unit.case]
-        graphs = {"candidate": cand.graph, "baseline": base.graph}
-        return self.timing.Step(timed=tuple(graphs[side] for side in order(unit.pair)), copies=((cand.x, x), (base.x, x)))
-
-    def run(self, table: PairTable, first: int, count: int) -> None:
-        retries = 0
-        while table.complete < first + count:
-            start = table.complete
-            pending = deque()
-            try:
-                for units in plan(start, first + count - start, len(self.cases)):
-                    pending.append((units, self.protocol.submit([self.step(u) for u in units])))
-                    if len(pending) > self.timing.MAX_IN_FLIGHT:
-                        done, batch = pending.popleft()
-                        table.record(done, self.protocol.collect(batch))
-                while pending:
-                    done, batch = pending.popleft()
-                    table.record(done, self.protocol.collect(batch))
-            except self.timing.HoldTimeout:
-                self.protocol.drain()
-                table.truncate()
-                retries += 1
-                if retries > HOLD_RETRIES:
-                    raise
-
-
 def _prepare(problem: Problem, source: Path, weights: dict, device: torch.device, phase) -> object:
     try:
         module = load_candidate(source)
@@ -220,49 +163,87 @@ def _prepare(problem: Problem, source: Path, weights: dict, device: torch.device
     return module
 
 
+def _time_cuda(problem: Problem, candidate: Path, baseline: Path, cases: list[str], settings: Settings,
+               device: torch.device, seed: int, phase, log) -> tuple[PairTable, str, float, dict]:
+    """The paired bench itself (okc.judge.bench) on ``cases``: the judge's protocol, nothing re-implemented."""
+    from okc.judge.bench import Bench, BenchSettings
+
+    if settings.fixed_pairs is not None:
+        pairs = max(settings.fixed_pairs, stats.MIN_SAMPLES_FOR_CI)
+        rule = {"min_pairs": pairs, "max_pairs": pairs}
+    else:
+        rule = {"min_pairs": settings.rule.min_pairs, "max_pairs": settings.rule.max_pairs,
+                "target_half_width": settings.rule.target_half_width}
+    if settings.overhead_us is not None:
+        rule["overhead_us"] = settings.overhead_us
+    bench_settings = BenchSettings.from_options(rule, problem)
+    bench = Bench(problem, candidate, baseline, device=device, seed=seed, settings=bench_settings, cases=cases,
+                  phase=phase, log=log)
+    bench.setup()
+    table, stopped_by = bench.measure()
+    return table, stopped_by, bench_settings.judge_overhead_us, {"flush": bench.flush.describe(),
+                                                                 "persisting_l2": bench.persisting.done()}
+
+
+def _time_cpu(problem: Problem, candidate: Path, baseline: Path, cases: list[str], settings: Settings,
+              device: torch.device, seed: int, phase, log) -> tuple[PairTable, str, float, dict]:
+    """Eager calls timed on the host: enough to rank points of a CPU problem, not judge-equivalent."""
+    chosen = scored_cases(problem, cases)
+    weights = problem.make_weights(derive_seed(seed, "weights", 0), device)
+    # The baseline first: its failure is okc's problem, the point's is the point's.
+    modules = {"baseline": _prepare(problem, baseline, weights, device, phase),
+               "candidate": _prepare(problem, candidate, weights, device, phase)}
+    timer = Timer(problem, modules, chosen, device, seed)
+    timer.warm_up()
+    table = PairTable(len(chosen), settings.capacity)
+    stopped_by = None
+    while stopped_by is None:
+        first = table.complete
+        if settings.fixed_pairs is not None:
+            want = settings.fixed_pairs
+        else:
+            want = settings.rule.min_pairs if first == 0 else CHUNK_PAIRS
+        timer.run(table, first, min(want, settings.capacity - first))
+        _, widest = summarize(table, chosen, 0.0)
+        stopped_by = settings.decide(table.complete, widest)
+        log(f"{table.complete} pairs, widest speedup CI half-width " + ("n/a" if widest is None else f"{widest:.2%}"))
+    return table, stopped_by, 0.0, {}
+
+
 def run_time(problem: Problem, candidate: Path, baseline: Path, *, cases: list[str], settings: Settings,
              device: torch.device, seed: int, phase: Callable[..., None], log: Callable[[str], None]) -> dict:
     """Time ``candidate`` against ``baseline`` on ``cases``; result.json's fields."""
+    from okc.judge.bench import BenchFailed
+    from okc.judge.timing import TimingError
+
     started = time.monotonic()
-    chosen = select_cases(problem, cases)
     on_cuda = device.type == "cuda"
-    overhead_us = 0.0 if not on_cuda else (settings.overhead_us if settings.overhead_us is not None
-                                           else problem.judge_overhead_us)
     notes = [] if on_cuda else [CPU_NOTE]
-    weights = problem.make_weights(derive_seed(seed, "weights", 0), device)
     base: dict = {"kind": "time", "problem": problem.name, "device": device.type, "seed": seed, "notes": notes,
-                  "cases": [], "timings": []}
+                  "timings": []}
+
+    def ended(status: str, reason: str) -> dict:
+        return {**base, "status": status, "reason": reason, "duration_s": round(time.monotonic() - started, 3)}
+
     try:
-        # The baseline first: a point that breaks the CUDA context must not be mistaken for the baseline failing.
-        modules = {"baseline": _prepare(problem, baseline, weights, device, phase),
-                   "candidate": _prepare(problem, candidate, weights, device, phase)}
-        timer = GraphTimer(problem, modules, chosen, device, seed) if on_cuda else Timer(problem, modules, chosen, device, seed)
-        if not on_cuda:
-            timer.warm_up()
-        table = PairTable(len(chosen), settings.capacity)
-        stopped_by, rows = None, []
-        while stopped_by is None:
-            first = table.complete
-            if settings.fixed_pairs is not None:
-                want = settings.fixed_pairs
-            else:
-                want = settings.rule.min_pairs if first == 0 else CHUNK_PAIRS
-            timer.run(table, first, min(want, settings.capacity - first))
-            rows, widest = summarize(table, chosen, overhead_us)
-            stopped_by = settings.decide(table.complete, widest)
-            log(f"{table.complete} pairs, widest speedup CI half-width "
-                + ("n/a" if widest is None else f"{widest:.2%}"))
+        timed = _time_cuda if on_cuda else _time_cpu
+        table, stopped_by, overhead_us, extra = timed(problem, candidate, baseline, cases, settings, device, seed,
+                                                      phase, log)
     except PointFailed as exc:
-        return {**base, "status": "fail", "reason": str(exc), "duration_s": round(time.monotonic() - started, 3)}
-    except Exception as exc:
+        return ended("fail", str(exc))
+    except BenchFailed as exc:  # the bench names the side: "against: ..." is the baseline's, not the point's
+        return ended("error" if str(exc).startswith("against") else "fail", str(exc))
+    except TimingError as exc:
+        return ended("error", f"the timing protocol failed: {exc}")
+    except RuntimeError as exc:
         if not is_cuda_error(exc):
-            raise  # the baseline or okc itself failed: the worker reports an error
-        return {**base, "status": "fail", "reason": f"CUDA error, the context is lost: {describe(exc)}",
-                "duration_s": round(time.monotonic() - started, 3)}
+            raise
+        return ended("fail", f"CUDA error, the context is lost: {describe(exc)}")
+    rows, _ = summarize(table, scored_cases(problem, cases), overhead_us)
     return {
-        **base, "status": "ok", "reason": CPU_NOTE if notes else None, "timings": rows, "pairs": table.complete,
-        "stopped_by": stopped_by, "overhead_us": {"subtracted": overhead_us}, "graph_exercised": on_cuda,
-        "flush": timer.flush.describe() if on_cuda else None, "duration_s": round(time.monotonic() - started, 3),
+        **base, **extra, "status": "ok", "reason": CPU_NOTE if notes else None, "timings": rows,
+        "pairs": table.complete, "stopped_by": stopped_by, "overhead_us": {"subtracted": overhead_us},
+        "graph_exercised": on_cuda, "duration_s": round(time.monotonic() - started, 3),
     }
 
 
@@ -277,7 +258,7 @@ def run_job(job, job_dir: Path, *, device: torch.device, seed: int, phase, log: 
         raise BadJob("a time job needs its cases ('layer/m=N' keys)")
     try:
         problem = load_problem(job.problem)
-        select_cases(problem, job.cases)
+        scored_cases(problem, job.cases)
         settings = parse_settings(job.bench)
     except ValueError as exc:
         raise BadJob(str(exc)) from None
