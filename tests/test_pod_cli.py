@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import yaml
 from typer.testing import CliRunner
 
 from okc.cli import app
 from okc.hostkeys import fingerprint, pins_path
+from okc.ledger import open_ledger, runs
+from okc.pod import resolve_pod
 from sshd import POD_NAME, free_port
 
 runner = CliRunner()
@@ -60,14 +63,23 @@ def test_pod_commands_need_a_pod(ssh_lab):
     assert invoke("pull", "--on", "nosuchpod").exit_code == 2
 
 
-def test_remote_check_then_jobs_logs_pull(ssh_lab):
+def test_remote_check_past_a_stale_lock_then_jobs_logs_pull(ssh_lab):
+    lock = Path(resolve_pod(ssh_lab).remote_dir) / ".okc/locks/gpu0.lock"
+    lock.parent.mkdir(parents=True)
+    lock.write_text("dead-job pid 999999\n")  # left behind by a job that died: not honoured
     checked = invoke("check", "0", "--on", POD_NAME)
     assert checked.exit_code == 0, checked.output
+    (row,) = runs(open_ledger(ssh_lab.ledger_path))
+    assert row.target == POD_NAME and row.passed
     listed = json.loads(invoke("jobs", "--json").output)
     (job,) = listed
     assert job["state"] == "finished" and job["pulled"] == "yes" and job["exit code"] == 0
     log = invoke("logs", job["job"])
     assert log.exit_code == 0 and f"okc: job {job['job']} running on GPU 0" in log.output
+    assert "waiting" not in log.output
+    local = ssh_lab.results / job["job"]
+    for name in ("job.json", "result.json", "log.txt", "env.json", "exit_code", "candidate/000_baseline.py"):
+        assert (local / name).is_file(), name
     pulled = invoke("pull")
     assert pulled.exit_code == 0 and "0 job(s) pulled" in pulled.output
     status = invoke("pod", "status")
