@@ -67,7 +67,7 @@ def upload_job(target: SSHTarget, job_dir: Path) -> None:
     files = sorted(p for p in job_dir.rglob("*") if p.is_file())
     files.sort(key=lambda p: p.name == "job.json")
     sftp = target.sftp
-    with target._network("job upload"):
+    with target.network_errors("job upload"):
         for folder in ["results", remote, *sorted({str(PurePosixPath(remote) / p.parent.relative_to(job_dir).as_posix()) for p in files})]:
             try:
                 sftp.mkdir(target.pod.remote_path(folder))
@@ -80,7 +80,7 @@ def upload_job(target: SSHTarget, job_dir: Path) -> None:
 def _remote_files(target: SSHTarget, folder: str) -> list[tuple[str, int]]:
     """(path relative to ``folder``, size) of every file below it."""
     found, pending = [], [""]
-    with target._network("listing a job folder"):
+    with target.network_errors("listing a job folder"):
         while pending:
             sub = pending.pop()
             for attrs in target.sftp.listdir_attr(target.pod.remote_path(f"{folder}/{sub}" if sub else folder)):
@@ -126,7 +126,7 @@ def _read_json(path: Path) -> dict | None:
 
 
 def _read_from(target: SSHTarget, path: str, offset: int) -> bytes:
-    with target._network("reading the job log"):
+    with target.network_errors("reading the job log"):
         try:
             with target.sftp.open(target.pod.remote_path(path), "rb") as handle:
                 handle.seek(offset)
@@ -136,7 +136,7 @@ def _read_from(target: SSHTarget, path: str, offset: int) -> bytes:
 
 
 def _exists(target: SSHTarget, path: str) -> bool:
-    with target._network("checking a job"):
+    with target.network_errors("checking a job"):
         try:
             target.sftp.stat(target.pod.remote_path(path))
             return True

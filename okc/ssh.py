@@ -207,7 +207,7 @@ class SSHTarget:
             transport.close()
 
     @contextlib.contextmanager
-    def _network(self, what: str) -> Iterator[None]:
+    def network_errors(self, what: str) -> Iterator[None]:
         """Turn a connection dropped mid-operation into one clear UnreachableError."""
         try:
             yield
@@ -237,7 +237,7 @@ class SSHTarget:
         command = remote_command(self.pod, argv, cwd)
         client = self._connect()
         deadline = None if timeout is None else time.monotonic() + timeout
-        with self._network(f"`{argv[0]}`"):
+        with self.network_errors(f"`{argv[0]}`"):
             channel = client.get_transport().open_session(timeout=CHANNEL_TIMEOUT_S)
             try:
                 channel.settimeout(timeout)
@@ -282,14 +282,14 @@ class SSHTarget:
         """The connection's one SFTP session (opened on first use)."""
         client = self._connect()
         if self._sftp is None:
-            with self._network("opening SFTP"):
+            with self.network_errors("opening SFTP"):
                 self._sftp = client.open_sftp()
         return self._sftp
 
     def put(self, local: Path, remote: str) -> None:
         """Copy the local file to ``remote`` (below remote_dir)."""
         target = self.pod.remote_path(remote)
-        with self._network(f"upload of {Path(local).name}"):
+        with self.network_errors(f"upload of {Path(local).name}"):
             try:
                 self.sftp.put(str(local), target)
             except FileNotFoundError:
@@ -300,7 +300,7 @@ class SSHTarget:
         source = self.pod.remote_path(remote)
         local = Path(local)
         temporary = local.with_name(f".{local.name}.part")
-        with self._network(f"download of {source}"):
+        with self.network_errors(f"download of {source}"):
             try:
                 self.sftp.get(source, str(temporary))
             except FileNotFoundError:

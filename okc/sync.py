@@ -108,7 +108,7 @@ def local_manifest(files: dict[str, Path]) -> dict[str, Entry]:
 def remote_manifest(target: SSHTarget) -> dict[str, Entry]:
     """What okc put on the pod at the last completed sync ({} before the first)."""
     path = target.pod.remote_path(agent.MANIFEST)
-    with target._network("reading the remote manifest"):
+    with target.network_errors("reading the remote manifest"):
         try:
             with target.sftp.open(path, "rb") as handle:
                 data = json.loads(handle.read())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fcntl
+import json
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -112,11 +113,17 @@ def test_a_second_job_waits_for_the_gpu_lock(ssh_lab):
         assert "waiting for a GPU: gpu lock held by other-job" in remote.logs(ssh_lab, pod, job_dir.name)
         assert {j["job"]: j["state"] for j in remote.list_jobs(ssh_lab, pod)}[job_dir.name] == "running"
 
-        def ctrl_c(text):
+        progress = {"pairs": 7, "half_width": 0.01}
+        (_remote_job(ssh_lab, job_dir.name) / "progress.json").write_text(json.dumps(progress))
+        seen = []
+
+        def ctrl_c_at_progress(update):
+            seen.append(update)
             raise KeyboardInterrupt
 
         with pytest.raises(remote.JobDetached, match=f"okc attach {job_dir.name}"):
-            remote.attach(ssh_lab, pod, job_dir.name, on_log=ctrl_c)
+            remote.attach(ssh_lab, pod, job_dir.name, on_progress=ctrl_c_at_progress)
+        assert seen == [progress]
         assert {j["job"]: j["state"] for j in remote.list_jobs(ssh_lab, pod)}[job_dir.name] == "running"
     _wait_finished(ssh_lab, job_dir.name)
     assert remote.pull(ssh_lab, pod) == [job_dir]
