@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# One call on a GPU machine of the device tool: set up what the image lacks, run the GPU tests
+# and the benchmark scripts, and leave every log under $OUT (at most 8 files come back).
+# Usage there: bash benchmarks/device_run.sh [stage ...]   (stages: tests check bench floor ssh cli)
+set -uo pipefail
+OUT=${OUT:-/tmp/okc-out}
+mkdir -p "$OUT"
+cd "$(dirname "$0")/.."
+
+if compgen -G ".whl/*.whl" >/dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+    export PYTHONPATH="$PWD:/tmp/site"
+else
+    export PYTHONPATH="$PWD"
+fi
+mkdir -p /tmp/bin
+printf '#!/bin/sh\nexec python3 -m okc "$@"\n' >/tmp/bin/okc && chmod +x /tmp/bin/okc
+export PATH="/tmp/bin:$PATH" PYTHONUNBUFFERED=1 COLUMNS=160
+
+stage() {
+    local name=$1; shift
+    echo "=== $name: $*" | tee -a "$OUT/summary.txt"
+    local start=$SECONDS
+    "$@" >"$OUT/$name.txt" 2>&1
+    local rc=$?
+    tail -n 25 "$OUT/$name.txt"
+    echo "=== $name: rc=$rc in $((SECONDS - start)) s" | tee -a "$OUT/summary.txt"
+}
+
+{ date -u; nvidia-smi --query-gpu=name,uuid,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
+  python3 -c 'import torch, triton; print("torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton.__version__)'; } >>"$OUT/summary.txt" 2>&1
+
+stages=${*:-tests check bench}
+for s in $stages; do
+    case $s in
+        tests) stage gpu_tests python3 -m pytest -m gpu -q -p no:cacheprovider -x --timeout 300 ;;
+        check) stage check_walltime python3 benchmarks/check_walltime.py ;;
+        bench) stage bench_harness python3 benchmarks/bench_harness.py ;;
+        floor) stage floor okc floor ;;
+        ssh) stage ssh bash benchmarks/device_ssh.sh ;;
+        cli) stage cli bash -c 'okc check 000 && okc check 001 && okc bench 001 && okc bench 000 --aa && okc ledger' ;;
+        *) echo "unknown stage $s" ;;
+    esac
+done
+cat "$OUT/summary.txt"
