@@ -5,6 +5,7 @@ monkeypatches torch does so in the worker's process only.
 """
 
 import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -103,6 +104,23 @@ def test_hold_kernel_waits_for_its_flag_and_gives_up_after_its_timeout():
     kernels.hold_kernel[(1,)](flag, status, 2, 9, 2_000_000_000, num_warps=1)  # released at once
     torch.cuda.synchronize()
     assert status.tolist() == [0, -7, 9, 0]
+
+
+def test_hold_kernel_is_released_by_a_host_store_into_pinned_memory():
+    from okc.judge import kernels
+
+    release = torch.zeros(1, dtype=torch.int32).pin_memory()
+    status = torch.zeros(2, dtype=torch.int32).pin_memory()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    kernels.hold_kernel[(1,)](release, status, 1, 3, 5_000_000_000, num_warps=1)
+    end.record()
+    time.sleep(0.05)
+    assert not end.query()  # still held
+    release.numpy()[0] = 3
+    end.synchronize()
+    assert status.tolist() == [0, 3]
+    assert 50.0 <= start.elapsed_time(end) < 1000.0
 
 
 def test_the_read_graph_reads_every_element():

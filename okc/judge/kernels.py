@@ -33,9 +33,11 @@ def read_reduce_kernel(src_ptr, out_ptr, n_elements, BLOCK: tl.constexpr, ITERS:
 # would otherwise compile new variants mid-run for values like 1 or multiples of 16).
 @triton.jit(do_not_specialize=["slot", "epoch", "timeout_ns"])
 def hold_kernel(flag_ptr, status_ptr, slot, epoch, timeout_ns):
-    """Spin until the device flag reaches ``epoch`` (or ``timeout_ns`` passes), holding the stream.
+    """Spin until the flag reaches ``epoch`` (or ``timeout_ns`` passes), holding the stream.
 
-    Writes ``epoch`` to ``status_ptr[slot]`` when released by the flag, ``-epoch`` on timeout.
+    The flag may live in pinned host memory: a volatile load is a relaxed system-scope load,
+    so it sees the host's store. Writes ``epoch`` to ``status_ptr[slot]`` when released by
+    the flag, ``-epoch`` on timeout.
     """
     start = tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False, pack=1)
     seen = tl.load(flag_ptr, volatile=True)

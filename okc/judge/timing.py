@@ -1,9 +1,9 @@
 """The timing protocol's primitives (SPEC 4.5): flush, hold, persisting L2, timed replays.
 
 One timed replay is: read-flush L2, record an event, replay a CUDA graph, record an
-event. A batch of them is enqueued behind a hold kernel that spins on a device flag;
-the flag is raised (from a second stream) only once the whole batch is enqueued, so the
-GPU never waits on the host inside a timed window however slow the host is.
+event. A batch of them is enqueued behind a hold kernel that spins on a flag; the host
+raises the flag only once the whole batch is enqueued, so the GPU never waits on the host
+inside a timed window however slow the host is.
 
 Everything the timing calls in torch is bound here, at import, from torch's C types.
 okc.worker imports this module (through okc.judge.bench) before any candidate module is
@@ -260,20 +260,24 @@ class Batch:
 
 
 class Protocol:
-    """Enqueues batches of steps behind a hold kernel and reads their times back."""
+    """Enqueues batches of steps behind a hold kernel and reads their times back.
+
+    The hold polls a flag in pinned host memory and reports into pinned host memory too:
+    releasing it is one CPU store, so no GPU work (which could queue behind the hold on a
+    shared hardware queue) is ever needed to let a batch go.
+    """
 
     def __init__(self, device: torch.device, flush: Flush, hold_timeout_s: float = HOLD_TIMEOUT_S) -> None:
         self.device, self.flush = device, flush
         self.timeout_ns = int(hold_timeout_s * 1e9)
         self.stream = _Stream(device)  # every timed replay runs here
-        self.side = _Stream(device)  # only raises the flag
-        self.flag = torch.zeros(1, dtype=torch.int32, device=device)
-        self.status = torch.zeros(STATUS_SLOTS, dtype=torch.int32, device=device)
-        self.epochs = torch.zeros(STATUS_SLOTS, dtype=torch.int32).pin_memory()
+        self.release = torch.zeros(1, dtype=torch.int32).pin_memory()
+        self.status = torch.zeros(STATUS_SLOTS, dtype=torch.int32).pin_memory()
+        self._release, self._status = self.release.numpy(), self.status.numpy()  # plain views of the same memory
         self.epoch = 0
         self._spare: list = []
-        # Everything made on the default stream (flag, buffers, inputs) must be in place: the
-        # timing streams do not wait for the default stream.
+        # Everything made on the default stream (buffers, inputs) must be in place: the
+        # timing stream does not wait for the default stream.
         synchronize()
 
     def _events(self, count: int) -> list:
@@ -283,16 +287,18 @@ class Protocol:
         return taken
 
     def submit(self, steps: list[Step]) -> Batch:
-        """Enqueue hold, steps, and release; return at once (the GPU runs it meanwhile)."""
+        """Enqueue hold and steps, then release the hold; return at once (the GPU runs it meanwhile)."""
         from okc.judge import kernels
 
+        if not any(step.timed for step in steps):
+            raise ValueError("a batch needs at least one timed replay")
         self.epoch += 1
         slot = self.epoch % STATUS_SLOTS
         batch = Batch(self.epoch, slot, self._events(sum(len(step.timed) for step in steps)))
         pairs = iter(batch.events)
         stream = self.stream
         with on_stream(stream):
-            kernels.hold_kernel[(1,)](self.flag, self.status, slot, self.epoch, self.timeout_ns, num_warps=1)
+            kernels.hold_kernel[(1,)](self.release, self.status, slot, self.epoch, self.timeout_ns, num_warps=1)
             for step in steps:
                 for dst, src in step.copies:
                     dst.copy_(src)
@@ -302,17 +308,13 @@ class Protocol:
                     _record(start, stream)
                     _replay(graph)
                     _record(end, stream)
-        # The pinned slot is rewritten STATUS_SLOTS epochs later, long after this copy ran.
-        self.epochs[slot] = self.epoch
-        with on_stream(self.side):
-            self.flag.copy_(self.epochs[slot:slot + 1], non_blocking=True)
+        self._release[0] = self.epoch  # the whole batch is enqueued: let it go
         return batch
 
     def collect(self, batch: Batch) -> np.ndarray:
         """Wait for ``batch`` and return its times in microseconds, in step order."""
-        if batch.events:
-            _event_synchronize(batch.events[-1][1])
-        status = int(self.status[batch.slot].item())
+        _event_synchronize(batch.events[-1][1])
+        status = int(self._status[batch.slot])
         if status != batch.epoch:
             self._spare.extend(batch.events)
             raise HoldTimeout(
@@ -322,7 +324,3 @@ class Protocol:
         times = np.array([_elapsed_ms(start, end) * 1e3 for start, end in batch.events], dtype=np.float64)
         self._spare.extend(batch.events)
         return times
-
-    def drain(self) -> None:
-        """Wait for everything enqueued on the timing stream."""
-        synchronize()
