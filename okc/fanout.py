@@ -105,35 +105,49 @@ def execute(slots: list[Slot], tasks: Iterable, run_one: Callable[[Slot, Any], N
     for task in tasks:
         pending.put(task)
     errors: list[BaseException] = []
+    # Waited on through events, never Thread.join: in Python 3.11 a join interrupted by Ctrl-C
+    # marks a still-running thread as stopped, and the wait for it would end at once.
+    count_lock = threading.Lock()
+    running = {"all": len(slots), "local": sum(slot.pod is None for slot in slots)}
+    all_done, local_done = threading.Event(), threading.Event()
+
+    def finished(slot: Slot) -> None:
+        with count_lock:
+            running["all"] -= 1
+            running["local"] -= slot.pod is None
+            if running["all"] == 0:
+                all_done.set()
+            if running["local"] == 0:
+                local_done.set()
 
     def work(slot: Slot) -> None:
-        while not cancel.is_set():
-            try:
-                task = pending.get_nowait()
-            except queue.Empty:
-                return
-            try:
-                run_one(slot, task)
-            except KeyboardInterrupt:  # run_local's answer to the cancel event
-                return
-            except BaseException as exc:
-                errors.append(exc)
-                cancel.set()
-                return
+        try:
+            while not cancel.is_set():
+                try:
+                    task = pending.get_nowait()
+                except queue.Empty:
+                    return
+                try:
+                    run_one(slot, task)
+                except KeyboardInterrupt:  # run_local's answer to the cancel event
+                    return
+                except BaseException as exc:
+                    errors.append(exc)
+                    cancel.set()
+                    return
+        finally:
+            finished(slot)
 
-    threads = [threading.Thread(target=work, args=(slot,), name=slot.label, daemon=True) for slot in slots]
-    for thread in threads:
-        thread.start()
+    if running["local"] == 0:
+        local_done.set()
+    for slot in slots:
+        threading.Thread(target=work, args=(slot,), name=slot.label, daemon=True).start()
     try:
-        while any(thread.is_alive() for thread in threads):
-            for thread in threads:
-                thread.join(JOIN_POLL_S)
+        while not all_done.wait(JOIN_POLL_S):
+            pass
     except KeyboardInterrupt:
         cancel.set()
-        for thread in threads:
-            if thread.is_alive() and not thread.name.startswith("local"):
-                continue  # a pod's thread is following a detached job: do not wait for it
-            thread.join()
+        local_done.wait()  # local jobs are killed within a poll; a pod's thread follows a detached job
         raise
     if errors:
         raise errors[0]

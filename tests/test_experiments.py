@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from okc.cli import app
 from okc.errors import CandidateError, ConfigError
 from okc.experiments import Point, load_experiment, materialise
-from okc.funnel import TABLE_FILE, latest_run, run_sweep
+from okc.funnel import TABLE_FILE, RunFolder, latest_run, run_sweep
 from okc.lab import find_lab
 from okc.problems.tiny_matvec import PROBLEM as TINY
 
@@ -196,7 +196,7 @@ def test_a_shape_the_problem_does_not_have_stops_the_sweep(tiny_lab):
         run_sweep(tiny_lab, "typo")
 
 
-def test_a_killed_sweep_resumes_without_redoing_a_finished_point(tiny_lab):
+def test_an_interrupted_sweep_stops_its_job_and_resumes_without_redoing_a_finished_point(tiny_lab):
     write_sweep(tiny_lab, "resume", definition([FAST, SLOW], shapes=["gate/m=8"]))
     proc = subprocess.Popen([sys.executable, "-m", "okc", "sweep", "resume"], cwd=tiny_lab.root,
                             env={**os.environ, "OKC_LAB": str(tiny_lab.root)},
@@ -205,10 +205,12 @@ def test_a_killed_sweep_resumes_without_redoing_a_finished_point(tiny_lab):
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not list(runs.glob(f"*/{TABLE_FILE}")):
         time.sleep(0.1)
-    proc.send_signal(signal.SIGKILL)  # no chance to clean up: the table must hold up on its own
-    proc.wait(timeout=60)
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=30)
     assert proc.returncode != 0
     (run_dir,) = runs.iterdir()
+    # The job in flight was stopped with the sweep, not left running: its folder says so.
+    assert all((job / "result.json").is_file() for job in (run_dir / "jobs").iterdir())
     before = [json.loads(line) for line in (run_dir / TABLE_FILE).read_text().splitlines()]
     assert len({(r["point"], r["stage"]) for r in before}) == 1, "the kill came too late to test a resume"
 
@@ -221,6 +223,15 @@ def test_a_killed_sweep_resumes_without_redoing_a_finished_point(tiny_lab):
     assert all(len(jobs) == 1 for jobs in jobs_per_stage.values()), jobs_per_stage
     assert sorted(stage for _, stage in jobs_per_stage) == ["check", "measure", "screen", "screen"]
     assert set(result.winners) == {"gate/m=8"}
+
+
+def test_a_table_line_cut_short_by_a_kill_is_ignored_and_then_terminated(tmp_path):
+    run = RunFolder(tmp_path)
+    (tmp_path / TABLE_FILE).write_text(json.dumps({"point": "a", "stage": "screen"}) + "\n" + '{"point": "b", "sta')
+    assert [row["point"] for row in run.load().rows] == ["a"]
+    run.append([{"point": "c", "stage": "screen"}])
+    assert [row["point"] for row in RunFolder(tmp_path).load().rows] == ["a", "c"]
+    assert run.done("c", "screen") and not run.done("b", "screen")
 
 
 def test_emit_refuses_a_number_that_is_taken_before_running_anything(tiny_lab):
