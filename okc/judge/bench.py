@@ -234,12 +234,13 @@ def _inputs(problem: Problem, cases: list[Case], seed: int, label: str, sets: in
             for index in range(sets)]
 
 
-def _shape_rows(problem: Problem, cases: list[Case]) -> list[dict]:
+def _shape_rows(problem: Problem, cases: list[Case], inputs: list[torch.Tensor]) -> list[dict]:
+    """Per case: what it is (N from the output spec, K from its input) and its speed of light."""
     rows = []
-    for case in cases:
+    for case, x in zip(cases, inputs):
         nbytes, flops = problem.traffic(case)
-        rows.append({"layer": case.layer, "m": case.m, "load": case.load, "floor_us": problem.floor_us(case),
-                     "bytes": nbytes, "flops": flops})
+        rows.append({"layer": case.layer, "m": case.m, "load": case.load, "n": problem.output_spec(case)[0][-1],
+                     "k": x.shape[-1], "floor_us": problem.floor_us(case), "bytes": nbytes, "flops": flops})
     return rows
 
 
@@ -263,6 +264,7 @@ class Bench:
         self.flush: timing.Flush | None = None
         self.runner: Runner | None = None
         self.readings: dict = {}
+        self.shape_rows: list[dict] = []
 
     def setup(self) -> None:
         problem, device, phase = self.problem, self.device, self.phase
@@ -279,6 +281,7 @@ class Bench:
             self.persisting.check(f"after_prepare_{name}")
         del weights
         first = _inputs(problem, self.cases, self.seed, "capture", 1, device)[0]
+        self.shape_rows = _shape_rows(problem, self.cases, first)
         for side in self.sides.values():
             side.capture(problem, self.cases, first)
         self.persisting.check("after_capture")
@@ -302,7 +305,7 @@ class Bench:
 
     def summary(self, table: PairTable) -> dict:
         try:
-            return pairs.summarize(table, _shape_rows(self.problem, self.cases), [load.name for load in self.loads],
+            return pairs.summarize(table, self.shape_rows, [load.name for load in self.loads],
                                    [load.m for load in self.loads], self.settings.judge_overhead_us)
         except ValueError as exc:
             raise BenchFailed(str(exc)) from None
