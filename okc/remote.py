@@ -23,7 +23,7 @@ import paramiko
 from okc import agent
 from okc.errors import ConfigError, PodError, UnreachableError
 from okc.hostkeys import HostKeyPins, fingerprint, pins_path
-from okc.jobs import LOG_FILE, PROGRESS_FILE, finish_job
+from okc.jobs import LOG_FILE, PROGRESS_FILE, finish_job, read_json
 from okc.pod import Pod
 from okc.ssh import SSHTarget
 from okc.sync import agent_argv, sync
@@ -107,19 +107,12 @@ def fetch_job(target: SSHTarget, job_id: str, job_dir: Path) -> None:
 
 def _finish(job_dir: Path) -> None:
     """Write the launcher's verdict (result.json) if the worker left none, as the local target does."""
-    launcher = _read_json(job_dir / agent.LAUNCHER_FILE) or {}
+    launcher = read_json(job_dir / agent.LAUNCHER_FILE) or {}
     returncode = launcher.get("returncode")
     if returncode is None:
         text = (job_dir / agent.EXIT_FILE).read_text().strip()
         returncode = int(text) if text.lstrip("-").isdigit() else None
     finish_job(job_dir, returncode, timed_out=bool(launcher.get("timed_out")))
-
-
-def _read_json(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
 
 
 # -- following a running job -----------------------------------------------------------
