@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import os
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -18,6 +19,7 @@ from okc.pod import resolve_pod
 from sshd import TINY_BASELINE, free_port
 
 SLOW_PREPARE_S = 1
+HUNG_JOB_LIMIT_S = 4
 
 
 def _slow_candidate(lab, name="005_slow"):
@@ -149,3 +151,27 @@ def test_unknown_job_and_status(ssh_lab):
     assert status["reachable"] and status["disk_free_bytes"] > 0 and status["running"] == []
     gone = remote.pod_status(ssh_lab, replace(pod, port=free_port()))
     assert not gone["reachable"] and "connection refused" in gone["error"]
+
+
+def test_a_hung_remote_job_is_killed_at_its_limit_and_recorded_as_timeout(ssh_lab):
+    hang = Path(remote.agent.__file__).parent / "problems/tiny_matvec/solutions/wrong/hang.py"
+    (ssh_lab.candidates / "006_hang.py").write_text(hang.read_text())
+    outcome = jobs.submit(ssh_lab, "check", resolve(ssh_lab.candidates, "6"), on="testpod", job_timeout_s=HUNG_JOB_LIMIT_S)
+    assert outcome.result.status == "timeout", outcome.result.reason
+    assert f"{HUNG_JOB_LIMIT_S:g} s limit" in (outcome.job_dir / "log.txt").read_text()
+    assert json.loads((outcome.job_dir / "launcher.json").read_text())["timed_out"] is True
+    assert outcome.recorded
+
+
+def test_gpu_status_reads_nvidia_smi(tmp_path, monkeypatch):
+    fake = tmp_path / "bin" / "nvidia-smi"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\necho 'NVIDIA H200, 1024, 143771, 1980, 97'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    status = remote.agent.status(str(tmp_path / "not" / "made" / "yet"))
+    assert status["gpus"] == [{"name": "NVIDIA H200", "memory_used_mib": "1024", "memory_total_mib": "143771",
+                               "sm_clock_mhz": "1980", "utilization_pct": "97"}]
+    assert status["disk_free_bytes"] > 0 and status["running"] == [] and not status["synced"]
+    table = remote.status_table({"pod": "p", "reachable": True, **status})
+    assert ("gpu 0 memory", "1024 / 143771 MiB") in table.rows
