@@ -7,8 +7,9 @@ inside a timed window however slow the host is.
 
 Everything the timing calls in torch is bound here, at import, from torch's C types.
 okc.worker imports this module (through okc.judge.bench) before any candidate module is
-imported, so a candidate that monkeypatches ``torch.cuda.Event.elapsed_time``,
-``CUDAGraph.replay`` or ``torch.cuda.synchronize`` cannot change the numbers.
+imported, so a candidate that monkeypatches ``torch.cuda.Event`` (its constructor,
+``record``, ``elapsed_time``, ``synchronize``), ``CUDAGraph.replay`` or
+``torch.cuda.synchronize`` cannot change the numbers.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import torch
 
 # --- bound at import: the harness never looks these up again -------------------------------
 _Event = torch.cuda.Event
+_event_new = torch.cuda.Event.__new__  # events are made through this, never through a patched class
 _record = getattr(torch._C._CudaEventBase, "record", None)
 _elapsed_ms = getattr(torch._C._CudaEventBase, "elapsed_time", None)
 _event_synchronize = getattr(torch._C._CudaEventBase, "synchronize", None)
@@ -42,7 +44,7 @@ READ_ITERS = 4  # blocks per program
 READ_WARPS = 8
 HOLD_TIMEOUT_S = 2.0  # a batch enqueues in milliseconds; a hold this long means the host was stuck
 STATUS_SLOTS = 64  # hold status ring: far more than the batches ever in flight
-MAX_IN_FLIGHT = 2  # batches enqueued ahead of the one being read back
+MAX_IN_FLIGHT = 2  # batches enqueued and not yet read back: the GPU always has the next one
 CUDA_LIMIT_PERSISTING_L2_CACHE_SIZE = 0x06  # cudaLimitPersistingL2CacheSize
 
 
@@ -282,7 +284,7 @@ class Protocol:
 
     def _events(self, count: int) -> list:
         while len(self._spare) < count:
-            self._spare.append((_Event(enable_timing=True), _Event(enable_timing=True)))
+            self._spare.append((_event_new(_Event, enable_timing=True), _event_new(_Event, enable_timing=True)))
         taken, self._spare = self._spare[:count], self._spare[count:]
         return taken
 
