@@ -407,14 +407,13 @@ def sync(
 
     Example: okc sync --on h200
     """
-    from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
 
     from okc.sync import sync_lab
 
     lab, pod = _pod(on)
     bar = Progress(TextColumn(f"[bold]sync {pod.name}"), BarColumn(), DownloadColumn(), TextColumn("{task.fields[files]}"),
-                   console=Console(stderr=True), transient=True)
+                   console=err.get(), transient=True)
     task = bar.add_task("sync", total=None, files="")
 
     def progress(p) -> None:
