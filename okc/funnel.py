@@ -116,7 +116,8 @@ def open_run(lab, experiment: Experiment, new: bool = False) -> tuple[RunFolder,
     fingerprint = experiment.fingerprint()
     if latest is not None and not latest.finished:
         recorded = json.loads((latest.path / RUN_FILE).read_text(encoding="utf-8"))
-        if recorded.get("fingerprint") == fingerprint:
+        same_points = set(recorded.get("points") or ()) == {point.id for point in experiment.points}
+        if recorded.get("fingerprint") == fingerprint and same_points:
             return latest, f"resuming run {latest.run_id}"
         why = f"the definition or template changed since run {latest.run_id}; starting a new run"
     else:
@@ -262,11 +263,15 @@ class Sweep:
                         progress.best[row["shape"]] = (row["point"], row["speedup"])
         self.on_progress(progress)
 
+    def screen(self) -> None:
+        """Stage 1: every point not screened yet, on every shape."""
+        self._stage("screen", [Task(p, "screen", self.experiment.shapes) for p in self.experiment.points
+                               if not self.run.done(p.id, "screen")])
+
     def execute(self) -> SweepResult:
         experiment, run = self.experiment, self.run
         by_id = {point.id: point for point in experiment.points}
-        self._stage("screen", [Task(p, "screen", experiment.shapes) for p in experiment.points
-                               if not run.done(p.id, "screen")])
+        self.screen()
         while True:  # refill: a point that fails its check makes room for the next one
             chosen, to_check = kept(run, experiment)
             if not to_check:

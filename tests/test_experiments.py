@@ -21,7 +21,7 @@ from okc.funnel import TABLE_FILE, RunFolder, latest_run, run_sweep
 from okc.lab import find_lab
 from okc.problems.tiny_matvec import PROBLEM as TINY
 
-from conftest import write_lab
+from conftest import REPO, write_lab
 
 # A template whose points differ in speed (a sleep), in correctness and in whether they import.
 TEMPLATE = '''\
@@ -153,6 +153,13 @@ def test_a_grid_is_crossed_and_point_ids_hash_the_parameters_not_their_order(tin
     source = materialise(experiment.template, {"DELAY_MS": 7}, "a note")
     assert "PARAMS = {'MODE': 'right', 'DELAY_MS': 7}  # a note\n" in source
     assert source.replace("PARAMS = {'MODE': 'right', 'DELAY_MS': 7}  # a note", 'PARAMS = {"MODE": "right", "DELAY_MS": 0}') == TEMPLATE
+
+
+@pytest.mark.parametrize("name, points", [("gemv_decode", 36), ("tiny_demo", 6)])
+def test_the_shipped_sweeps_parse(name, points):
+    experiment = load_experiment(REPO / "experiments", name)
+    assert len(experiment.points) == points
+    assert all(p.id in materialise(experiment.template, p.params, p.id) for p in experiment.points)
 
 
 # -- running ---------------------------------------------------------------------------

@@ -1,0 +1,51 @@
+"""The sweep on a CUDA GPU: the Triton template through the whole funnel, and the emitted candidate."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from okc.cli import app
+from okc.funnel import run_sweep
+from okc.lab import find_lab
+
+REPO = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture
+def gemv_lab(lab_root, monkeypatch):
+    """The isolated muse_bf16_proj lab, with the repository's Triton template and a two-point sweep."""
+    templates = lab_root / "experiments" / "templates"
+    templates.mkdir(parents=True)
+    shutil.copy(REPO / "experiments" / "templates" / "gemv.py", templates / "gemv.py")
+    definition = {
+        "template": "templates/gemv.py",
+        "shapes": ["qkv_gate/m=1", "pooler/m=16"],
+        "points": [{"BLOCK_N": 64, "SPLIT_K": 1}, {"BLOCK_N": 32, "SPLIT_K": 4}],
+        "funnel": {"screen_pairs": 10, "keep": 1, "target_half_width": 0.02, "min_pairs": 20, "max_pairs": 60,
+                   "neighbours": [5, 9]},
+    }
+    (lab_root / "experiments" / "gpu.yaml").write_text(yaml.safe_dump(definition))
+    return find_lab(lab_root)
+
+
+def test_the_triton_template_sweeps_to_winners_and_emits_a_candidate_that_passes_the_check(gemv_lab):
+    result = run_sweep(gemv_lab, "gpu", emit=41)
+    assert not result.failed, result.failed
+    assert set(result.winners) == {"qkv_gate/m=1", "pooler/m=16"}
+    for win in result.winners.values():
+        assert win["time_us"] > 0 and win["speedup"] > 0 and win["speedup_ci"][0] <= win["speedup"] <= win["speedup_ci"][1]
+    screen = [row for row in result.run.rows if row["stage"] == "screen"]
+    assert {row["pairs"] for row in screen} == {10}
+    checks = [row for row in result.run.rows if row["stage"] == "check"]
+    assert checks and all(row["status"] == "pass" for row in checks)
+    assert "qkv_gate/m=5" in checks[0]["cases"] and "pooler/m=9" in checks[0]["cases"]
+    checked = CliRunner().invoke(app, ["check", "41"])
+    assert checked.exit_code == 0, checked.output
+
