@@ -175,3 +175,16 @@ def test_gpu_status_reads_nvidia_smi(tmp_path, monkeypatch):
     assert status["disk_free_bytes"] > 0 and status["running"] == [] and not status["synced"]
     table = remote.status_table({"pod": "p", "reachable": True, **status})
     assert ("gpu 0 memory", "1024 / 143771 MiB") in table.rows
+
+
+def test_a_reused_pid_is_not_taken_for_our_job(tmp_path):
+    folder = tmp_path / "results" / "20260101-000000-check-abcdef"
+    folder.mkdir(parents=True)
+    (folder / "job.json").write_text("{}")
+    me = os.getpid()
+    (folder / "pid.json").write_text(json.dumps({"job": folder.name, "pid": me, "start": remote.agent.process_start(me)}))
+    assert remote.agent.job_state(str(folder))["state"] == "running"
+    (folder / "pid.json").write_text(json.dumps({"job": folder.name, "pid": me, "start": "1"}))  # same pid, other process
+    assert remote.agent.job_state(str(folder))["state"] == "lost"
+    (folder / "exit_code").write_text("0\n")
+    assert remote.agent.jobs(str(tmp_path))["jobs"] == [{"job": folder.name, "state": "finished", "exit_code": 0}]
