@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import os
 import queue
 import subprocess
 import sys
@@ -70,6 +71,12 @@ def slots_for(lab, on: str | None, gpus: int | None = None) -> list[Slot]:
     return slots
 
 
+def visible_device(index: int) -> str:
+    """The CUDA_VISIBLE_DEVICES entry for this machine's ``index``-th visible GPU (the user may have narrowed them)."""
+    visible = [entry.strip() for entry in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if entry.strip()]
+    return visible[index] if index < len(visible) else str(index)
+
+
 @contextlib.contextmanager
 def gpu_lock(results: Path, gpu: int | None):
     """Hold this machine's lock on ``gpu`` (nothing to hold for the CPU)."""
@@ -86,7 +93,7 @@ def gpu_lock(results: Path, gpu: int | None):
 def run_on(lab, slot: Slot, job_dir: Path, cancel: threading.Event) -> JobResult:
     """Run a prepared job folder on ``slot``; its result."""
     if slot.pod is None:
-        env = {"CUDA_VISIBLE_DEVICES": str(slot.gpu)} if slot.gpu is not None else None
+        env = {"CUDA_VISIBLE_DEVICES": visible_device(slot.gpu)} if slot.gpu is not None else None
         with gpu_lock(lab.results, slot.gpu):
             return run_local(job_dir, env=env, cancel=cancel)
     from okc.remote import run_remote_job

@@ -220,6 +220,7 @@ class Sweep:
         self.on_progress = on_progress or (lambda progress: None)
         self.progress = Progress()
         self.cancel = threading.Event()
+        self._count_lock = threading.Lock()
         self.baseline = resolve(lab.candidates, lab.baseline)
         self.jobs_lab = dataclasses.replace(lab, results_dir=str((run.path / "jobs").relative_to(lab.root)))
 
@@ -251,6 +252,10 @@ class Sweep:
         self._count(task, rows)
 
     def _count(self, task: Task, rows: list[dict]) -> None:
+        with self._count_lock:  # slot threads finish jobs concurrently
+            self._tally(task, rows)
+
+    def _tally(self, task: Task, rows: list[dict]) -> None:
         progress = self.progress
         progress.done += 1
         if any(row["status"] not in PASSED for row in rows):
