@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -106,11 +107,14 @@ def test_ssh_config_is_honoured(tmp_path):
     assert resolve_endpoint(Pod(name="p", host="direct", remote_dir="/w"), config).proxy_command == "nc 198.51.100.10 22"
 
 
-def test_remote_command_quotes_everything():
-    pod = Pod(name="p", host="h", remote_dir="/w", env={"X": "a'b"})
-    command = remote_command(pod, ["echo", "$(id)", "a;b"], cwd="sub dir")
-    assert command.startswith("sh -c '")
+def test_remote_command_quotes_everything(tmp_path):
+    (tmp_path / "sub dir").mkdir()
+    pod = Pod(name="p", host="h", remote_dir=str(tmp_path), env={"X": "a'b $(id)"})
+    words = ["$(id)", "a;b", "`id`", "it's", "two words", "*"]
+    command = remote_command(pod, ["sh", "-c", 'pwd; printf "%s\\n" "$X" "$@"', "sh", *words], cwd="sub dir")
     assert "/etc/rp_environment" in command
+    shown = subprocess.run(command, shell=True, capture_output=True, text=True, check=True).stdout.splitlines()
+    assert shown == [str(tmp_path / "sub dir"), "a'b $(id)", *words]
 
 
 # -- against the real sshd ----------------------------------------------------------------
