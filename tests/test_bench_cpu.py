@@ -152,8 +152,8 @@ class SimulatedGPU:
 
 def simulated_runner(gpu, candidate_costs, baseline_costs, case_loads, settings, log=None):
     def side(costs):
-        return SimpleNamespace(captured=[SimpleNamespace(graph=SimpleNamespace(cost=c), x=f"x{i}")
-                                         for i, c in enumerate(costs)])
+        return SimpleNamespace(captured=[[SimpleNamespace(graph=SimpleNamespace(cost=c), x=f"x{i}/{k}")
+                                          for k in range(settings.captures)] for i, c in enumerate(costs)])
 
     sides = {"candidate": side(candidate_costs), "baseline": side(baseline_costs)}
     pool = [[f"input{s}/{c}" for c in range(len(candidate_costs))] for s in range(4)]
@@ -163,8 +163,8 @@ def simulated_runner(gpu, candidate_costs, baseline_costs, case_loads, settings,
                   messages.append)
 
 
-def settings(**rule) -> BenchSettings:
-    return BenchSettings(rule=stats.StoppingRule(**rule), judge_overhead_us=4.0, batch_ops=64)
+def settings(captures: int = 1, **rule) -> BenchSettings:
+    return BenchSettings(rule=stats.StoppingRule(**rule), judge_overhead_us=4.0, batch_ops=64, captures=captures)
 
 
 CANDIDATE = [14.0, 14.0, 24.0, 24.0]  # 10 and 20 us of work over a 4 us fixed cost
@@ -195,10 +195,18 @@ def test_inputs_and_order_per_pair():
     assert len(steps) == 6 * 4
     for index, step in enumerate(steps):
         pair, case = divmod(index, 4)
-        assert step.copies == ((f"x{case}", f"input{pair % 4}/{case}"),) * 2  # same fresh input, both sides
+        assert step.copies == ((f"x{case}/0", f"input{pair % 4}/{case}"),) * 2  # same fresh input, both sides
         first = step.timed[0].cost == CANDIDATE[case]
         if CANDIDATE[case] != BASELINE[case]:
             assert first == (pair % 2 == 0)
+
+
+def test_captures_rotate_every_two_pairs_so_each_sees_both_orders():
+    gpu = SimulatedGPU()
+    simulated_runner(gpu, CANDIDATE, BASELINE, LOADS, settings(captures=3, min_pairs=12, max_pairs=12)).run()
+    steps = [step for batch in gpu.submitted for step in batch if step.copies]
+    used = [step.copies[0][0] for index, step in enumerate(steps) if index % 4 == 0]  # case 0 of every pair
+    assert used == ["x0/0", "x0/0", "x0/1", "x0/1", "x0/2", "x0/2"] * 2
 
 
 def test_swapping_the_order_cancels_a_first_position_penalty():
@@ -245,6 +253,7 @@ def test_settings_from_job_options():
     ({"min_pairs": 2}, "min_pairs"),
     ({"batch_ops": 5}, "batch_ops"),
     ({"aa_floor": 2}, "aa_floor"),
+    ({"captures": 0}, "captures"),
 ])
 def test_settings_refuse_bad_options(options, message):
     with pytest.raises(ValueError, match=message):

@@ -33,6 +33,7 @@ WARMUP_PAIRS = 3  # pairs run and thrown away first: clocks ramp up, first repla
 INPUT_SETS = 16  # fresh inputs per case, cycled over the pairs (each pair differs from the last)
 CHECK_GROWTH = 0.1  # re-evaluate the stopping rule each time the pairs grow by 10%
 MAX_HOLD_RETRIES = 3  # voided batches tolerated (each halves the batch) before giving up
+MAX_CAPTURES = 8  # graphs per case and side at most (each holds its own memory pool)
 PROGRESS_INTERVAL_S = 0.2  # progress.json is rewritten at most this often (the CLI polls at that pace)
 
 Log = Callable[[str], None]
@@ -48,12 +49,13 @@ class BenchSettings:
     aa_floor: float = stats.DEFAULT_AA_FLOOR
     batch_ops: int = pairs.BATCH_OPS
     warmup_pairs: int = WARMUP_PAIRS
+    captures: int = 1  # graphs per case and side, rotated over the pairs (SPEC 4.7: evens out placement luck)
 
     @classmethod
     def from_options(cls, options: dict, problem: Problem) -> BenchSettings:
         """Parse ``options``; ValueError names the bad one."""
         known = {"target_half_width", "min_pairs", "max_pairs", "overhead_us", "flush", "aa_floor", "batch_ops",
-                 "warmup_pairs"}
+                 "warmup_pairs", "captures"}
         unknown = sorted(set(options) - known)
         if unknown:
             raise ValueError(f"unknown bench setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
@@ -72,9 +74,12 @@ class BenchSettings:
         warmup = options.get("warmup_pairs", WARMUP_PAIRS)
         if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
             raise ValueError(f"warmup_pairs must be an integer >= 0, got {warmup!r}")
+        captures = options.get("captures", 1)
+        if isinstance(captures, bool) or not isinstance(captures, int) or not 1 <= captures <= MAX_CAPTURES:
+            raise ValueError(f"captures must be an integer from 1 to {MAX_CAPTURES}, got {captures!r}")
         return cls(rule=stats.StoppingRule(**rule_options), judge_overhead_us=float(overhead),
                    flush=options.get("flush", "read"), aa_floor=float(aa_floor), batch_ops=batch_ops,
-                   warmup_pairs=warmup)
+                   warmup_pairs=warmup, captures=captures)
 
 
 class BenchFailed(Exception):
@@ -97,7 +102,7 @@ def scored_cases(problem: Problem, keys: list[str] | None) -> list[Case]:
 
 
 class Side:
-    """One side of the bench: its module and one captured graph per case, alive for the whole job."""
+    """One side of the bench: its module and its captured graphs (per case, one or more), alive for the whole job."""
 
     def __init__(self, name: str, source: Path) -> None:
         self.name, self.source = name, source
@@ -117,18 +122,21 @@ class Side:
         except Exception as exc:
             raise BenchFailed(f"{self.name}: prepare raised {type(exc).__name__}: {exc}".splitlines()[0]) from None
 
-    def capture(self, problem: Problem, cases: list[Case], first_inputs: list[torch.Tensor]) -> None:
+    def capture(self, problem: Problem, cases: list[Case], first_inputs: list[torch.Tensor], copies: int = 1) -> None:
         for case, x in zip(cases, first_inputs):
-            try:
-                captured = capture(lambda x_buf, case=case: problem.call(self.module, x_buf, case), x)
-            except CaptureError as exc:
-                raise BenchFailed(f"{self.name} {case.key}: {exc}") from None
-            except Exception as exc:
-                raise BenchFailed(f"{self.name} {case.key}: kernel_fn raised {type(exc).__name__}: {exc}"
-                                  .splitlines()[0]) from None
-            if not timing.is_graph(captured.graph):
-                raise BenchFailed(f"{self.name} {case.key}: the capture did not produce a torch CUDA graph")
-            self.captured.append(captured)
+            self.captured.append([self._capture_one(problem, case, x) for _ in range(copies)])
+
+    def _capture_one(self, problem: Problem, case: Case, x: torch.Tensor):
+        try:
+            captured = capture(lambda x_buf: problem.call(self.module, x_buf, case), x)
+        except CaptureError as exc:
+            raise BenchFailed(f"{self.name} {case.key}: {exc}") from None
+        except Exception as exc:
+            raise BenchFailed(f"{self.name} {case.key}: kernel_fn raised {type(exc).__name__}: {exc}"
+                              .splitlines()[0]) from None
+        if not timing.is_graph(captured.graph):
+            raise BenchFailed(f"{self.name} {case.key}: the capture did not produce a torch CUDA graph")
+        return captured
 
 
 class PersistingReport:
@@ -169,7 +177,9 @@ class Runner:
                 steps.append(Step(timed=(self.overhead_graph,)))
                 continue
             fresh = self.pool[unit.pair % len(self.pool)][unit.case]
-            graphs = {name: side.captured[unit.case] for name, side in self.sides.items()}
+            # Pairs 2j and 2j+1 (both orders) use the same capture; the next two the next one.
+            copy = (unit.pair // 2) % self.settings.captures
+            graphs = {name: side.captured[unit.case][copy] for name, side in self.sides.items()}
             copies = tuple((graphs[name].x, fresh) for name in pairs.SIDES)
             steps.append(Step(timed=tuple(graphs[name].graph for name in pairs.order(unit.pair)), copies=copies))
         return steps
@@ -283,7 +293,7 @@ class Bench:
         first = _inputs(problem, self.cases, self.seed, "capture", 1, device)[0]
         self.shape_rows = _shape_rows(problem, self.cases, first)
         for side in self.sides.values():
-            side.capture(problem, self.cases, first)
+            side.capture(problem, self.cases, first, self.settings.captures)
         self.persisting.check("after_capture")
         phase("bench")
         self.flush = timing.make_flush(device, self.settings.flush)
