@@ -111,6 +111,8 @@ def test_hold_kernel_is_released_by_a_host_store_into_pinned_memory():
 
     release = torch.zeros(1, dtype=torch.int32).pin_memory()
     status = torch.zeros(2, dtype=torch.int32).pin_memory()
+    kernels.hold_kernel[(1,)](release, status, 0, 0, 1000, num_warps=1)  # compiled and loaded before timing
+    torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     kernels.hold_kernel[(1,)](release, status, 1, 3, 5_000_000_000, num_warps=1)
@@ -120,7 +122,7 @@ def test_hold_kernel_is_released_by_a_host_store_into_pinned_memory():
     release.numpy()[0] = 3
     end.synchronize()
     assert status.tolist() == [0, 3]
-    assert 50.0 <= start.elapsed_time(end) < 1000.0
+    assert 50.0 <= start.elapsed_time(end) < 2000.0
 
 
 def test_the_read_graph_reads_every_element():
