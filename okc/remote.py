@@ -234,8 +234,11 @@ def attach(lab, pod: Pod, job_id: str, on_log=None, on_progress=None) -> Path:
 
 
 def logs(lab, pod: Pod, job_id: str) -> str:
-    """The job's whole log as the pod has it now."""
+    """The job's whole log: the pulled copy once the job is here, else as the pod has it now."""
     remote = remote_job_dir(job_id)
+    local = lab.results / job_id
+    if (local / agent.EXIT_FILE).is_file():
+        return (local / LOG_FILE).read_text(encoding="utf-8", errors="replace")
     with open_target(lab, pod) as target:
         if not _exists(target, remote):
             raise PodError(f"no job {job_id} on pod {pod.name!r}")
