@@ -296,3 +296,14 @@ def test_floor_without_cuda_ends_in_a_clear_error(tiny_lab):
     outcome = jobs.submit(tiny_lab, "floor", None)
     assert outcome.result.status == "error"
     assert outcome.result.reason.startswith("okc floor needs a CUDA GPU")
+
+
+def test_the_gpu_side_imports_only_stdlib_torch_and_numpy(tmp_path):
+    import subprocess
+    import sys
+
+    modules = "okc.worker, okc.judge.bench, okc.judge.floor, okc.judge.timing, okc.judge.pairs, okc.judge.stats"
+    forbidden = ("typer", "rich", "paramiko", "yaml", "okc.cli", "okc.ledger", "triton")
+    code = f"import sys, {modules}; print([m for m in {forbidden!r} if m in sys.modules])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, check=True)
+    assert out.stdout.strip() == "[]"
