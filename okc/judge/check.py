@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from types import ModuleType
 
@@ -235,8 +235,11 @@ class Checker:
             return fail(rules.STALE, "the output is bit-identical to the previous call's, for a different input: a cached output")
         reference = self.problem.reference(truth, case, inputs.x)
         verdict = rules.check_values(out, reference, tolerance, inputs.probe_rows)
+        if poisoned and verdict.rule == rules.NONFINITE:
+            verdict = replace(verdict, message=verdict.message + " (the output was NaN-poisoned before the replay: "
+                              "an element the graph never writes stays NaN)")
         if verdict.passed and not torch.equal(x_after, inputs.x):
-            changed = int((x_after != inputs.x).flatten(1).any(dim=1).nonzero()[0, 0])
+            changed = int((x_after != inputs.x).reshape(x_after.shape[0], -1).any(dim=1).nonzero()[0, 0])
             return fail(rules.X_MODIFIED, "kernel_fn wrote into its input x", row=changed)
         return verdict
 
