@@ -29,11 +29,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-import torch  # noqa: E402
+import torch
 
-from okc.judge import pairs, stats  # noqa: E402  (okc.judge.bench binds torch's timing objects first)
-from okc.judge.bench import Bench, BenchSettings  # noqa: E402
-from okc.problems.muse_bf16_proj import PROBLEM  # noqa: E402
+from okc.judge import pairs, stats
+from okc.judge.bench import Bench, BenchSettings
+from okc.problems.muse_bf16_proj import PROBLEM
 
 AA_PAIRS = 1000
 AA_CHECKPOINTS = (50, 200, 1000)
@@ -145,7 +145,7 @@ def flush_kinds() -> None:
     baseline = PROBLEM.baseline_source
     rule = stats.StoppingRule(min_pairs=FLUSH_PAIRS, max_pairs=FLUSH_PAIRS)
     for kind in ("read", "write"):
-        bench, table, _ = in_process(baseline, baseline, rule, cases=[FLUSH_CASE], settings={"flush": kind})
+        _, table, _ = in_process(baseline, baseline, rule, cases=[FLUSH_CASE], settings={"flush": kind})
         raw = float(sorted(table.side("baseline")[:, 0])[table.complete // 2])
         overhead = float(sorted(table.overheads())[table.complete // 2])
         say(f"   {kind:<5} flush: {raw:6.2f} us raw event time, {raw - PROBLEM.judge_overhead_us:6.2f} us less the "

@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-
 from conftest import cuda_available, write_lab
+
 from okc import jobs
 from okc.candidates import resolve
 from okc.judge import envinfo, pairs, stats, timing
@@ -16,9 +16,8 @@ from okc.judge.bench import BenchSettings, Runner
 from okc.judge.pairs import PairTable, Unit
 from okc.judge.timing import HoldTimeout
 from okc.lab import find_lab
-from okc.problems.tiny_matvec import PROBLEM as TINY
 from okc.problems.muse_bf16_proj import PROBLEM as MUSE
-
+from okc.problems.tiny_matvec import PROBLEM as TINY
 
 # --- planning ------------------------------------------------------------------------------------
 

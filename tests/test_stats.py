@@ -36,7 +36,7 @@ def test_known_table_value_for_100_samples():
 def test_coverage_reaches_the_level_without_wasting_much(n):
     coverage = stats.median_ci_coverage(n)
     assert coverage >= 0.95
-    lo, hi = stats.median_ci_ranks(n)
+    lo, _ = stats.median_ci_ranks(n)
     # One rank narrower on each side would drop below 95%.
     narrower = 1 - 2 * sum(math.comb(n, j) for j in range(lo + 2)) / 2**n
     assert narrower < 0.95

@@ -13,12 +13,17 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from okc.judge import envinfo, pairs, stats, timing  # timing binds torch's timing objects now
+from okc.judge import (  # timing binds torch's timing objects now
+    envinfo,
+    pairs,
+    stats,
+    timing,
+)
 from okc.judge.capture import CaptureError, capture
 from okc.judge.loader import CandidateLoadError, load_candidate
 from okc.judge.pairs import PairTable
@@ -43,7 +48,7 @@ Log = Callable[[str], None]
 class BenchSettings:
     """A bench's knobs, from job.json's ``bench`` object (every one optional)."""
 
-    rule: stats.StoppingRule = stats.StoppingRule()
+    rule: stats.StoppingRule = field(default_factory=stats.StoppingRule)
     judge_overhead_us: float = 4.0
     flush: str = "read"
     aa_floor: float = stats.DEFAULT_AA_FLOOR
