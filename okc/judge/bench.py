@@ -18,12 +18,8 @@ from pathlib import Path
 
 import torch
 
-from okc.judge import (  # timing binds torch's timing objects now
-    envinfo,
-    pairs,
-    stats,
-    timing,
-)
+# Importing timing binds torch's timing objects, before any candidate module is imported.
+from okc.judge import envinfo, pairs, stats, timing
 from okc.judge.capture import CaptureError, capture
 from okc.judge.loader import CandidateLoadError, load_candidate
 from okc.judge.pairs import PairTable
