@@ -281,3 +281,16 @@ def test_solution_is_judged_for_its_reason(tmp_path, problem_name, path, kind, e
         assert result["status"] == "pass", result["failures"]
     else:
         assert result["status"] == "fail" and result["rule"] in expected, result["failures"]
+
+
+def test_reference_never_reuses_another_weight_sets_float64_copy():
+    tiny = load_problem("tiny_matvec")
+    case = Case("proj", 8)
+    x = tiny.make_input(case, 1, "normal", torch.device("cpu")).x
+    for seed in range(6):  # freed weight sets hand their addresses to the next ones
+        weights = tiny.make_weights(seed, torch.device("cpu"))
+        expected = (x.double() @ weights["proj"].double().T).to(torch.bfloat16)
+        assert torch.equal(tiny.reference(weights, case, x), expected)
+        weights["proj"].mul_(2)  # an in-place write must not be served from the cache either
+        assert torch.equal(tiny.reference(weights, case, x), (x.double() @ weights["proj"].double().T).to(torch.bfloat16))
+        del weights

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import random
+import weakref
 from dataclasses import dataclass
 
 import torch
@@ -122,13 +123,16 @@ class ProjectionProblem(Problem):
     def _float64(self, w: torch.Tensor) -> torch.Tensor:
         """``w`` in float64, converted once per weight tensor: at small m the conversion costs
         more than the product itself, and the harness asks for thousands of references."""
+        # Keyed by the tensor object itself (a freed tensor's address and id are reused) and its
+        # version counter (an in-place write makes the cached copy stale).
         cache = self.__dict__.setdefault("_float64_cache", {})
-        key = (w.data_ptr(), w._version, tuple(w.shape), w.dtype, str(w.device))
-        if key not in cache:
-            if len(cache) >= len(self.layer_table):  # a new weight set: drop the old one
-                cache.clear()
-            cache[key] = w.double()
-        return cache[key]
+        hit = cache.get(id(w))
+        if hit is not None and hit[0]() is w and hit[1] == w._version:
+            return hit[2]
+        if len(cache) >= len(self.layer_table):  # a new weight set: drop the old one
+            cache.clear()
+        cache[id(w)] = (weakref.ref(w), w._version, w.double())
+        return cache[id(w)][2]
 
     def output_spec(self, case: Case) -> tuple[tuple[int, ...], torch.dtype]:
         layer = self.layer(case.layer)
