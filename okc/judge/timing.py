@@ -281,6 +281,19 @@ class Protocol:
         # Everything made on the default stream (buffers, inputs) must be in place: the
         # timing stream does not wait for the default stream.
         synchronize()
+        self._probe_hold()
+
+    def _probe_hold(self) -> None:
+        """Run the hold once, released in advance (epoch 0): it compiles, and a GPU that cannot
+        read the pinned flag says so here, in words, instead of timing out batch after batch."""
+        from okc.judge import kernels
+
+        try:
+            with on_stream(self.stream):
+                kernels.hold_kernel[(1,)](self.release, self.status, 0, 0, self.timeout_ns, num_warps=1)
+            synchronize()
+        except (ValueError, RuntimeError) as exc:
+            raise TimingError(f"the hold kernel cannot poll pinned host memory on this GPU: {exc}") from None
 
     def _events(self, count: int) -> list:
         while len(self._spare) < count:
