@@ -57,9 +57,9 @@ def run_floor(problem: Problem, *, device: torch.device, seed: int, overhead_us:
     l2.clear()
     flush = timing.make_flush(device)
     overhead_graph, _memory = timing.trivial_graph(device)  # _memory: what the graph writes, kept alive
-    protocol = timing.Protocol(device, flush)
     sizes, overheads = [], []
     try:
+        protocol = timing.Protocol(device, flush)
         time_graphs(protocol, overhead_graph, overhead_graph, SAMPLES_PER_BATCH)  # warm-up, thrown away
         for layer, nbytes in layer_sizes(problem, device, seed):
             best = None
