@@ -223,6 +223,11 @@ def test_loader_gives_each_load_its_own_module_and_imports_folders(tmp_path):
     (folder / "kernels.py").write_text("SCALE = 3\n")
     (folder / "submission.py").write_text("from . import kernels\nimport kernels as same\nSCALE = kernels.SCALE * same.SCALE\n")
     assert load_candidate(folder).SCALE == 9
+    other = tmp_path / "018_other"  # a sibling of the same plain name must not be the first one's
+    other.mkdir()
+    (other / "kernels.py").write_text("SCALE = 5\n")
+    (other / "submission.py").write_text("import kernels\nSCALE = kernels.SCALE\n")
+    assert load_candidate(other).SCALE == 5 and str(folder) not in sys.path
 
 
 @pytest.mark.parametrize(

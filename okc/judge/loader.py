@@ -54,22 +54,23 @@ def load_candidate(path: Path) -> ModuleType:
 
     A folder candidate is imported as a package rooted at the folder, so its
     ``submission.py`` may import its siblings relatively (``from . import kernels``)
-    or by plain name (``import kernels``: the folder is put first on ``sys.path``).
+    or by plain name at import time (``import kernels``: the folder is first on
+    ``sys.path`` while it imports). Plain-named siblings are then taken out of
+    ``sys.modules``, so a second candidate's ``kernels`` is its own, not this one's.
     """
     path = Path(path).resolve()
     entry = candidate_entry(path)
     name = unique_module_name(path)
     folder = path if path.is_dir() else None
-    if folder is not None:
-        spec = importlib.util.spec_from_file_location(name, entry, submodule_search_locations=[str(folder)])
-        if str(folder) not in sys.path:
-            sys.path.insert(0, str(folder))
-    else:
-        spec = importlib.util.spec_from_file_location(name, entry)
+    locations = [str(folder)] if folder is not None else None
+    spec = importlib.util.spec_from_file_location(name, entry, submodule_search_locations=locations)
     if spec is None or spec.loader is None:
         raise CandidateLoadError(f"{entry}: Python cannot import this file")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
+    before = set(sys.modules)
+    if folder is not None:
+        sys.path.insert(0, str(folder))
     try:
         spec.loader.exec_module(module)
     except BaseException as exc:  # SystemExit or anything else raised at import is the candidate's failure
@@ -77,7 +78,19 @@ def load_candidate(path: Path) -> ModuleType:
             raise
         sys.modules.pop(name, None)
         raise CandidateLoadError(_describe_import_failure(entry, exc)) from None
+    finally:
+        if folder is not None:
+            sys.path.remove(str(folder))
+            _forget_plain_siblings(folder, before)
     return module
+
+
+def _forget_plain_siblings(folder: Path, before: set[str]) -> None:
+    """Drop modules a folder candidate imported from its own folder by plain name."""
+    for module_name in set(sys.modules) - before:
+        origin = getattr(sys.modules[module_name], "__file__", None)
+        if origin and Path(origin).resolve().is_relative_to(folder) and not module_name.startswith(MODULE_PREFIX):
+            del sys.modules[module_name]
 
 
 def _describe_import_failure(entry: Path, exc: BaseException) -> str:
