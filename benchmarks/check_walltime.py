@@ -2,7 +2,7 @@
 
 With CUDA: candidates 000 and 001 (every case, both weight seeds, graph capture and replays).
 Without: 000 on the CPU. Prints, per candidate: status, wall seconds of the worker process
-(torch import included), and the check's own split into import / prepare (where a candidate
+(torch import included), its CPU seconds, and the check's own split into import / prepare (where a candidate
 compiles) / check.
 
     python benchmarks/check_walltime.py                 # as the machine allows
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import shutil
 import subprocess
 import sys
@@ -37,13 +38,21 @@ def run(candidate: str, device: str, workdir: Path) -> dict:
     }
     (job_dir / "job.json").write_text(json.dumps(job))
     started = time.monotonic()
+    cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     with open(job_dir / "log.txt", "w") as log:
         subprocess.run([sys.executable, "-m", "okc.worker", str(job_dir)], stdout=log, stderr=subprocess.STDOUT,
                        cwd=REPO, check=False)
     wall = time.monotonic() - started
-    result = json.loads((job_dir / "result.json").read_text())
+    cpu_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    # CPU seconds say what the check costs when the machine is shared; wall seconds what it took.
+    cpu = (cpu_after.ru_utime - cpu_before.ru_utime) + (cpu_after.ru_stime - cpu_before.ru_stime)
+    result_file = job_dir / "result.json"
+    if not result_file.exists():  # the worker died without a verdict: its log says why
+        result = {"status": "no result", "reason": (job_dir / "log.txt").read_text()[-500:]}
+    else:
+        result = json.loads(result_file.read_text())
     return {"candidate": candidate, "device": result.get("device", device), "status": result["status"],
-            "wall_s": round(wall, 1), "check_duration_s": result.get("duration_s"),
+            "wall_s": round(wall, 1), "cpu_s": round(cpu, 1), "check_duration_s": result.get("duration_s"),
             "seconds": result.get("seconds"), "entries": len(result.get("cases", [])),
             "reason": result.get("reason")}
 
