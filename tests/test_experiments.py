@@ -165,13 +165,42 @@ def test_the_shipped_sweeps_parse(name, points):
 # -- running ---------------------------------------------------------------------------
 
 
-def test_a_sweep_funnels_to_the_winners_skips_failing_points_and_emits_a_passing_candidate(tiny_lab):
+def interrupt_after_first_job(lab, name: str) -> tuple[Path, list[dict]]:
+    """Start `okc sweep NAME` as a process, Ctrl-C it once the first job is in the table; (run folder, table)."""
+    proc = subprocess.Popen([sys.executable, "-m", "okc", "sweep", name], cwd=lab.root,
+                            env={**os.environ, "OKC_LAB": str(lab.root)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    runs = lab.results / "experiments" / name
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not list(runs.glob(f"*/{TABLE_FILE}")):
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=30)
+    assert proc.returncode != 0
+    (run_dir,) = runs.iterdir()
+    before = [json.loads(line) for line in (run_dir / TABLE_FILE).read_text().splitlines()]
+    return run_dir, before
+
+
+def test_an_interrupted_sweep_resumes_funnels_to_the_winners_skips_failing_points_and_emits(tiny_lab):
+    # One sweep serves every stage of the story, because each job costs a process start and a torch import.
     write_sweep(tiny_lab, "demo", definition([FAST, WRONG, BROKEN]))
+    run_dir, before = interrupt_after_first_job(tiny_lab, "demo")
+    # The job in flight was stopped with the sweep, not left running: its folder says so.
+    assert all((job / "result.json").is_file() for job in (run_dir / "jobs").iterdir())
+    assert len({(r["point"], r["stage"]) for r in before}) == 1, "the interrupt came too late to test a resume"
+
     result = run_sweep(tiny_lab, "demo", emit=7)
-    ids = {name: Point.of(params).id for name, params in
-           (("fast", FAST), ("wrong", WRONG), ("broken", BROKEN))}
-    assert {shape: win["point"] for shape, win in result.winners.items()} == {s: ids["fast"] for s in SHAPES}
+    assert result.run.path == run_dir
     rows = result.run.rows
+    assert rows[: len(before)] == before
+    jobs_per_stage: dict = {}
+    for row in rows:
+        jobs_per_stage.setdefault((row["point"], row["stage"]), set()).add(row["job"])
+    assert all(len(jobs) == 1 for jobs in jobs_per_stage.values()), jobs_per_stage  # nothing finished ran twice
+
+    ids = {name: Point.of(params).id for name, params in (("fast", FAST), ("wrong", WRONG), ("broken", BROKEN))}
+    assert {shape: win["point"] for shape, win in result.winners.items()} == {s: ids["fast"] for s in SHAPES}
     screen = {(r["point"], r["shape"]): r for r in rows if r["stage"] == "screen"}
     assert len(screen) == 3 * len(SHAPES)
     assert screen[ids["broken"], "proj/m=1"]["status"] == "fail"
@@ -194,42 +223,13 @@ def test_a_sweep_funnels_to_the_winners_skips_failing_points_and_emits_a_passing
     assert checked.exit_code == 0, checked.output
     again = runner.invoke(app, ["sweep", "demo", "--emit", "7"])  # the finished run is not redone
     assert again.exit_code == 2 and "candidate 007 exists already" in again.output
-    assert len(list((result.run.path.parent).iterdir())) == 1
+    assert len(list(run_dir.parent.iterdir())) == 1
 
 
 def test_a_shape_the_problem_does_not_have_stops_the_sweep(tiny_lab):
     write_sweep(tiny_lab, "typo", definition([FAST], shapes=["proj/m=2"]))
     with pytest.raises(ConfigError, match="unknown scored case.*proj/m=2"):
         run_sweep(tiny_lab, "typo")
-
-
-def test_an_interrupted_sweep_stops_its_job_and_resumes_without_redoing_a_finished_point(tiny_lab):
-    write_sweep(tiny_lab, "resume", definition([FAST, SLOW], shapes=["gate/m=8"]))
-    proc = subprocess.Popen([sys.executable, "-m", "okc", "sweep", "resume"], cwd=tiny_lab.root,
-                            env={**os.environ, "OKC_LAB": str(tiny_lab.root)},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    runs = tiny_lab.results / "experiments" / "resume"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not list(runs.glob(f"*/{TABLE_FILE}")):
-        time.sleep(0.1)
-    proc.send_signal(signal.SIGINT)
-    proc.wait(timeout=30)
-    assert proc.returncode != 0
-    (run_dir,) = runs.iterdir()
-    # The job in flight was stopped with the sweep, not left running: its folder says so.
-    assert all((job / "result.json").is_file() for job in (run_dir / "jobs").iterdir())
-    before = [json.loads(line) for line in (run_dir / TABLE_FILE).read_text().splitlines()]
-    assert len({(r["point"], r["stage"]) for r in before}) == 1, "the kill came too late to test a resume"
-
-    result = run_sweep(tiny_lab, "resume")
-    assert result.run.path == run_dir
-    assert result.run.rows[: len(before)] == before
-    jobs_per_stage: dict = {}
-    for row in result.run.rows:
-        jobs_per_stage.setdefault((row["point"], row["stage"]), set()).add(row["job"])
-    assert all(len(jobs) == 1 for jobs in jobs_per_stage.values()), jobs_per_stage
-    assert sorted(stage for _, stage in jobs_per_stage) == ["check", "measure", "screen", "screen"]
-    assert set(result.winners) == {"gate/m=8"}
 
 
 def test_a_table_line_cut_short_by_a_kill_is_ignored_and_then_terminated(tmp_path):

@@ -191,8 +191,11 @@ def _time_cpu(problem: Problem, candidate: Path, baseline: Path, cases: list[str
     chosen = scored_cases(problem, cases)
     weights = problem.make_weights(derive_seed(seed, "weights", 0), device)
     # The baseline first: its failure is okc's problem, the point's is the point's.
-    modules = {"baseline": _prepare(problem, baseline, weights, device, phase),
-               "candidate": _prepare(problem, candidate, weights, device, phase)}
+    try:
+        modules = {"baseline": _prepare(problem, baseline, weights, device, phase)}
+    except PointFailed as exc:
+        raise RuntimeError(f"the baseline failed: {exc}") from None  # okc's problem: the worker says error
+    modules["candidate"] = _prepare(problem, candidate, weights, device, phase)
     timer = Timer(problem, modules, chosen, device, seed)
     timer.warm_up()
     table = PairTable(len(chosen), settings.capacity)
