@@ -8,6 +8,7 @@ from okc.funnel import Progress, SweepResult
 from okc.tables import Table
 
 REFRESH_PER_S = 4
+VIEW_MIN_WIDTH = 72  # wide enough that the title line (stage, jobs, failures, ETA) does not wrap
 
 
 def _eta(seconds: float | None) -> str:
@@ -32,7 +33,7 @@ class LiveView:
         from rich.table import Table as RichTable
 
         progress = self._progress
-        table = RichTable(box=None, show_header=True, title_justify="left")
+        table = RichTable(box=None, show_header=True, title_justify="left", min_width=VIEW_MIN_WIDTH)
         if progress is None:
             table.title = "sweep: starting"
             return table
