@@ -74,9 +74,10 @@ def in_process(candidate: Path, against: Path, rule: stats.StoppingRule, **optio
 
 
 def aa_noise() -> None:
-    say(f"1. A/A: {PROBLEM.baseline_source.name} against a second import of itself, {AA_PAIRS} pairs")
+    say(f"1. A/A: {PROBLEM.baseline_source.name} against a second import of itself, {AA_PAIRS} pairs, one capture per side")
     baseline = PROBLEM.baseline_source
-    bench, table, seconds = in_process(baseline, baseline, stats.StoppingRule(min_pairs=AA_PAIRS, max_pairs=AA_PAIRS))
+    bench, table, seconds = in_process(baseline, baseline, stats.StoppingRule(min_pairs=AA_PAIRS, max_pairs=AA_PAIRS),
+                                       settings={"captures": 1})
     ratios = pairs.load_ratios(table, bench.runner.matrix, PROBLEM.judge_overhead_us)
     say(f"   {'pairs':>6} {'score':>8} {'CI lo':>8} {'CI hi':>8} {'+-':>7}")
     for count in AA_CHECKPOINTS:

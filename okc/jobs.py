@@ -27,7 +27,7 @@ import okc
 from okc.candidates import Candidate
 from okc.errors import ConfigError, JudgeError
 from okc.lab import Lab
-from okc.ledger import Floor, Run, record_floor, record_run
+from okc.ledger import AA_MARK, Floor, Run, latest_aa, record_floor, record_run
 from okc.results import JOB_FILE, RESULT_FILE, JobResult, load_result, write_json
 
 JOB_SCHEMA_VERSION = 1
@@ -303,7 +303,7 @@ def run_for(job_dir: Path) -> Run | None:
         ci_lo=score_ci[0] if result.passed else None,
         ci_hi=score_ci[1] if result.passed else None,
         speedups=result.speedups,
-        against=(spec.against.name + (" (A/A)" if spec.aa else "")) if spec.against else None,
+        against=(spec.against.name + (AA_MARK if spec.aa else "")) if spec.against else None,
         note=result.reason,
         result_path=job_dir.name,  # relative to the results folder: the ledger travels
         created_at=spec.created_at or datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -328,6 +328,22 @@ def resolve_target(lab: Lab, on: str | None):
     return resolve_pod(lab, on)
 
 
+def with_aa_floor(lab: Lab, target: str, settings: dict[str, Any]) -> dict[str, Any]:
+    """Bench settings whose verdict uses the target's measured A/A floor, when the ledger has one."""
+    from okc.ledger import open_ledger
+
+    if "aa_floor" in settings:
+        return settings
+    conn = open_ledger(lab.ledger_path)
+    try:
+        aa = latest_aa(conn, target)
+    finally:
+        conn.close()
+    if aa is not None:
+        settings["aa_floor"] = round(max(aa.ci_hi - 1.0, 1.0 - aa.ci_lo, 0.0), 6)
+    return settings
+
+
 @dataclass(frozen=True)
 class Outcome:
     job_dir: Path
@@ -350,7 +366,10 @@ def submit(
     from okc.ledger import open_ledger
 
     pod = resolve_target(lab, on)
-    job_dir = create_job(lab, kind, candidate, against=against, target=pod.name if pod else "local", **options)
+    target = pod.name if pod else "local"
+    if kind == "bench" and not options.get("aa"):
+        options["bench"] = with_aa_floor(lab, target, dict(options.get("bench") or {}))
+    job_dir = create_job(lab, kind, candidate, against=against, target=target, **options)
     if pod is None:
         result = run_local(job_dir, on_progress=on_progress)
     else:

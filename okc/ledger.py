@@ -208,6 +208,19 @@ def runs(conn: sqlite3.Connection, candidate_number: int | None = None, kind: st
     return [_run_from_row(row) for row in conn.execute(query + " ORDER BY id", params)]
 
 
+AA_MARK = " (A/A)"  # how an A/A bench names what it ran against
+
+
+def latest_aa(conn: sqlite3.Connection, target: str) -> Run | None:
+    """The latest finished A/A bench on ``target``: its CI is that target's noise floor."""
+    row = conn.execute(
+        "SELECT * FROM runs WHERE kind = 'bench' AND target = ? AND against LIKE ? AND ci_lo IS NOT NULL "
+        "ORDER BY id DESC LIMIT 1",
+        (target, f"%{AA_MARK}"),
+    ).fetchone()
+    return None if row is None else _run_from_row(row)
+
+
 def known_candidates(conn: sqlite3.Connection) -> dict[int, str]:
     """number -> the name it was last seen under."""
     rows = conn.execute("SELECT number, name FROM candidates ORDER BY id")

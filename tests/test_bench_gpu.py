@@ -49,13 +49,16 @@ def bench(lab, candidate, **options):
     return outcome.result
 
 
-def test_aa_scores_one_within_a_percent_with_a_ci_holding_one():
+def test_aa_scores_one_within_a_percent():
+    # Not "the CI holds 1": two captures of the same code differ by a real position bias of up
+    # to ~0.5% on the score (SPEC 4.7, and benchmarks/NOTES.md), which a tight CI can exclude.
     lab = find_lab()
     baseline = resolve(lab.candidates, "0")
     result = bench(lab, baseline, aa=True)
     assert result.aa
     assert abs(result.score - 1.0) < 0.01, result.score
-    assert result.score_ci[0] <= 1.0 <= result.score_ci[1], result.score_ci
+    assert all(abs(load.speedup - 1.0) < 0.03 for load in result.loads), result.speedups
+    assert result.raw["aa_floor"] >= abs(result.score - 1.0)
     assert result.stopped_by == "target" and result.half_width < 0.005
     assert len(result.loads) == 6 and len(result.shapes) == 30
     assert 1.0 < result.overhead_us["measured"] < 20.0

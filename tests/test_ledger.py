@@ -111,3 +111,25 @@ def test_two_processes_write_at_once(tmp_path):
     conn = open_ledger(path)
     assert len(runs(conn)) == 2 * count
     assert {r.candidate_number for r in runs(conn)} == {1, 2}
+
+
+def test_latest_aa_is_per_target(tmp_path):
+    conn = open_ledger(tmp_path / "ledger.db")
+    aa = dict(kind="bench", against=f"000_baseline{ledger.AA_MARK}", score=0.997, ci_lo=0.994, ci_hi=1.001)
+    record_run(conn, run(number=0, target="local", **aa))
+    record_run(conn, run(number=0, target="h200", **{**aa, "score": 0.999, "ci_lo": 0.998, "ci_hi": 1.0}))
+    record_run(conn, run(number=1, target="h200", kind="bench", against="000_baseline", score=1.2, ci_lo=1.1, ci_hi=1.3))
+    assert ledger.latest_aa(conn, "local").ci_lo == 0.994
+    assert ledger.latest_aa(conn, "h200").ci_lo == 0.998
+    assert ledger.latest_aa(conn, "other") is None
+
+
+def test_bench_settings_take_the_targets_aa_floor(lab):
+    from okc import jobs
+
+    assert "aa_floor" not in jobs.with_aa_floor(lab, "local", {})
+    conn = open_ledger(lab.ledger_path)
+    record_run(conn, run(number=0, target="local", kind="bench", against=f"000_baseline{ledger.AA_MARK}",
+                         score=0.996, ci_lo=0.993, ci_hi=0.999))
+    assert jobs.with_aa_floor(lab, "local", {})["aa_floor"] == 0.007
+    assert jobs.with_aa_floor(lab, "local", {"aa_floor": 0.02})["aa_floor"] == 0.02
