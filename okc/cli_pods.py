@@ -1,0 +1,182 @@
+"""okc commands for pods: sync, status, trust and remote jobs (registered on okc.cli.app)."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from okc.cli import (
+    FORMAT_HELP, _echo_log, app, err, handles_errors, load_lab, out, output_format, pod_app, show,
+)
+from okc.errors import EXIT_FAILED, ConfigError
+
+# ---------------------------------------------------------------------------------------
+# Pods: sync, status, trust, and remote jobs
+
+
+def _pod(on: Optional[str]):
+    from okc.pod import require_pod
+
+    lab = load_lab()
+    return lab, require_pod(lab, on)
+
+
+@app.command()
+@handles_errors
+def sync(
+    on: Optional[str] = typer.Option(None, "--on", help="Pod from pod.yaml (default: its default pod)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="List what would change; send nothing."),
+) -> None:
+    """Push candidates/, experiments/ and the okc package to the pod; only changes travel.
+
+    Example: okc sync --on h200
+    """
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
+
+    from okc.sync import sync_lab
+
+    lab, pod = _pod(on)
+    bar = Progress(TextColumn(f"[bold]sync {pod.name}"), BarColumn(), DownloadColumn(), TextColumn("{task.fields[files]}"),
+                   console=err.get(), transient=True)
+    task = bar.add_task("sync", total=None, files="")
+
+    def progress(p) -> None:
+        bar.update(task, completed=p.bytes_done, total=p.bytes_total, files=f"{p.files_done}/{p.files_total} files")
+
+    with bar:
+        report = sync_lab(lab, pod, dry_run=dry_run, progress=progress)
+    verb = ("would send", "would delete") if dry_run else ("sent", "deleted")
+    for name in report.sent:
+        out.print(f"{verb[0]} {name}", markup=False, soft_wrap=True)
+    for name in report.deleted:
+        out.print(f"{verb[1]} {name}", markup=False, soft_wrap=True)
+    out.print(f"{pod.name}: {len(report.sent)} {verb[0]}, {len(report.deleted)} {verb[1]}, {report.unchanged} unchanged"
+              f" ({report.bytes_sent} bytes in {report.seconds:.2f} s)", markup=False)
+
+
+@pod_app.command("status")
+@handles_errors
+def pod_status(
+    name: Optional[str] = typer.Argument(None, help="Pod from pod.yaml (default: its default pod)."),
+    fmt: str = typer.Option("table", "--format", help=FORMAT_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Same as --format json."),
+) -> None:
+    """Is the pod reachable; its GPU, memory, SM clock, utilisation, running okc jobs and free disk.
+
+    Example: okc pod status h200
+    """
+    import json
+
+    from okc import remote
+    from okc.errors import EXIT_UNREACHABLE
+
+    fmt = output_format(fmt, as_json)
+    lab, pod = _pod(name)
+    status = remote.pod_status(lab, pod)
+    if fmt == "json":
+        out.print(json.dumps(status, indent=2), markup=False, soft_wrap=True)
+    else:
+        show([remote.status_table(status)], fmt)
+    if not status["reachable"]:
+        raise typer.Exit(EXIT_UNREACHABLE)
+
+
+@pod_app.command("trust")
+@handles_errors
+def pod_trust(
+    name: str = typer.Argument(..., help="Pod from pod.yaml."),
+    yes: bool = typer.Option(False, "--yes", help="Pin without asking (scripts)."),
+) -> None:
+    """Show the pod's host-key fingerprint and pin it, so okc will talk to this pod.
+
+    Example: okc pod trust h200
+    """
+    from okc import remote
+
+    lab, pod = _pod(name)
+    offer = remote.offered_host_key(lab, pod)
+    out.print(f"pod {pod.name} ({offer.host_name}) offers {offer.key.get_name()} {offer.fingerprint}", markup=False)
+    if offer.already_pinned:
+        out.print("already pinned", markup=False)
+        return
+    if offer.pinned:
+        err.print("[yellow]warning:[/yellow] this REPLACES a different pinned key: "
+                  + ", ".join(k.fingerprint for k in offer.pinned), soft_wrap=True)
+    if not yes and not typer.confirm("Pin this key?", default=False):
+        raise ConfigError("not pinned: okc will refuse this pod until its key is pinned")
+    path = remote.pin(lab, offer)
+    out.print(f"pinned in {path}", markup=False, soft_wrap=True)
+
+
+@app.command("jobs")
+@handles_errors
+def jobs_command(
+    on: Optional[str] = typer.Option(None, "--on", help="Pod from pod.yaml (default: its default pod)."),
+    fmt: str = typer.Option("table", "--format", help=FORMAT_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Same as --format json."),
+) -> None:
+    """Jobs on the pod, running and finished, and whether each has been pulled here.
+
+    Example: okc jobs --on h200
+    """
+    from okc import remote
+
+    fmt = output_format(fmt, as_json)
+    lab, pod = _pod(on)
+    show([remote.jobs_table(remote.list_jobs(lab, pod), pod.name)], fmt)
+
+
+@app.command()
+@handles_errors
+def attach(
+    job: str = typer.Argument(..., help="The job id (see okc jobs)."),
+    on: Optional[str] = typer.Option(None, "--on", help="Pod from pod.yaml (default: its default pod)."),
+) -> None:
+    """Resume streaming a remote job's log from where it stopped; pull and record it when done.
+
+    Example: okc attach 20260101-120000-bench-a1b2c3
+    """
+    from okc import remote
+    from okc.results import load_result
+
+    lab, pod = _pod(on)
+    job_dir = remote.attach(lab, pod, job, on_log=_echo_log)
+    result = load_result(job_dir)
+    out.print(f"{result.kind} {result.status}: {result.reason or 'done'} (job {job})", markup=False, soft_wrap=True)
+    raise typer.Exit(0 if result.passed else EXIT_FAILED)
+
+
+@app.command()
+@handles_errors
+def logs(
+    job: str = typer.Argument(..., help="The job id (see okc jobs)."),
+    on: Optional[str] = typer.Option(None, "--on", help="Pod from pod.yaml (default: its default pod)."),
+) -> None:
+    """Print a remote job's log as it is now.
+
+    Example: okc logs 20260101-120000-bench-a1b2c3
+    """
+    from okc import remote
+
+    lab, pod = _pod(on)
+    out.print(remote.logs(lab, pod, job), end="", markup=False, highlight=False, soft_wrap=True)
+
+
+@app.command()
+@handles_errors
+def pull(
+    job: Optional[str] = typer.Argument(None, help="One job id; default: every finished job not here yet."),
+    on: Optional[str] = typer.Option(None, "--on", help="Pod from pod.yaml (default: its default pod)."),
+) -> None:
+    """Fetch finished remote jobs into results/ and record them in the ledger (once, however often run).
+
+    Example: okc pull
+    """
+    from okc import remote
+
+    lab, pod = _pod(on)
+    pulled = remote.pull(lab, pod, job)
+    for job_dir in pulled:
+        out.print(f"pulled {job_dir.name}", markup=False)
+    out.print(f"{len(pulled)} job(s) pulled from {pod.name}", markup=False)

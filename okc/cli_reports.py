@@ -1,0 +1,108 @@
+"""okc commands for reports, plots, the measured floor and sweeps (registered on okc.cli.app)."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from okc.cli import (
+    CANDIDATE_HELP, FORMAT_HELP, _echo_log, app, candidate_ref, err, handles_errors, load_lab, out, output_format,
+    raise_failed, show,
+)
+
+# ---------------------------------------------------------------------------------------
+# Reports, plots and the measured floor
+
+
+@app.command()
+@handles_errors
+def report(
+    words: Optional[list[str]] = typer.Argument(None, help=CANDIDATE_HELP, metavar="[candidate] NNN"),
+    job: Optional[str] = typer.Option(None, "--job", help="Report this bench job (an id under results/) instead."),
+    fmt: str = typer.Option("table", "--format", help=FORMAT_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Same as --format json."),
+) -> None:
+    """Per-shape and per-load tables of a candidate's latest bench against the speed-of-light floors.
+
+    Example: okc report 036 --format markdown
+    """
+    from okc.report import build_report
+
+    fmt = output_format(fmt, as_json)
+    built = build_report(load_lab(), candidate_ref(words) if words else None, job)
+    show(built.tables, fmt, *built.lines)
+
+
+@app.command()
+@handles_errors
+def floor(
+    on: Optional[str] = typer.Option(None, "--on", help="Pod from pod.yaml, or 'local'."),
+    fmt: str = typer.Option("table", "--format", help=FORMAT_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Same as --format json."),
+) -> None:
+    """Measure the GPU's practical memory-read floor (cold L2) at each layer's size; stored per GPU.
+
+    Example: okc floor --on h200
+    """
+    from okc import jobs, views
+
+    fmt = output_format(fmt, as_json)
+    with err.status("measuring the read floor ..."):
+        outcome = jobs.submit(load_lab(), "floor", None, on=on, on_log=_echo_log)
+    result = outcome.result
+    if not result.passed:
+        raise_failed(result)
+    gpu = f"{result.gpu_name or 'unknown GPU'} ({result.gpu_uuid or 'no UUID'})"
+    stored = "recorded in the ledger" if outcome.recorded else "already in the ledger"
+    show([views.floor_table(result.sizes, f"read floor of {gpu}")], fmt, f"{stored}; job {result.job_id}")
+
+
+@app.command()
+@handles_errors
+def plot(
+    words: Optional[list[str]] = typer.Argument(None, help=CANDIDATE_HELP, metavar="[[candidate] NNN]"),
+    job: Optional[str] = typer.Option(None, "--job", help="Plot this bench job's shapes instead of the latest."),
+) -> None:
+    """Score history PNG, or with a candidate (or --job) its per-shape bars; under results/plots/.
+
+    Example: okc plot 036
+    """
+    from okc import plot as plots
+
+    lab = load_lab()
+    if words or job:
+        path = plots.plot_shapes(lab, candidate_ref(words) if words else None, job)
+    else:
+        path = plots.plot_history(lab)
+    out.print(f"wrote {path}", markup=False, soft_wrap=True)
+
+
+# ---------------------------------------------------------------------------------------
+# Experiments: tuning sweeps
+
+
+@app.command()
+@handles_errors
+def sweep(
+    name: str = typer.Argument(..., help="The sweep: experiments/NAME.yaml."),
+    on: Optional[str] = typer.Option(None, "--on", help="Pods from pod.yaml, comma-separated, or 'local'."),
+    emit: Optional[int] = typer.Option(None, "--emit", help="Write the winners into a new candidate NNN."),
+    gpus: Optional[int] = typer.Option(None, "--gpus", help="Use at most this many GPUs per target."),
+    fmt: str = typer.Option("table", "--format", help=FORMAT_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Same as --format json."),
+) -> None:
+    """Run (or resume) a tuning sweep: screen every point, keep the best per shape, check them, re-measure.
+
+    Example: okc sweep gemv_decode --on h200a,h200b --emit 040
+    """
+    from okc import sweepview
+    from okc.funnel import run_sweep
+
+    fmt = output_format(fmt, as_json)
+    with sweepview.LiveView(err.get()) as view:
+        result = run_sweep(load_lab(), name, on=on, emit=emit, gpus=gpus, on_progress=view.update,
+                           on_message=lambda line: err.print(line, markup=False))
+    tables = [sweepview.winners_table(result)] + ([sweepview.failures_table(result)] if result.failed else [])
+    lines = [f"emitted {result.emitted} (check it: okc check {result.emitted.name[:3]})"] if result.emitted else []
+    show(tables, fmt, *lines)
