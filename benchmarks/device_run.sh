@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # One call on a GPU machine of the device tool: set up what the image lacks, run the GPU tests
 # and the benchmark scripts, and leave every log under $OUT (at most 8 files come back).
-# Usage there: bash benchmarks/device_run.sh [stage ...]   (stages: tests check bench floor ssh cli)
+# Usage there: bash benchmarks/device_run.sh [stage ...]   (stages: tests check bench floor ssh cli aa)
 set -uo pipefail
-OUT=${OUT:-/tmp/okc-out}
+export OUT=${OUT:-/tmp/okc-out}
 mkdir -p "$OUT"
 cd "$(dirname "$0")/.."
 
@@ -33,12 +33,14 @@ stage() {
 stages=${*:-tests check bench}
 for s in $stages; do
     case $s in
-        tests) stage gpu_tests python3 -m pytest -m gpu -q -p no:cacheprovider -x --timeout 300 ;;
+        tests) stage gpu_tests python3 -m pytest -m gpu -q -p no:cacheprovider --timeout 300 ;;
         check) stage check_walltime python3 benchmarks/check_walltime.py ;;
         bench) stage bench_harness python3 benchmarks/bench_harness.py ;;
         floor) stage floor okc floor ;;
         ssh) stage ssh bash benchmarks/device_ssh.sh ;;
-        cli) stage cli bash -c 'okc check 000 && okc check 001 && okc bench 001 && okc bench 000 --aa && okc ledger' ;;
+        cli) stage cli bash -c 'set -e; okc check 000; okc check 001; okc bench 000 --aa; okc bench 001; okc floor;
+                  okc report 001; okc plot; okc plot 001; cp results/plots/*.png "$OUT"/; okc ledger; okc ledger --calibration' ;;
+        aa) stage aa_bias python3 benchmarks/aa_bias.py ;;
         *) echo "unknown stage $s" ;;
     esac
 done
