@@ -277,6 +277,8 @@ def test_solution_is_judged_for_its_reason(tmp_path, problem_name, path, kind, e
             assert result.status == "timeout" and "prepare exceeded its 2 s limit" in result.reason
         elif expected == {"timeout"}:
             assert result.status == "timeout"
+            if problem_name == "tiny_matvec":  # tiny starts in seconds: the limit meets the hang itself
+                assert "during check" in result.reason
         else:
             assert result.status in ("fail", "error") and "died of SIG" in result.reason
         return
