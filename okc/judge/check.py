@@ -19,10 +19,12 @@ import torch
 
 from okc.judge import rules
 from okc.judge.capture import Captured, CaptureError, capture
+from okc.judge.job import BadJob, Job
 from okc.judge.loader import CandidateLoadError, load_candidate
 from okc.judge.problem import Case, Problem
 from okc.judge.rules import Verdict, fail
 from okc.judge.seeds import derive_seed
+from okc.problems import load_problem
 
 MAX_FAILURES = 5  # stop the job after this many failing entries: the verdict is clear by then
 CPU_NOTE = "CUDA graph capture was NOT exercised: checked on the CPU with repeated eager calls"
@@ -321,11 +323,8 @@ def run_check(problem: Problem, source: Path, *, device: torch.device, seed: int
     }
 
 
-def run_job(job, job_dir: Path, *, device: torch.device, seed: int, phase: PhaseFn, log: Callable[[str], None]) -> dict:
+def run_job(job: Job, job_dir: Path, *, device: torch.device, seed: int, phase: PhaseFn, log: Callable[[str], None]) -> dict:
     """The worker's entry for ``kind: check`` (see okc.worker.KINDS)."""
-    from okc.judge.job import BadJob
-    from okc.problems import load_problem
-
     if job.candidate is None:
         raise BadJob("a check job needs a candidate")
     try:
