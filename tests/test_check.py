@@ -251,18 +251,25 @@ def test_loader_turns_import_failures_into_a_message(tmp_path, text, expected):
 # --- every shipped solution, judged for its own reason ---------------------------------------
 
 def _solutions():
-    for name in BUILT_IN:
-        for kind in ("correct", "wrong"):
-            for path in sorted((PROBLEMS_DIR / name / "solutions" / kind).glob("*.py")):
-                doc = path.read_text().split('"""')[1] if path.read_text().startswith('"""') else ""
-                match = re.search(r"^Rule: (.+)$", doc, re.MULTILINE)
-                expected = set(match.group(1).split(" | ")) if match else set()
-                marks = [pytest.mark.gpu] if "GPU only" in doc else []
-                yield pytest.param(name, path, kind, expected, id=f"{name}-{kind}-{path.stem}", marks=marks)
+    """Every shipped solution, once per device: on the CPU (eager calls) and, gpu-marked, on CUDA
+    (graph capture and replay). A solution whose docstring says "GPU only" is judged on CUDA only."""
+    for device in ("cpu", "cuda"):
+        for name in BUILT_IN:
+            for kind in ("correct", "wrong"):
+                for path in sorted((PROBLEMS_DIR / name / "solutions" / kind).glob("*.py")):
+                    text = path.read_text()
+                    doc = text.split('"""')[1] if text.startswith('"""') else ""
+                    match = re.search(r"^Rule: (.+)$", doc, re.MULTILINE)
+                    expected = set(match.group(1).split(" | ")) if match else set()
+                    if device == "cpu" and "GPU only" in doc:
+                        continue
+                    marks = [pytest.mark.gpu] if device == "cuda" else []
+                    yield pytest.param(device, name, path, kind, expected, marks=marks,
+                                       id=f"{device}-{name}-{kind}-{path.stem}")
 
 
-@pytest.mark.parametrize("problem_name, path, kind, expected", list(_solutions()))
-def test_solution_is_judged_for_its_reason(tmp_path, problem_name, path, kind, expected):
+@pytest.mark.parametrize("device, problem_name, path, kind, expected", list(_solutions()))
+def test_solution_is_judged_for_its_reason(tmp_path, device, problem_name, path, kind, expected):
     assert (kind == "wrong") == bool(expected), f"{path.name}: a wrong solution's docstring names its Rule"
     cases = MUSE_CPU_CASES if problem_name == "muse_bf16_proj" else None
     if expected & PROCESS_RULES:
@@ -270,7 +277,7 @@ def test_solution_is_judged_for_its_reason(tmp_path, problem_name, path, kind, e
 
         # A hang is only ended by the launcher's job limit; a crash ends the job by itself.
         job_timeout_s = 15 if "timeout" in expected else 120
-        job_dir = make_job(tmp_path / "job", path, problem_name, cases=cases, weight_seeds=1,
+        job_dir = make_job(tmp_path / "job", path, problem_name, cases=cases, weight_seeds=1, device=device,
                            prepare_timeout_s=2, job_timeout_s=job_timeout_s)
         result = run_local(job_dir)
         if path.stem == "hang_prepare":
@@ -283,8 +290,7 @@ def test_solution_is_judged_for_its_reason(tmp_path, problem_name, path, kind, e
             assert result.status in ("fail", "error") and "died of SIG" in result.reason
         return
     problem = load_problem(problem_name)
-    device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
-    result = run_check(problem, path, device=device, seed=2024, weight_seeds=1, cases=cases, log=lambda line: None)
+    result = run_check(problem, path, device=torch.device(device), seed=2024, weight_seeds=1, cases=cases, log=lambda line: None)
     if kind == "correct":
         assert result["status"] == "pass", result["failures"]
     else:
