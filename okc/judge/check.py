@@ -33,6 +33,10 @@ _CUDA_ERROR_MARKERS = ("cuda error", "illegal memory access", "illegal instructi
 
 PhaseFn = Callable[..., None]
 
+# Every captured graph lives as long as the process (a job's worker, or a test session):
+# freeing one can leave cuBLAS with a workspace pointer into the graph's freed pool.
+_LIVE_GRAPHS: list[Captured] = []
+
 
 @dataclass
 class Entry:
@@ -97,7 +101,6 @@ class Checker:
         self.problem, self.source, self.device, self.seed = problem, source, device, seed
         self.weight_seeds, self.cases, self.phase, self.log = weight_seeds, cases, phase, log
         self.entries: list[Entry] = []
-        self.graphs: list[Captured] = []  # kept alive for the whole job (cuBLAS workspaces)
         self.on_cuda = device.type == "cuda"
         self.seconds = {"import": 0.0, "prepare": 0.0, "check": 0.0}  # where the job's time went
 
@@ -265,7 +268,7 @@ class Checker:
                 raise self._stop(case, index, rules.CUDA_ERROR, f"CUDA error, the context is lost: {describe(exc)}") from None
             self.entries.append(self._entry(case, None, index, fail(rules.EXCEPTION, f"kernel_fn raised {describe(exc)} during warm-up")))
             return None
-        self.graphs.append(captured)
+        _LIVE_GRAPHS.append(captured)
 
         def replay(x: torch.Tensor):
             out = captured.out
