@@ -26,6 +26,7 @@ _SYNC_MARKERS = (
     "streamcaptureinvalidated",
     "during capture",  # "operation failed due to a previous error during capture"
     "capture invalidated",
+    "cannot copy between cpu and cuda tensors during cuda graph capture",  # .cpu(), a host scalar stored in
 )
 
 

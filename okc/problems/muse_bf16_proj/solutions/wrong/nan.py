@@ -1,4 +1,4 @@
-"""Wrong: one NaN in the first column of every output.
+"""Wrong: NaN in the first column of every output.
 
 Rule: nonfinite
 """
@@ -26,5 +26,5 @@ def correct(x, layer):
 
 def kernel_fn(x, layer):
     out = correct(x, layer)
-    out[0, 0] = float("nan")
+    out[:, 0].fill_(float("nan"))  # a device-side fill: capturable, unlike assigning a host scalar
     return out
