@@ -51,6 +51,7 @@ out = _LazyConsole()
 err = _LazyConsole(stderr=True)
 
 FORMAT_HELP = "table, json, csv or markdown"
+QUICK_MAX_M = 16  # a quick check still covers m = 1, 5, 7, 8, 9, 16: slices, probe rows, odd sizes
 CANDIDATE_HELP = "The candidate: a number (36 or 036), a file name or a path; the word 'candidate' may come first."
 
 
@@ -118,6 +119,7 @@ def check(
     device: str = typer.Option("auto", help="auto, cuda or cpu (local target)."),
     seed: Optional[int] = typer.Option(None, help="Reuse a recorded seed instead of a fresh one."),
     cases: Optional[str] = typer.Option(None, help="Only these cases, comma-separated (e.g. router/m=8,o/m=1)."),
+    quick: bool = typer.Option(False, "--quick", help=f"One weight set and m <= {QUICK_MAX_M} only: minutes on a CPU, not the judge's coverage."),
     fmt: str = typer.Option("table", "--format", help=FORMAT_HELP),
     as_json: bool = typer.Option(False, "--json", help="Same as --format json."),
 ) -> None:
@@ -131,6 +133,8 @@ def check(
     lab = load_lab()
     candidate = candidates.resolve(lab.candidates, candidate_ref(words))
     options = {"device": device, "seed": seed, "cases": cases.split(",") if cases else None}
+    if quick:
+        options.update(weight_seeds=1, max_m=QUICK_MAX_M)
     with err.status(f"checking {candidate.name} ..."):
         outcome = jobs.submit(lab, "check", candidate, on=on, on_log=_echo_log, **options)
     result = outcome.result

@@ -68,6 +68,7 @@ class JobSpec:
     job_timeout_s: float = 600.0
     cases: list[str] | None = None
     weight_seeds: int | None = None
+    max_m: int | None = None  # a quick check: only cases with m <= max_m
     bench: dict[str, Any] = field(default_factory=dict)
     okc_version: str = okc.__version__
     created_at: str = ""

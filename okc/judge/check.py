@@ -63,9 +63,11 @@ class Stop(Exception):
         self.entry = entry
 
 
-def select_cases(problem: Problem, keys: list[str] | None) -> list[Case]:
-    """The problem's check cases, or those named by ``keys`` ("layer/m=N"), in the problem's order."""
-    cases = problem.check_cases()
+def select_cases(problem: Problem, keys: list[str] | None, max_m: int | None = None) -> list[Case]:
+    """The problem's check cases, or those named by ``keys`` ("layer/m=N"), up to ``max_m`` rows, in order."""
+    cases = [case for case in problem.check_cases() if max_m is None or case.m <= max_m]
+    if not cases:
+        raise ValueError(f"{problem.name} has no case with m <= {max_m}")
     if keys is None:
         return cases
     known = {case.key for case in cases}
@@ -282,12 +284,16 @@ class Checker:
 
 
 def run_check(problem: Problem, source: Path, *, device: torch.device, seed: int, weight_seeds: int | None = None,
-              cases: list[str] | None = None, phase: PhaseFn | None = None, log: Callable[[str], None] = print) -> dict:
+              cases: list[str] | None = None, max_m: int | None = None, phase: PhaseFn | None = None,
+              log: Callable[[str], None] = print) -> dict:
     """Check the candidate at ``source``; return result.json's check fields (without job_id)."""
     started = time.monotonic()
     checker = Checker(problem, Path(source), device, seed, weight_seeds or problem.weight_seeds,
-                      select_cases(problem, cases), phase or (lambda *args, **info: None), log)
+                      select_cases(problem, cases, max_m), phase or (lambda *args, **info: None), log)
     notes = [] if checker.on_cuda else [CPU_NOTE]
+    if len(checker.cases) < len(problem.check_cases()) or checker.weight_seeds < problem.weight_seeds:
+        notes.append(f"partial check: {len(checker.cases)} of {len(problem.check_cases())} cases, "
+                     f"{checker.weight_seeds} of {problem.weight_seeds} weight sets; the judge checks them all")
     log(f"check {problem.name} on {device}: seed {seed}, {checker.weight_seeds} weight set(s), "
         f"{len(checker.cases)} case(s) x {len(problem.input_variants)} variant(s) x {problem.replays} replays")
     for note in notes:
@@ -303,7 +309,7 @@ def run_check(problem: Problem, source: Path, *, device: torch.device, seed: int
     if failures:
         status, reason = "fail", failures[0].message
     else:
-        status, reason = "pass", (CPU_NOTE if notes else None)
+        status, reason = "pass", ("; ".join(notes) or None)
     stopped = stopped or len(failures) >= MAX_FAILURES
     return {
         "kind": "check",
@@ -332,8 +338,8 @@ def run_job(job: Job, job_dir: Path, *, device: torch.device, seed: int, phase: 
         raise BadJob("a check job needs a candidate")
     try:
         problem = load_problem(job.problem)
-        select_cases(problem, job.cases)
+        select_cases(problem, job.cases, job.max_m)
     except ValueError as exc:
         raise BadJob(str(exc)) from None
-    return run_check(problem, job.candidate.path(job_dir), device=device, seed=seed,
-                     weight_seeds=job.weight_seeds, cases=job.cases, phase=phase, log=log)
+    return run_check(problem, job.candidate.path(job_dir), device=device, seed=seed, weight_seeds=job.weight_seeds,
+                     cases=job.cases, max_m=job.max_m, phase=phase, log=log)

@@ -49,6 +49,7 @@ class Job:
     prepare_timeout_s: float = DEFAULT_PREPARE_TIMEOUT_S
     cases: list[str] | None = None
     weight_seeds: int | None = None
+    max_m: int | None = None  # check only cases with m <= max_m (a quick check)
     bench: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -66,6 +67,8 @@ class Job:
         if self.weight_seeds is not None and (isinstance(self.weight_seeds, bool)
                                               or not isinstance(self.weight_seeds, int) or self.weight_seeds < 1):
             raise BadJob(f"weight_seeds must be a positive integer or null, got {self.weight_seeds!r}")
+        if self.max_m is not None and (isinstance(self.max_m, bool) or not isinstance(self.max_m, int) or self.max_m < 1):
+            raise BadJob(f"max_m must be a positive integer or null, got {self.max_m!r}")
         if self.cases is not None and (not isinstance(self.cases, list) or not all(isinstance(c, str) for c in self.cases)):
             raise BadJob(f"cases must be a list of 'layer/m=N' strings or null, got {self.cases!r}")
 
