@@ -33,7 +33,7 @@ stage() {
 stages=${*:-tests check bench}
 for s in $stages; do
     case $s in
-        tests) stage gpu_tests python3 -m pytest -m gpu -q -p no:cacheprovider --timeout 300 ;;
+        tests) stage gpu_tests python3 -m pytest -m gpu -q -p no:cacheprovider --timeout 300 ${OKC_PYTEST_ARGS:-} ;;
         check) stage check_walltime python3 benchmarks/check_walltime.py ;;
         bench) stage bench_harness python3 benchmarks/bench_harness.py ;;
         floor) stage floor okc floor ;;
