@@ -70,6 +70,7 @@ def draw_history(history: list[Run], path: Path) -> Path:
                     markersize=7, label=f"{label} (95% CI)")
     ax.axhline(1.0, color="black", linestyle="--", linewidth=1, label="baseline = 1.0")
     numbers = sorted({r.candidate_number for r in scored})
+    ax.set_xlim(numbers[0] - 0.6, numbers[-1] + 0.6)  # room for the side-by-side series around each number
     if len(numbers) <= 40:
         ax.set_xticks(numbers, [f"{n:03d}" for n in numbers], rotation=45 if len(numbers) > 15 else 0)
     ax.set_xlabel("candidate number")
