@@ -20,6 +20,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain help: rendering it through rich doubled `okc --help`'s start-up time
 )
 pod_app = typer.Typer(
     help="Pods (targets) from pod.yaml: status and host-key pinning.\n\nExample: okc pod status h200",
