@@ -306,3 +306,15 @@ def test_the_gpu_side_imports_only_stdlib_torch_and_numpy(tmp_path):
     code = f"import sys, {modules}; print([m for m in {forbidden!r} if m in sys.modules])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, check=True)
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_a_run_stopped_by_the_target_reports_a_half_width_under_it(seed):
+    # Batches still in flight at the decision join the table; the rule must hold on every pair reported.
+    rule = {"min_pairs": 20, "max_pairs": 2000, "target_half_width": 0.004}
+    gpu = SimulatedGPU(seed=seed, noise=0.03)
+    runner = simulated_runner(gpu, CANDIDATE, BASELINE, LOADS, settings(**rule))
+    table, stopped_by = runner.run()
+    estimate = pairs.score(table, pairs.load_matrix(LOADS, 2), 4.0)
+    assert stopped_by == "target"
+    assert estimate.half_width < rule["target_half_width"]

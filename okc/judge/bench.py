@@ -204,6 +204,9 @@ class Runner:
                 units = batches.popleft()
                 pending.append((self.protocol.submit(self.steps(units)), units))
             if not pending:
+                if stopped_by == "target" and self._target_lost(table):
+                    stopped_by, next_check = None, table.complete + 1
+                    continue
                 break
             batch, units = pending.popleft()
             try:
@@ -233,6 +236,17 @@ class Runner:
                 self.progress({"pairs": table.complete, "half_width": half, "score": score,
                                "target": rule.target_half_width, "max_pairs": rule.max_pairs})
         return table, stopped_by or "cap"
+
+    def _target_lost(self, table: PairTable) -> bool:
+        """Whether the pairs that were in flight at the stopping decision pushed the CI back over the target.
+
+        The reported half-width is computed over every recorded pair, so the rule must hold on all of them.
+        """
+        rule = self.settings.rule
+        if table.complete >= rule.max_pairs:
+            return False
+        estimate = pairs.score(table, self.matrix, self.settings.judge_overhead_us)
+        return estimate is not None and rule.decide(table.complete, estimate.half_width) is None
 
     def _discard(self, pending: deque) -> None:
         while pending:
