@@ -160,6 +160,8 @@ def score_line(result: JobResult) -> str:
         text += f"; {result.pairs} pairs"
     if result.verdict:
         text += f"; verdict: {result.verdict}"
+    if result.aa and isinstance(result.raw.get("aa_floor"), (int, float)):
+        text += f"; A/A floor ±{result.raw['aa_floor']:.2%} (later verdicts on this target use it)"
     if result.throttled:
         text += "; WARNING: the GPU throttled during the run"
     return text
