@@ -1,4 +1,4 @@
-"""000: the reference baseline of muse_bf16_proj — torch.nn.functional.linear on every layer.
+"""The reference baseline of muse_bf16_proj: torch.nn.functional.linear on every layer.
 
 The router's weights and output are fp32, so its input is upcast. The unpooler at m <= 8
 computes only this GPU's slice: the first 1024 rows of its weight.

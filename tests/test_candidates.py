@@ -78,3 +78,12 @@ def test_missing_candidate(lab):
 def test_non_python_files_are_ignored(lab):
     write(lab.candidates / "README.md", "notes")
     assert [c.number for c in discover(lab.candidates)] == [0]
+
+
+def test_the_labs_baseline_is_the_problems_reference_baseline():
+    # The harness scripts time the problem's baseline, the CLI times candidates/000: they must not drift.
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parent.parent
+    lab_copy = (repo / "candidates" / "000_baseline.py").read_bytes()
+    assert lab_copy == (repo / "okc" / "problems" / "muse_bf16_proj" / "baseline.py").read_bytes()
