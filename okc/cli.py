@@ -155,7 +155,7 @@ def _echo_log(text: str) -> None:
 def bench(
     words: list[str] = typer.Argument(..., help=CANDIDATE_HELP, metavar="[candidate] NNN"),
     against: str = typer.Option("baseline", "--against", help="'baseline' (the lab's) or another candidate."),
-    aa: bool = typer.Option(False, "--aa", help="A/A: the baseline against a second capture of itself."),
+    aa: bool = typer.Option(False, "--aa", help="A/A: the candidate against a second capture of itself (000: the noise floor)."),
     on: Optional[str] = typer.Option(None, "--on", help="Pod from pod.yaml, or 'local'."),
     target: float = typer.Option(0.005, "--target", help="Stop when the score's CI half-width is under this."),
     min_pairs: int = typer.Option(50, "--min-pairs", help="Pairs before the stopping rule is consulted."),
@@ -173,9 +173,8 @@ def bench(
     fmt = output_format(fmt, as_json)
     lab = load_lab()
     candidate = candidates.resolve(lab.candidates, candidate_ref(words))
-    other = candidates.resolve(lab.candidates, lab.baseline if against == "baseline" else against)
-    if aa:
-        candidate = other
+    # A/A: the named candidate against a second capture of itself (`okc bench 000 --aa` is the noise floor).
+    other = candidate if aa else candidates.resolve(lab.candidates, lab.baseline if against == "baseline" else against)
     settings = {"target_half_width": target, "min_pairs": min_pairs, "max_pairs": max_pairs}
     if overhead_us is not None:
         settings["overhead_us"] = overhead_us

@@ -128,3 +128,12 @@ def test_quick_check_is_partial_and_says_so(tiny_lab):
     assert {row["m"] for row in rows} == {1, 3, 8}  # m <= 16 only: 500 and 17 are left out
     outcome = jobs.load_result(sorted(tiny_lab.results.glob("*-check-*"))[-1])
     assert "partial check" in outcome.reason and "1 of 2 weight sets" in outcome.reason
+
+
+def test_aa_benches_the_named_candidate_against_itself(tiny_lab):
+    add_candidate(tiny_lab, "005_copy", "")
+    CliRunner().invoke(app, ["bench", "5", "--aa"])  # refused later without a GPU; the job says what was asked
+    (job_dir,) = tiny_lab.results.glob("*-bench-*")
+    spec = json.loads((job_dir / "job.json").read_text())
+    assert spec["aa"] is True
+    assert spec["candidate"]["name"] == spec["against"]["name"] == "005_copy"
