@@ -103,9 +103,9 @@ def make_lab(root: Path, candidate: Path) -> None:
 
 
 def job(lab_root: Path):
-    from okc import jobs
-    from okc.candidates import resolve
-    from okc.lab import find_lab
+    from okc.jobs import job as jobs
+    from okc.lab.candidates import resolve
+    from okc.lab.config import find_lab
 
     lab = find_lab(lab_root)
     started = time.monotonic()

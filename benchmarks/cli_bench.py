@@ -23,7 +23,7 @@ CANDIDATES = 40
 
 def make_lab(root: Path) -> None:
     sys.path.insert(0, str(REPO))
-    from okc.ledger import Run, open_ledger, record_run
+    from okc.lab.ledger import Run, open_ledger, record_run
 
     (root / "candidates").mkdir(parents=True)
     (root / "pyproject.toml").write_text('[tool.okc]\nproblem = "muse_bf16_proj"\n')

@@ -21,10 +21,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from okc.experiments import load_experiment
-from okc.fanout import local_gpu_count, slots_for
-from okc.funnel import Sweep, open_run
-from okc.lab import find_lab
+from okc.sweeps.experiments import load_experiment
+from okc.sweeps.fanout import local_gpu_count, slots_for
+from okc.sweeps.funnel import Sweep, open_run
+from okc.lab.config import find_lab
 
 TRITON_CACHE = "TRITON_CACHE_DIR"
 

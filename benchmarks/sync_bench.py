@@ -25,10 +25,10 @@ sys.path.insert(0, str(REPO / "tests"))  # the test suite's sshd helper
 
 from sshd import running_sshd, sshd_binary  # noqa: E402
 
-from okc.hostkeys import KNOWN_HOSTS_ENV, HostKeyPins  # noqa: E402
-from okc.lab import find_lab  # noqa: E402
-from okc.pod import SSH_CONFIG_ENV, resolve_pod  # noqa: E402
-from okc.sync import sync_lab  # noqa: E402
+from okc.pods.hostkeys import KNOWN_HOSTS_ENV, HostKeyPins  # noqa: E402
+from okc.lab.config import find_lab  # noqa: E402
+from okc.pods.config import SSH_CONFIG_ENV, resolve_pod  # noqa: E402
+from okc.pods.sync import sync_lab  # noqa: E402
 
 FIRST_TARGET_S = 3.0
 NO_CHANGE_TARGET_S = 0.5

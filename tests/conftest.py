@@ -68,6 +68,6 @@ def lab_root(isolated) -> Path:
 
 @pytest.fixture
 def lab(lab_root):
-    from okc.lab import find_lab
+    from okc.lab.config import find_lab
 
     return find_lab()

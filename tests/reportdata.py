@@ -1,8 +1,8 @@
 """Realistic finished jobs for report, plot and calibration tests.
 
-Job folders are laid out by okc.jobs itself (job.json and the candidate copy); only the
+Job folders are laid out by okc.jobs.job itself (job.json and the candidate copy); only the
 worker's part (result.json, env.json) is written here, with muse_bf16_proj's real shapes
-and SPEC 4.5's floor formula, then recorded in a real ledger through okc.jobs.
+and SPEC 4.5's floor formula, then recorded in a real ledger through okc.jobs.job.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import json
 import math
 from pathlib import Path
 
-from okc import jobs
-from okc.candidates import resolve
-from okc.ledger import open_ledger
+from okc.jobs import job as jobs
+from okc.lab.candidates import resolve
+from okc.lab.ledger import open_ledger
 
 H200 = "NVIDIA H200"
 UUID = "GPU-5e1f0c8a-1111-2222-3333-444455556666"
@@ -106,7 +106,7 @@ def check_job(lab, ref: str) -> Path:
 
 
 def floor_job(lab, uuid: str = UUID, gpu: str = H200, points=READ_FLOOR, status: str = "ok") -> Path:
-    """A finished floor job (recorded through okc.jobs, like `okc floor` does)."""
+    """A finished floor job (recorded through okc.jobs.job, like `okc floor` does)."""
     job_dir = jobs.create_job(lab, "floor", None)
     sizes = [{"layer": name, "bytes": nbytes, "us": us, "tb_per_s": nbytes / us / 1e6} for name, nbytes, us in points]
     result = {"schema_version": 1, "job_id": job_dir.name, "kind": "floor", "status": status,

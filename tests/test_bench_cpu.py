@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 from conftest import cuda_available, write_lab
 
-from okc import jobs
-from okc.candidates import resolve
+from okc.jobs import job as jobs
+from okc.lab.candidates import resolve
 from okc.judge import envinfo, pairs, stats, timing
 from okc.judge.bench import BenchSettings, Runner
 from okc.judge.pairs import PairTable, Unit
 from okc.judge.timing import HoldTimeout
-from okc.lab import find_lab
+from okc.lab.config import find_lab
 from okc.problems.muse_bf16_proj import PROBLEM as MUSE
 from okc.problems.tiny_matvec import PROBLEM as TINY
 
@@ -302,7 +302,7 @@ def test_the_gpu_side_imports_only_stdlib_torch_and_numpy(tmp_path):
     import sys
 
     modules = "okc.worker, okc.judge.bench, okc.judge.floor, okc.judge.timing, okc.judge.pairs, okc.judge.stats"
-    forbidden = ("typer", "rich", "paramiko", "yaml", "okc.cli", "okc.ledger", "triton")
+    forbidden = ("typer", "rich", "paramiko", "yaml", "okc.cli.app", "okc.lab.ledger", "triton")
     code = f"import sys, {modules}; print([m for m in {forbidden!r} if m in sys.modules])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, check=True)
     assert out.stdout.strip() == "[]"

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from okc import jobs
-from okc.candidates import resolve
-from okc.lab import find_lab
+from okc.jobs import job as jobs
+from okc.lab.candidates import resolve
+from okc.lab.config import find_lab
 
 pytestmark = pytest.mark.gpu
 

@@ -7,9 +7,9 @@ import statistics
 import pytest
 from typer.testing import CliRunner
 
-from okc.calibration import BAND_SIGMAS, MIN_PAIRS, calibrate, fit
-from okc.cli import app
-from okc.ledger import Run, open_ledger, record_run, runs
+from okc.reports.calibration import BAND_SIGMAS, MIN_PAIRS, calibrate, fit
+from okc.cli.app import app
+from okc.lab.ledger import Run, open_ledger, record_run, runs
 
 runner = CliRunner()
 RATIOS = {1: 0.98, 2: 0.99, 3: 1.0}  # official / local, by candidate

@@ -2,7 +2,7 @@ import hashlib
 
 import pytest
 
-from okc.candidates import discover, parse_name, resolve
+from okc.lab.candidates import discover, parse_name, resolve
 from okc.errors import CandidateError
 
 

@@ -273,7 +273,7 @@ def test_solution_is_judged_for_its_reason(tmp_path, device, problem_name, path,
     assert (kind == "wrong") == bool(expected), f"{path.name}: a wrong solution's docstring names its Rule"
     cases = MUSE_CPU_CASES if problem_name == "muse_bf16_proj" else None
     if expected & PROCESS_RULES:
-        from okc.jobs import run_local
+        from okc.jobs.job import run_local
 
         # A hang is only ended by the launcher's job limit; a crash ends the job by itself.
         job_timeout_s = 15 if "timeout" in expected else 120

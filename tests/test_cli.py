@@ -6,7 +6,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from okc.cli import app
+from okc.cli.app import app
 
 runner = CliRunner()
 
@@ -108,6 +108,6 @@ def test_importing_the_cli_touches_nothing(tmp_path):
     import subprocess
     import sys
 
-    code = "import sys, okc.cli; bad = [m for m in ('torch', 'paramiko', 'sqlite3', 'yaml', 'matplotlib') if m in sys.modules]; print(bad)"
+    code = "import sys, okc.cli.app; bad = [m for m in ('torch', 'paramiko', 'sqlite3', 'yaml', 'matplotlib') if m in sys.modules]; print(bad)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, check=True)
     assert out.stdout.strip() == "[]"

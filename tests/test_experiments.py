@@ -14,11 +14,11 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from okc.cli import app
+from okc.cli.app import app
 from okc.errors import CandidateError, ConfigError
-from okc.experiments import Point, load_experiment, materialise
-from okc.funnel import TABLE_FILE, RunFolder, latest_run, run_sweep
-from okc.lab import find_lab
+from okc.sweeps.experiments import Point, load_experiment, materialise
+from okc.sweeps.funnel import TABLE_FILE, RunFolder, latest_run, run_sweep
+from okc.lab.config import find_lab
 from okc.problems.tiny_matvec import PROBLEM as TINY
 
 from conftest import REPO, write_lab
@@ -244,7 +244,7 @@ def test_a_table_line_cut_short_by_a_kill_is_ignored_and_then_terminated(tmp_pat
 def test_emit_refuses_a_number_that_is_taken_before_running_anything(tiny_lab):
     write_sweep(tiny_lab, "demo", definition([FAST]))
     with pytest.raises(CandidateError, match="candidate 000 exists already"):
-        from okc.experiments import emit_candidate
+        from okc.sweeps.experiments import emit_candidate
 
         emit_candidate(tiny_lab.candidates, 0, "demo", "")
 

@@ -6,15 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from okc import jobs
-from okc.candidates import resolve
-from okc.lab import find_lab
-from okc.ledger import open_ledger, runs
+from okc.jobs import job as jobs
+from okc.lab.candidates import resolve
+from okc.lab.config import find_lab
+from okc.lab.ledger import open_ledger, runs
 from okc.problems.tiny_matvec import PROBLEM as TINY
 from typer.testing import CliRunner
 
 from conftest import write_lab
-from okc.cli import app
+from okc.cli.app import app
 
 BASELINE = TINY.baseline_source
 FAST_TIMEOUT_S = 8.0

@@ -3,9 +3,9 @@ import sqlite3
 
 import pytest
 
-from okc import ledger
+from okc.lab import ledger
 from okc.errors import LedgerError
-from okc.ledger import Run, open_ledger, record_run, runs, summarize
+from okc.lab.ledger import Run, open_ledger, record_run, runs, summarize
 
 EXPECTED_TABLES = {"candidates", "runs"}
 
@@ -125,7 +125,7 @@ def test_latest_aa_is_per_target(tmp_path):
 
 
 def test_bench_settings_take_the_targets_aa_floor(lab):
-    from okc import jobs
+    from okc.jobs import job as jobs
 
     assert "aa_floor" not in jobs.with_aa_floor(lab, "local", {})
     conn = open_ledger(lab.ledger_path)

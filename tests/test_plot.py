@@ -5,9 +5,9 @@ from PIL import Image
 from typer.testing import CliRunner
 
 import reportdata
-from okc.cli import app
-from okc.ledger import Run, open_ledger, record_run
-from okc.plot import DPI, HISTORY_SIZE_IN, SHAPES_COLUMNS, SHAPES_PANEL_IN
+from okc.cli.app import app
+from okc.lab.ledger import Run, open_ledger, record_run
+from okc.reports.plot import DPI, HISTORY_SIZE_IN, SHAPES_COLUMNS, SHAPES_PANEL_IN
 
 runner = CliRunner()
 # matplotlib's tab10 colours, as drawn at full opacity.

@@ -8,10 +8,10 @@ from pathlib import Path
 import yaml
 from typer.testing import CliRunner
 
-from okc.cli import app
-from okc.hostkeys import fingerprint, pins_path
-from okc.ledger import open_ledger, runs
-from okc.pod import resolve_pod
+from okc.cli.app import app
+from okc.pods.hostkeys import fingerprint, pins_path
+from okc.lab.ledger import open_ledger, runs
+from okc.pods.config import resolve_pod
 from sshd import POD_NAME, free_port
 
 runner = CliRunner()

@@ -10,12 +10,14 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import okc
 
-from okc import jobs, remote
-from okc.candidates import resolve
+from okc.jobs import job as jobs
+from okc.pods import remote
+from okc.lab.candidates import resolve
 from okc.errors import ConfigError, PodError, UnreachableError
-from okc.ledger import open_ledger, runs
-from okc.pod import resolve_pod
+from okc.lab.ledger import open_ledger, runs
+from okc.pods.config import resolve_pod
 from sshd import TINY_BASELINE, free_port
 
 SLOW_PREPARE_S = 1
@@ -154,7 +156,7 @@ def test_unknown_job_and_status(ssh_lab):
 
 
 def test_a_hung_remote_job_is_killed_at_its_limit_and_recorded_as_timeout(ssh_lab):
-    hang = Path(remote.agent.__file__).parent / "problems/tiny_matvec/solutions/wrong/hang.py"
+    hang = Path(okc.__file__).parent / "problems/tiny_matvec/solutions/wrong/hang.py"
     (ssh_lab.candidates / "006_hang.py").write_text(hang.read_text())
     outcome = jobs.submit(ssh_lab, "check", resolve(ssh_lab.candidates, "6"), on="testpod", job_timeout_s=HUNG_JOB_LIMIT_S)
     assert outcome.result.status == "timeout", outcome.result.reason

@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 from okc.errors import EXIT_UNREACHABLE, ConfigError, PodError, UnreachableError
-from okc.hostkeys import HostKeyPins, fingerprint, pins_path
-from okc.pod import SSH_CONFIG_ENV, Pod, load_pod_file, parse_pod_file, resolve_endpoint, resolve_pod
-from okc.ssh import SSHTarget, remote_command
+from okc.pods.hostkeys import HostKeyPins, fingerprint, pins_path
+from okc.pods.config import SSH_CONFIG_ENV, Pod, load_pod_file, parse_pod_file, resolve_endpoint, resolve_pod
+from okc.pods.ssh import SSHTarget, remote_command
 from sshd import free_port, write_ed25519
 
 GOOD = {"host": "203.0.113.7", "remote_dir": "/workspace/okc"}

@@ -9,9 +9,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from okc.cli import app
-from okc.funnel import run_sweep
-from okc.lab import find_lab
+from okc.cli.app import app
+from okc.sweeps.funnel import run_sweep
+from okc.lab.config import find_lab
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -1,5 +1,5 @@
-from okc.results import parse_result
-from okc.views import score_line
+from okc.jobs.results import parse_result
+from okc.reports.views import score_line
 
 BENCH = {"schema_version": 1, "job_id": "j", "kind": "bench", "status": "ok", "score": 0.9991,
          "score_ci": [0.995, 1.0042], "overhead_us": {"judge": 4.0, "measured": 4.03},

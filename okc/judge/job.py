@@ -1,6 +1,6 @@
 """job.json as the worker reads it, and the files the worker writes beside it.
 
-The launcher (okc.jobs) writes job.json; this side parses only the fields it needs,
+The launcher (okc.jobs.job) writes job.json; this side parses only the fields it needs,
 ignores the rest, and refuses a job it cannot run with a :class:`BadJob` whose message
 names the field.
 """

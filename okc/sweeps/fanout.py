@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from okc.errors import ConfigError
-from okc.jobs import resolve_target, run_local, worker_env
-from okc.results import JobResult, load_result
+from okc.jobs.job import resolve_target, run_local, worker_env
+from okc.jobs.results import JobResult, load_result
 
 GPU_COUNT_TIMEOUT_S = 60.0
 JOIN_POLL_S = 0.2  # the main thread wakes this often, so Ctrl-C reaches it
@@ -34,7 +34,7 @@ LOCKS_DIR = ".gpu-locks"  # under the results folder
 class Slot:
     target: str  # "local" or a pod name
     gpu: int | None  # the local GPU a job is pinned to; None: the CPU, or a pod (its agent picks)
-    pod: Any = None  # okc.pod.Pod for a pod slot
+    pod: Any = None  # okc.pods.config.Pod for a pod slot
 
     @property
     def label(self) -> str:
@@ -96,7 +96,7 @@ def run_on(lab, slot: Slot, job_dir: Path, cancel: threading.Event) -> JobResult
         env = {"CUDA_VISIBLE_DEVICES": visible_device(slot.gpu)} if slot.gpu is not None else None
         with gpu_lock(lab.results, slot.gpu):
             return run_local(job_dir, env=env, cancel=cancel)
-    from okc.remote import run_remote_job
+    from okc.pods.remote import run_remote_job
 
     run_remote_job(lab, slot.pod, job_dir)
     return load_result(job_dir)

@@ -1,4 +1,4 @@
-"""okc commands for reports, plots, the measured floor and sweeps (registered on okc.cli.app)."""
+"""okc commands for reports, plots, the measured floor and sweeps (registered on okc.cli.app.app)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from typing import Optional
 
 import typer
 
-from okc.cli import (
-    CANDIDATE_HELP, FORMAT_HELP, _echo_log, app, candidate_ref, err, handles_errors, load_lab, out, output_format,
+from okc.cli.app import (
+    CANDIDATE_HELP, FORMAT_HELP, echo_log, app, candidate_ref, err, handles_errors, load_lab, out, output_format,
     raise_failed, show,
 )
 
@@ -27,7 +27,7 @@ def report(
 
     Example: okc report 036 --format markdown
     """
-    from okc.report import build_report
+    from okc.reports.report import build_report
 
     fmt = output_format(fmt, as_json)
     built = build_report(load_lab(), candidate_ref(words) if words else None, job)
@@ -45,11 +45,12 @@ def floor(
 
     Example: okc floor --on h200
     """
-    from okc import jobs, views
+    from okc.jobs import job as jobs
+    from okc.reports import views
 
     fmt = output_format(fmt, as_json)
     with err.status("measuring the read floor ..."):
-        outcome = jobs.submit(load_lab(), "floor", None, on=on, on_log=_echo_log)
+        outcome = jobs.submit(load_lab(), "floor", None, on=on, on_log=echo_log)
     result = outcome.result
     if not result.passed:
         raise_failed(result)
@@ -68,7 +69,7 @@ def plot(
 
     Example: okc plot 036
     """
-    from okc import plot as plots
+    from okc.reports import plot as plots
 
     lab = load_lab()
     if words or job:
@@ -96,8 +97,8 @@ def sweep(
 
     Example: okc sweep gemv_decode --on h200a,h200b --emit 040
     """
-    from okc import sweepview
-    from okc.funnel import run_sweep
+    from okc.sweeps import view as sweepview
+    from okc.sweeps.funnel import run_sweep
 
     fmt = output_format(fmt, as_json)
     with sweepview.LiveView(err.get()) as view:

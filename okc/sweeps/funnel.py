@@ -1,6 +1,6 @@
 """A sweep run: the funnel over an experiment's points, resumable from its table.
 
-Stages, each a set of jobs spread over the slots (okc.fanout):
+Stages, each a set of jobs spread over the slots (okc.sweeps.fanout):
 
 1. screen: every point timed on all its shapes with ``screen_pairs`` pairs;
 2. check: per shape, walking the screen ranking (best speedup first), points are checked
@@ -30,12 +30,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from okc.candidates import Candidate, resolve
+from okc.lab.candidates import Candidate, resolve
 from okc.errors import ConfigError, JudgeError
-from okc.experiments import Experiment, Point, emit_candidate, emit_source, load_experiment, materialise
-from okc.fanout import Slot, execute, run_on, slots_for
-from okc.jobs import create_job
-from okc.results import JobResult, write_json
+from okc.sweeps.experiments import Experiment, Point, emit_candidate, emit_source, load_experiment, materialise
+from okc.sweeps.fanout import Slot, execute, run_on, slots_for
+from okc.jobs.job import create_job
+from okc.jobs.results import JobResult, write_json
 
 TABLE_FILE = "points.jsonl"
 RUN_FILE = "run.json"

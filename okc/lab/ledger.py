@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from okc.errors import LedgerError
-from okc.results import FloorSize
+from okc.jobs.results import FloorSize
 
 BUSY_TIMEOUT_S = 30.0
 KINDS = ("check", "bench", "official-check", "official-scored")

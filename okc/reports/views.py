@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from okc.calibration import BAND_SIGMAS, Calibration
-from okc.candidates import SHORT_HASH
-from okc.ledger import Run, Summary
-from okc.results import CaseResult, FloorSize, JobResult, ShapeResult
-from okc.tables import Table
+from okc.reports.calibration import BAND_SIGMAS, Calibration
+from okc.lab.candidates import SHORT_HASH
+from okc.lab.ledger import Run, Summary
+from okc.jobs.results import CaseResult, FloorSize, JobResult, ShapeResult
+from okc.reports.tables import Table
 
 TIME_ON_TABLE = 1.5  # a shape at this multiple of its floor or more is highlighted
 

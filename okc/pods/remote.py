@@ -20,14 +20,14 @@ from typing import Callable
 
 import paramiko
 
-from okc import agent
+from okc.pods import agent
 from okc.errors import ConfigError, PodError, UnreachableError
-from okc.hostkeys import HostKeyPins, fingerprint, pins_path
-from okc.jobs import LOG_FILE, PROGRESS_FILE, finish_job, read_json
-from okc.pod import Pod
-from okc.ssh import SSHTarget
-from okc.sync import agent_argv, sync
-from okc.tables import Table
+from okc.pods.hostkeys import HostKeyPins, fingerprint, pins_path
+from okc.jobs.job import LOG_FILE, PROGRESS_FILE, finish_job, read_json
+from okc.pods.config import Pod
+from okc.pods.ssh import SSHTarget
+from okc.pods.sync import agent_argv, sync
+from okc.reports.tables import Table
 
 POLL_S = 0.5  # how often a followed job's log and progress are read
 STATE_EVERY_S = 5.0  # how often a followed job is checked for having died without an exit code
@@ -277,8 +277,8 @@ def record(lab, job_dirs: list[Path]) -> int:
     """Record finished jobs in the ledger (idempotent); how many rows were new."""
     if not job_dirs:
         return 0
-    from okc.jobs import record_job
-    from okc.ledger import open_ledger
+    from okc.jobs.job import record_job
+    from okc.lab.ledger import open_ledger
 
     conn = open_ledger(lab.ledger_path)
     try:

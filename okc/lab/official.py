@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 import re
 
-from okc.candidates import Candidate
+from okc.lab.candidates import Candidate
 from okc.errors import ConfigError
-from okc.ledger import Run
+from okc.lab.ledger import Run
 
 OFFICIAL_KINDS = {"check": "official-check", "scored": "official-scored"}
 RANK_PATTERN = re.compile(r"^(\d+)/(\d+)$")

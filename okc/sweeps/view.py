@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import threading
 
-from okc.funnel import Progress, SweepResult
-from okc.tables import Table
+from okc.sweeps.funnel import Progress, SweepResult
+from okc.reports.tables import Table
 
 REFRESH_PER_S = 4
 VIEW_MIN_WIDTH = 72  # wide enough that the title line (stage, jobs, failures, ETA) does not wrap

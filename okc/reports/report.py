@@ -13,13 +13,14 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
-from okc import candidates, views
+from okc.lab import candidates
+from okc.reports import views
 from okc.errors import ConfigError
-from okc.jobs import gpu_name, gpu_uuid
-from okc.lab import Lab
-from okc.ledger import Floor, latest_floor, open_ledger, runs
-from okc.results import JobResult, ShapeResult, load_result
-from okc.tables import Table
+from okc.jobs.job import gpu_name, gpu_uuid
+from okc.lab.config import Lab
+from okc.lab.ledger import Floor, latest_floor, open_ledger, runs
+from okc.jobs.results import JobResult, ShapeResult, load_result
+from okc.reports.tables import Table
 
 # SPEC 4.5's math peak. The problem module states it too, but it imports torch, which the
 # local side never needs; the memory side of the floor comes from the measurement instead.

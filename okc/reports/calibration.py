@@ -13,7 +13,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from okc.ledger import Run
+from okc.lab.ledger import Run
 
 MIN_PAIRS = 3  # fewer pairs give no usable spread
 BAND_SIGMAS = 2.0  # the prediction band: +-2 sigma, about 95% if log-ratios are normal

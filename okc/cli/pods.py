@@ -1,4 +1,4 @@
-"""okc commands for pods: sync, status, trust and remote jobs (registered on okc.cli.app)."""
+"""okc commands for pods: sync, status, trust and remote jobs (registered on okc.cli.app.app)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from typing import Optional
 
 import typer
 
-from okc.cli import (
-    FORMAT_HELP, _echo_log, app, err, handles_errors, load_lab, out, output_format, pod_app, show,
+from okc.cli.app import (
+    FORMAT_HELP, echo_log, app, err, handles_errors, load_lab, out, output_format, pod_app, show,
 )
 from okc.errors import EXIT_FAILED, ConfigError
 
@@ -16,7 +16,7 @@ from okc.errors import EXIT_FAILED, ConfigError
 
 
 def _pod(on: Optional[str]):
-    from okc.pod import require_pod
+    from okc.pods.config import require_pod
 
     lab = load_lab()
     return lab, require_pod(lab, on)
@@ -34,7 +34,7 @@ def sync(
     """
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
 
-    from okc.sync import sync_lab
+    from okc.pods.sync import sync_lab
 
     lab, pod = _pod(on)
     bar = Progress(TextColumn(f"[bold]sync {pod.name}"), BarColumn(), DownloadColumn(), TextColumn("{task.fields[files]}"),
@@ -68,7 +68,7 @@ def pod_status(
     """
     import json
 
-    from okc import remote
+    from okc.pods import remote
     from okc.errors import EXIT_UNREACHABLE
 
     fmt = output_format(fmt, as_json)
@@ -92,7 +92,7 @@ def pod_trust(
 
     Example: okc pod trust h200
     """
-    from okc import remote
+    from okc.pods import remote
 
     lab, pod = _pod(name)
     offer = remote.offered_host_key(lab, pod)
@@ -120,7 +120,7 @@ def jobs_command(
 
     Example: okc jobs --on h200
     """
-    from okc import remote
+    from okc.pods import remote
 
     fmt = output_format(fmt, as_json)
     lab, pod = _pod(on)
@@ -137,11 +137,11 @@ def attach(
 
     Example: okc attach 20260101-120000-bench-a1b2c3
     """
-    from okc import remote
-    from okc.results import load_result
+    from okc.pods import remote
+    from okc.jobs.results import load_result
 
     lab, pod = _pod(on)
-    job_dir = remote.attach(lab, pod, job, on_log=_echo_log)
+    job_dir = remote.attach(lab, pod, job, on_log=echo_log)
     result = load_result(job_dir)
     out.print(f"{result.kind} {result.status}: {result.reason or 'done'} (job {job})", markup=False, soft_wrap=True)
     raise typer.Exit(0 if result.passed else EXIT_FAILED)
@@ -157,7 +157,7 @@ def logs(
 
     Example: okc logs 20260101-120000-bench-a1b2c3
     """
-    from okc import remote
+    from okc.pods import remote
 
     lab, pod = _pod(on)
     out.print(remote.logs(lab, pod, job), end="", markup=False, highlight=False, soft_wrap=True)
@@ -173,7 +173,7 @@ def pull(
 
     Example: okc pull
     """
-    from okc import remote
+    from okc.pods import remote
 
     lab, pod = _pod(on)
     pulled = remote.pull(lab, pod, job)

@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Callable
 
 import okc
-from okc import agent
+from okc.pods import agent
 from okc.errors import ConfigError, PodError
-from okc.ssh import SSHTarget
+from okc.pods.ssh import SSHTarget
 
 MANIFEST_VERSION = 1
 SKIPPED_DIRS = {"__pycache__", ".git", ".ipynb_checkpoints"}
@@ -175,7 +175,7 @@ def sync(lab, target: SSHTarget, dry_run: bool = False, progress: Callable[[Sync
 
 def sync_lab(lab, pod, dry_run: bool = False, progress: Callable[[SyncProgress], None] | None = None) -> SyncReport:
     """:func:`sync` over a fresh connection to ``pod`` (what ``okc sync`` does)."""
-    from okc.hostkeys import HostKeyPins, pins_path
+    from okc.pods.hostkeys import HostKeyPins, pins_path
 
     with SSHTarget(pod, HostKeyPins(pins_path(lab))) as target:
         return sync(lab, target, dry_run=dry_run, progress=progress)

@@ -11,10 +11,10 @@ from collections import Counter
 from pathlib import Path
 
 from okc.errors import ConfigError
-from okc.jobs import load_spec
-from okc.lab import Lab
-from okc.ledger import Run, open_ledger, runs
-from okc.report import Report, build_report
+from okc.jobs.job import load_spec
+from okc.lab.config import Lab
+from okc.lab.ledger import Run, open_ledger, runs
+from okc.reports.report import Report, build_report
 
 PLOTS_DIR = "plots"
 DPI = 120

@@ -22,8 +22,8 @@ from typing import Callable, Iterator, Sequence
 import paramiko
 
 from okc.errors import ConfigError, PodError, UnreachableError
-from okc.hostkeys import HostKeyPins, RefuseUnknownHost, changed_key_error
-from okc.pod import Endpoint, Pod, resolve_endpoint
+from okc.pods.hostkeys import HostKeyPins, RefuseUnknownHost, changed_key_error
+from okc.pods.config import Endpoint, Pod, resolve_endpoint
 
 CONNECT_TIMEOUT_S = 10.0  # TCP connect (and the proxy's first bytes)
 BANNER_TIMEOUT_S = 15.0  # the server's SSH banner after TCP connects

@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import Any
 
 import okc
-from okc.candidates import Candidate
+from okc.lab.candidates import Candidate
 from okc.errors import ConfigError, JudgeError
-from okc.lab import Lab
-from okc.ledger import AA_MARK, Floor, Run, latest_aa, record_floor, record_run
-from okc.results import JOB_FILE, RESULT_FILE, JobResult, load_result, write_json
+from okc.lab.config import Lab
+from okc.lab.ledger import AA_MARK, Floor, Run, latest_aa, record_floor, record_run
+from okc.jobs.results import JOB_FILE, RESULT_FILE, JobResult, load_result, write_json
 
 JOB_SCHEMA_VERSION = 1
 JOB_KINDS = ("check", "bench", "floor", "time")
@@ -324,14 +324,14 @@ def resolve_target(lab: Lab, on: str | None):
     """The pod a job runs on, or None for this machine (no pod.yaml, or ``--on local``)."""
     if on == "local" or (on is None and not lab.pod_file.exists()):
         return None
-    from okc.pod import resolve_pod  # paramiko-free parsing, but only needed with pods
+    from okc.pods.config import resolve_pod  # paramiko-free parsing, but only needed with pods
 
     return resolve_pod(lab, on)
 
 
 def with_aa_floor(lab: Lab, target: str, settings: dict[str, Any]) -> dict[str, Any]:
     """Bench settings whose verdict uses the target's measured A/A floor, when the ledger has one."""
-    from okc.ledger import open_ledger
+    from okc.lab.ledger import open_ledger
 
     if "aa_floor" in settings:
         return settings
@@ -364,7 +364,7 @@ def submit(
     **options: Any,
 ) -> Outcome:
     """Create a job, run it on its target (this machine or a pod), record it in the ledger."""
-    from okc.ledger import open_ledger
+    from okc.lab.ledger import open_ledger
 
     pod = resolve_target(lab, on)
     target = pod.name if pod else "local"
@@ -374,7 +374,7 @@ def submit(
     if pod is None:
         result = run_local(job_dir, on_progress=on_progress)
     else:
-        from okc.remote import run_remote_job
+        from okc.pods.remote import run_remote_job
 
         run_remote_job(lab, pod, job_dir, on_log=on_log, on_progress=on_progress)
         result = load_result(job_dir)

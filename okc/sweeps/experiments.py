@@ -290,7 +290,7 @@ def emit_source(template: Path, table: dict[tuple[str, int], dict[str, Any]], no
 
 def emit_candidate(candidates_dir: Path, number: int, name: str, source: str) -> Path:
     """Write candidates/NNN_<name>.py; refuses a number already taken."""
-    from okc.candidates import discover
+    from okc.lab.candidates import discover
 
     if not 0 <= number <= 999:
         raise ConfigError(f"--emit takes a candidate number from 0 to 999, got {number}")

@@ -1,0 +1,1 @@
+"""Jobs: the contract, the targets that run them, and recording."""

@@ -1,0 +1,1 @@
+"""The lab: its settings, its candidates, its ledger."""

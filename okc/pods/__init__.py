@@ -1,0 +1,1 @@
+"""Pods: pod.yaml, SSH, sync, the pod-side agent."""

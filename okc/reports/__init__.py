@@ -1,0 +1,1 @@
+"""Reports: tables, views, per-shape reports, plots, calibration."""

@@ -1,0 +1,1 @@
+"""Sweeps: experiment definitions, the funnel, fan-out over GPUs."""
