@@ -103,13 +103,13 @@ def make_lab(root: Path, candidate: Path) -> None:
 
 
 def job(lab_root: Path):
-    from okc.jobs import job as jobs
+    from okc.jobs import runner
     from okc.lab.candidates import resolve
     from okc.lab.config import find_lab
 
     lab = find_lab(lab_root)
     started = time.monotonic()
-    outcome = jobs.submit(lab, "bench", resolve(lab.candidates, "1"), against=resolve(lab.candidates, "0"))
+    outcome = runner.submit(lab, "bench", resolve(lab.candidates, "1"), against=resolve(lab.candidates, "0"))
     return outcome.result, time.monotonic() - started
 
 

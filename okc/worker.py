@@ -16,7 +16,7 @@ import threading
 import time
 from pathlib import Path
 
-from okc.judge.job import ENV_FILE, PHASE_FILE, RESULT_FILE, SCHEMA_VERSION, BadJob, Job, read_job, write_json
+from okc.contract import ENV_FILE, PASSING, PHASE_FILE, RESULT_FILE, BadJob, JobSpec, read_job, result_document, write_json
 
 EXIT_PASS = 0
 EXIT_FAILED = 1
@@ -30,19 +30,18 @@ KINDS = {
     "floor": "okc.judge.floor:run_job",
     "time": "okc.judge.sweep:run_job",
 }
-PASSING = ("pass", "ok")
 
 
-def _exit_code(status: str) -> int:
+def _exit_code(status: str, error_kind: str | None) -> int:
     if status in PASSING:
         return EXIT_PASS
-    return EXIT_BAD_JOB if status == "error" else EXIT_FAILED
+    return EXIT_BAD_JOB if error_kind in ("usage", "harness") else EXIT_FAILED
 
 
 class Worker:
     def __init__(self, job_dir: Path) -> None:
         self.job_dir = job_dir
-        self.job: Job | None = None
+        self.job: JobSpec | None = None
         self.started = time.monotonic()
         self._timer: threading.Timer | None = None
         self._lock = threading.Lock()  # one result.json, whoever gets there first
@@ -75,21 +74,17 @@ class Worker:
     def _prepare_expired(self, limit: float) -> None:
         self.log(f"prepare exceeded its {limit:g} s limit; stopping the job")
         faulthandler.dump_traceback(all_threads=True)
-        self.finish({"status": "timeout", "reason": f"prepare exceeded its {limit:g} s limit"})
+        self.finish({"status": "timeout", "reason": f"prepare exceeded its {limit:g} s limit", "error_kind": "candidate"})
 
     def result(self, fields: dict) -> dict:
-        job = self.job
-        base = {
-            "schema_version": SCHEMA_VERSION,
-            "job_id": job.job_id if job else self.job_dir.name,
-            "kind": job.kind if job else None,
-            "status": "error",
-            "reason": None,
-            "problem": job.problem if job else None,
-            "duration_s": round(time.monotonic() - self.started, 3),
-        }
-        base.update(fields)
-        return base
+        """result.json: the kind's fields over the contract's; a failure nobody else claimed is the candidate's."""
+        fields = dict(fields)
+        status = fields.pop("status", "error")
+        if status not in PASSING and fields.get("error_kind") is None:
+            fields["error_kind"] = "candidate" if self.job and self.job.candidate else "harness"
+        fields.setdefault("duration_s", round(time.monotonic() - self.started, 3))
+        return result_document(self.job, self.job_dir.name, status, fields.pop("reason", None),
+                               fields.pop("error_kind", None), **fields)
 
     def finish(self, fields: dict) -> None:
         """Write result.json once, then leave at once: no candidate atexit hook or CUDA teardown runs."""
@@ -102,7 +97,7 @@ class Worker:
             self.log(f"result: {result['status']}" + (f" - {result['reason']}" if result.get("reason") else ""))
             sys.stdout.flush()
             sys.stderr.flush()
-            os._exit(_exit_code(result["status"]))
+            os._exit(_exit_code(result["status"], result["error_kind"]))
 
     def run(self) -> None:
         try:
@@ -123,12 +118,13 @@ class Worker:
             run_kind = getattr(importlib.import_module(module_name), function)
             fields = run_kind(self.job, self.job_dir, device=device, seed=seed, phase=self.phase, log=self.log)
         except BadJob as exc:
-            fields = {"status": "error", "reason": f"bad job: {exc}"}
+            fields = {"status": "error", "reason": f"bad job: {exc}", "error_kind": "usage"}
         except Exception as exc:  # a fault of okc, not of the candidate: say so plainly
             import traceback
 
             traceback.print_exc()
-            fields = {"status": "error", "reason": f"the worker failed: {type(exc).__name__}: {exc}"}
+            fields = {"status": "error", "reason": f"the worker failed: {type(exc).__name__}: {exc}",
+                      "error_kind": "harness"}
         self._disarm()
         self.phase("done")
         self.finish(fields)

@@ -1,8 +1,8 @@
 """Realistic finished jobs for report, plot and calibration tests.
 
-Job folders are laid out by okc.jobs.job itself (job.json and the candidate copy); only the
+Job folders are laid out by okc.jobs.folder itself (job.json and the candidate copy); only the
 worker's part (result.json, env.json) is written here, with muse_bf16_proj's real shapes
-and SPEC 4.5's floor formula, then recorded in a real ledger through okc.jobs.job.
+and SPEC 4.5's floor formula, then recorded in a real ledger through okc.jobs.folder.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import json
 import math
 from pathlib import Path
 
-from okc.jobs import job as jobs
+from okc.jobs import folder as job_folder
 from okc.lab.candidates import resolve
 from okc.lab.ledger import open_ledger
 
@@ -76,7 +76,7 @@ def write_env(job_dir: Path, gpu: str, uuid: str) -> None:
 def record(lab, job_dir: Path) -> bool:
     conn = open_ledger(lab.ledger_path)
     try:
-        return jobs.record_job(conn, job_dir)
+        return job_folder.record_job(conn, job_dir)
     finally:
         conn.close()
 
@@ -89,7 +89,7 @@ def add_candidate(lab, name: str) -> None:
 def bench_job(lab, ref: str, speedups: dict[str, float] | None = None, gpu: str = H200, uuid: str = UUID) -> Path:
     """A finished bench of candidate ``ref`` against the baseline, recorded in the ledger."""
     candidate = resolve(lab.candidates, ref)
-    job_dir = jobs.create_job(lab, "bench", candidate, against=resolve(lab.candidates, "0"))
+    job_dir = job_folder.create_job(lab, "bench", candidate, against=resolve(lab.candidates, "0"))
     result = bench_result(job_dir.name, speedups or SPEEDUPS)
     (job_dir / "result.json").write_text(json.dumps(result))
     write_env(job_dir, gpu, uuid)
@@ -98,7 +98,7 @@ def bench_job(lab, ref: str, speedups: dict[str, float] | None = None, gpu: str 
 
 
 def check_job(lab, ref: str) -> Path:
-    job_dir = jobs.create_job(lab, "check", resolve(lab.candidates, ref))
+    job_dir = job_folder.create_job(lab, "check", resolve(lab.candidates, ref))
     (job_dir / "result.json").write_text(json.dumps(
         {"schema_version": 1, "job_id": job_dir.name, "kind": "check", "status": "pass", "cases": []}))
     record(lab, job_dir)
@@ -106,8 +106,8 @@ def check_job(lab, ref: str) -> Path:
 
 
 def floor_job(lab, uuid: str = UUID, gpu: str = H200, points=READ_FLOOR, status: str = "ok") -> Path:
-    """A finished floor job (recorded through okc.jobs.job, like `okc floor` does)."""
-    job_dir = jobs.create_job(lab, "floor", None)
+    """A finished floor job (recorded through okc.jobs.folder, like `okc floor` does)."""
+    job_dir = job_folder.create_job(lab, "floor", None)
     sizes = [{"layer": name, "bytes": nbytes, "us": us, "tb_per_s": nbytes / us / 1e6} for name, nbytes, us in points]
     result = {"schema_version": 1, "job_id": job_dir.name, "kind": "floor", "status": status,
               "gpu_name": gpu, "gpu_uuid": uuid, "sizes": sizes if status == "ok" else []}

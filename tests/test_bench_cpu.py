@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from conftest import cuda_available, write_lab
 
-from okc.jobs import job as jobs
+from okc.jobs import runner
 from okc.lab.candidates import resolve
 from okc.judge import envinfo, pairs, stats, timing
 from okc.judge.bench import BenchSettings, Runner
@@ -283,7 +283,7 @@ def tiny_lab(tmp_path, monkeypatch):
 @pytest.mark.skipif(cuda_available(), reason="the refusal is what a machine without CUDA does")
 def test_bench_without_cuda_ends_in_a_clear_error(tiny_lab):
     baseline = resolve(tiny_lab.candidates, "0")
-    outcome = jobs.submit(tiny_lab, "bench", baseline, against=baseline)
+    outcome = runner.submit(tiny_lab, "bench", baseline, against=baseline)
     assert outcome.result.status == "error"
     assert outcome.result.reason.startswith("okc bench needs a CUDA GPU; ")
     written = json.loads((outcome.job_dir / "result.json").read_text())
@@ -292,7 +292,7 @@ def test_bench_without_cuda_ends_in_a_clear_error(tiny_lab):
 
 @pytest.mark.skipif(cuda_available(), reason="the refusal is what a machine without CUDA does")
 def test_floor_without_cuda_ends_in_a_clear_error(tiny_lab):
-    outcome = jobs.submit(tiny_lab, "floor", None)
+    outcome = runner.submit(tiny_lab, "floor", None)
     assert outcome.result.status == "error"
     assert outcome.result.reason.startswith("okc floor needs a CUDA GPU")
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from okc.jobs import job as jobs
+from okc.jobs import runner
 from okc.lab.candidates import resolve
 from okc.lab.config import find_lab
 
@@ -44,7 +44,7 @@ def add_candidate(lab, name: str, extra: str):
 
 
 def bench(lab, candidate, **options):
-    outcome = jobs.submit(lab, "bench", candidate, against=resolve(lab.candidates, "0"), **options)
+    outcome = runner.submit(lab, "bench", candidate, against=resolve(lab.candidates, "0"), **options)
     assert outcome.result.status == "ok", outcome.result.reason
     return outcome.result
 
@@ -82,7 +82,7 @@ def test_patching_torch_timing_objects_cannot_change_the_score():
 
 def test_floor_reads_every_layer_size_near_the_memory_bandwidth():
     lab = find_lab()
-    outcome = jobs.submit(lab, "floor", None)
+    outcome = runner.submit(lab, "floor", None)
     result = outcome.result
     assert result.status == "ok", result.reason
     sizes = {size.layer: size for size in result.sizes}

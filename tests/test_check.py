@@ -15,7 +15,7 @@ import torch
 import okc
 from okc.judge import rules
 from okc.judge.check import run_check, select_cases
-from okc.judge.job import write_json
+from okc.contract import write_json
 from okc.judge.loader import CandidateLoadError, load_candidate
 from okc.judge.problem import Case, Tolerance
 from okc.problems import BUILT_IN, load_problem
@@ -273,7 +273,7 @@ def test_solution_is_judged_for_its_reason(tmp_path, device, problem_name, path,
     assert (kind == "wrong") == bool(expected), f"{path.name}: a wrong solution's docstring names its Rule"
     cases = MUSE_CPU_CASES if problem_name == "muse_bf16_proj" else None
     if expected & PROCESS_RULES:
-        from okc.jobs.job import run_local
+        from okc.jobs.runner import run_local
 
         # A hang is only ended by the launcher's job limit; a crash ends the job by itself.
         job_timeout_s = 15 if "timeout" in expected else 120

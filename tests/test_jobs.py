@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from okc.jobs import job as jobs
+from okc.jobs import folder as job_folder, runner
 from okc.lab.candidates import resolve
 from okc.lab.config import find_lab
 from okc.lab.ledger import open_ledger, runs
@@ -35,7 +35,7 @@ def add_candidate(lab, name: str, body: str) -> Path:
 
 
 def check(lab, ref: str, **options):
-    return jobs.submit(lab, "check", resolve(lab.candidates, ref), **options)
+    return runner.submit(lab, "check", resolve(lab.candidates, ref), **options)
 
 
 def test_a_check_leaves_a_complete_job_folder_and_one_ledger_row(tiny_lab):
@@ -50,7 +50,7 @@ def test_a_check_leaves_a_complete_job_folder_and_one_ledger_row(tiny_lab):
     assert json.loads((folder / "env.json").read_text())["seed"] == outcome.result.seed
     (row,) = runs(open_ledger(tiny_lab.ledger_path))
     assert row.kind == "check" and row.passed and row.job_id == outcome.result.job_id
-    assert jobs.record_job(open_ledger(tiny_lab.ledger_path), folder) is False  # exactly once
+    assert job_folder.record_job(open_ledger(tiny_lab.ledger_path), folder) is False  # exactly once
 
 
 def test_every_run_draws_a_fresh_seed_unless_given_one(tiny_lab):
@@ -126,7 +126,7 @@ def test_quick_check_is_partial_and_says_so(tiny_lab):
     assert result.exit_code == 0, result.output
     rows = json.loads(result.output)
     assert {row["m"] for row in rows} == {1, 3, 8}  # m <= 16 only: 500 and 17 are left out
-    outcome = jobs.load_result(sorted(tiny_lab.results.glob("*-check-*"))[-1])
+    outcome = job_folder.load_result(sorted(tiny_lab.results.glob("*-check-*"))[-1])
     assert "partial check" in outcome.reason and "1 of 2 weight sets" in outcome.reason
 
 

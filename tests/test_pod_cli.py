@@ -57,14 +57,14 @@ def test_unreachable_pod_is_one_line_and_exit_3(ssh_lab, sshd):
     assert status.exit_code == 3 and json.loads(status.output)["reachable"] is False
 
 
-def test_pod_commands_need_a_pod(ssh_lab):
-    result = invoke("jobs", "--on", "local")
-    assert result.exit_code == 2 and "needs a pod" in result.output
+def test_job_commands_take_local_or_a_pod_from_pod_yaml(ssh_lab):
+    result = invoke("jobs", "--on", "local", "--json")
+    assert result.exit_code == 0 and json.loads(result.output) == []
     assert invoke("pull", "--on", "nosuchpod").exit_code == 2
 
 
 def test_remote_check_past_a_stale_lock_then_jobs_logs_pull(ssh_lab):
-    lock = Path(resolve_pod(ssh_lab).remote_dir) / ".okc/locks/gpu0.lock"
+    lock = Path(resolve_pod(ssh_lab).remote_dir) / "results/.locks/gpu0.lock"
     lock.parent.mkdir(parents=True)
     lock.write_text("dead-job pid 999999\n")  # left behind by a job that died: not honoured
     checked = invoke("check", "0", "--on", POD_NAME)

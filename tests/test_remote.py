@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 import okc
 
-from okc.jobs import job as jobs
-from okc.pods import remote
+from okc.jobs import folder as job_folder, runner
+from okc.pods import agent, launcher, remote
+from okc.pods.target import PodTarget
 from okc.lab.candidates import resolve
 from okc.errors import ConfigError, PodError, UnreachableError
 from okc.lab.ledger import open_ledger, runs
@@ -55,45 +56,47 @@ def _wait_finished(lab, job_id, timeout=120):
         time.sleep(0.2)
 
 
+def _pod_target(lab, pod=None):
+    return PodTarget(lab, pod or resolve_pod(lab))
+
+
+def _states(lab):
+    with _pod_target(lab) as target:
+        return {j["job"]: j["state"] for j in runner.list_jobs(lab, target)}
+
+
 def test_connection_killed_mid_job_then_attach_resumes_and_the_ledger_has_it_once(ssh_lab):
     pod = resolve_pod(ssh_lab)
-    job_dir = jobs.create_job(ssh_lab, "check", _slow_candidate(ssh_lab), target=pod.name)
-    original = remote.SSHTarget.run
-    seen_by = []
+    job_dir = job_folder.create_job(ssh_lab, "check", _slow_candidate(ssh_lab), target=pod.name)
+    with _pod_target(ssh_lab, pod) as target:
+        target.prepare()
 
-    def spy(self, *args, **kwargs):
-        seen_by.append(self)
-        return original(self, *args, **kwargs)
+        def cut_on_first_log(text):
+            target.ssh._client.get_transport().sock.close()  # the network goes away mid-job
 
-    def cut_on_first_log(text):
-        seen_by[-1]._client.get_transport().sock.close()  # the network goes away mid-job
-
-    remote.SSHTarget.run = spy
-    try:
         with pytest.raises(UnreachableError, match=f"okc attach {job_dir.name}"):
-            remote.run_remote_job(ssh_lab, pod, job_dir, on_log=cut_on_first_log)
-    finally:
-        remote.SSHTarget.run = original
+            runner.run_job(ssh_lab, target, job_dir, on_log=cut_on_first_log)
     assert not (job_dir / "result.json").exists()
     seen_before = (job_dir / "log.txt").read_bytes()
     assert seen_before  # the first chunk arrived before the cut
-    states = {j["job"]: j["state"] for j in remote.list_jobs(ssh_lab, pod)}
-    assert states[job_dir.name] in ("running", "finished")
+    assert _states(ssh_lab)[job_dir.name] in ("running", "finished")
 
     resumed = []
-    assert remote.attach(ssh_lab, pod, job_dir.name, on_log=resumed.append) == job_dir
+    with _pod_target(ssh_lab) as target:
+        assert runner.attach(ssh_lab, target, job_dir.name, on_log=resumed.append).job_dir == job_dir
     whole = (_remote_job(ssh_lab, job_dir.name) / "log.txt").read_bytes()
     assert "".join(resumed).encode() == whole[len(seen_before):]
     assert (job_dir / "log.txt").read_bytes() == whole
     assert "preparing" in whole.decode()
-    assert jobs.load_result(job_dir).status == "pass"
-    assert remote.pull(ssh_lab, pod) == []
-    assert remote.pull(ssh_lab, pod, job_dir.name) == []
+    assert job_folder.load_result(job_dir).status == "pass"
+    with _pod_target(ssh_lab) as target:
+        assert runner.pull(ssh_lab, target).pulled == ()
+        assert runner.pull(ssh_lab, target, job_dir.name).pulled == ()
     assert [r.job_id for r in _ledger_rows(ssh_lab)] == [job_dir.name]
 
 
 def _lock_path(lab) -> Path:
-    return Path(resolve_pod(lab).remote_dir) / ".okc/locks/gpu0.lock"
+    return Path(resolve_pod(lab).remote_dir) / "results" / launcher.LOCKS_DIR / "gpu0.lock"
 
 
 def test_a_second_job_waits_for_the_gpu_lock(ssh_lab):
@@ -104,18 +107,18 @@ def test_a_second_job_waits_for_the_gpu_lock(ssh_lab):
         held.flush()
         fcntl.flock(held, fcntl.LOCK_EX)  # another job holds GPU 0
         pod = resolve_pod(ssh_lab)
-        job_dir = jobs.create_job(ssh_lab, "check", resolve(ssh_lab.candidates, "0"), target=pod.name)
-        with remote.open_target(ssh_lab, pod) as target:
-            remote.sync(ssh_lab, target)
-            remote.upload_job(target, job_dir)
-            remote.call_agent(target, "start", job_dir.name, "1")
+        job_dir = job_folder.create_job(ssh_lab, "check", resolve(ssh_lab.candidates, "0"), target=pod.name)
+        with _pod_target(ssh_lab, pod) as target:
+            target.prepare()
+            target.start(job_dir, "0")
         log = _remote_job(ssh_lab, job_dir.name) / "log.txt"
         deadline = time.monotonic() + 30
         while b"waiting for a GPU" not in log.read_bytes():
             assert time.monotonic() < deadline, log.read_text()
             time.sleep(0.2)
-        assert "waiting for a GPU: gpu lock held by other-job" in remote.logs(ssh_lab, pod, job_dir.name)
-        assert {j["job"]: j["state"] for j in remote.list_jobs(ssh_lab, pod)}[job_dir.name] == "running"
+        with _pod_target(ssh_lab, pod) as target:
+            assert "waiting for a GPU: gpu lock held by other-job" in runner.logs(ssh_lab, target, job_dir.name)
+        assert _states(ssh_lab)[job_dir.name] == "running"
 
         progress = {"pairs": 7, "half_width": 0.01}
         (_remote_job(ssh_lab, job_dir.name) / "progress.json").write_text(json.dumps(progress))
@@ -125,30 +128,33 @@ def test_a_second_job_waits_for_the_gpu_lock(ssh_lab):
             seen.append(update)
             raise KeyboardInterrupt
 
-        with pytest.raises(remote.JobDetached, match=f"okc attach {job_dir.name}"):
-            remote.attach(ssh_lab, pod, job_dir.name, on_progress=ctrl_c_at_progress)
+        with pytest.raises(runner.JobDetached, match=f"okc attach {job_dir.name}"), _pod_target(ssh_lab, pod) as target:
+            runner.attach(ssh_lab, target, job_dir.name, on_progress=ctrl_c_at_progress)
         assert seen == [progress]
-        assert {j["job"]: j["state"] for j in remote.list_jobs(ssh_lab, pod)}[job_dir.name] == "running"
+        assert _states(ssh_lab)[job_dir.name] == "running"
     _wait_finished(ssh_lab, job_dir.name)
-    assert remote.pull(ssh_lab, pod) == [job_dir]
-    assert jobs.load_result(job_dir).status == "pass"
+    with _pod_target(ssh_lab) as target:
+        assert runner.pull(ssh_lab, target).pulled == (job_dir,)
+    assert job_folder.load_result(job_dir).status == "pass"
     assert "running on GPU 0" in (job_dir / "log.txt").read_text()
     assert [r.job_id for r in _ledger_rows(ssh_lab)] == [job_dir.name]
 
 
 @pytest.mark.parametrize("job_id", ["../../etc", "a;touch x", "$(id)", "`id`", "a b", "-rf", ""])
 def test_job_ids_cannot_inject_or_escape(ssh_lab, job_id):
-    pod = resolve_pod(ssh_lab)
-    with pytest.raises(ConfigError):
-        remote.attach(ssh_lab, pod, job_id)
-    with pytest.raises(ConfigError):
-        remote.logs(ssh_lab, pod, job_id)
+    with _pod_target(ssh_lab) as target:
+        with pytest.raises(ConfigError):
+            runner.attach(ssh_lab, target, job_id)
+        with pytest.raises(ConfigError):
+            runner.logs(ssh_lab, target, job_id)
+        with pytest.raises(ConfigError):
+            runner.pull(ssh_lab, target, job_id)
 
 
 def test_unknown_job_and_status(ssh_lab):
     pod = resolve_pod(ssh_lab)
-    with pytest.raises(PodError, match="no job nope"):
-        remote.pull(ssh_lab, pod, "nope")
+    with pytest.raises(PodError, match="no job nope"), _pod_target(ssh_lab, pod) as target:
+        runner.pull(ssh_lab, target, "nope")
     status = remote.pod_status(ssh_lab, pod)
     assert status["reachable"] and status["disk_free_bytes"] > 0 and status["running"] == []
     gone = remote.pod_status(ssh_lab, replace(pod, port=free_port()))
@@ -158,7 +164,7 @@ def test_unknown_job_and_status(ssh_lab):
 def test_a_hung_remote_job_is_killed_at_its_limit_and_recorded_as_timeout(ssh_lab):
     hang = Path(okc.__file__).parent / "problems/tiny_matvec/solutions/wrong/hang.py"
     (ssh_lab.candidates / "006_hang.py").write_text(hang.read_text())
-    outcome = jobs.submit(ssh_lab, "check", resolve(ssh_lab.candidates, "6"), on="testpod", job_timeout_s=HUNG_JOB_LIMIT_S)
+    outcome = runner.submit(ssh_lab, "check", resolve(ssh_lab.candidates, "6"), on="testpod", job_timeout_s=HUNG_JOB_LIMIT_S)
     assert outcome.result.status == "timeout", outcome.result.reason
     assert f"{HUNG_JOB_LIMIT_S:g} s limit" in (outcome.job_dir / "log.txt").read_text()
     assert json.loads((outcome.job_dir / "launcher.json").read_text())["timed_out"] is True
@@ -171,7 +177,7 @@ def test_gpu_status_reads_nvidia_smi(tmp_path, monkeypatch):
     fake.write_text("#!/bin/sh\necho 'NVIDIA H200, 1024, 143771, 1980, 97'\n")
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
-    status = remote.agent.status(str(tmp_path / "not" / "made" / "yet"))
+    status = agent.status(str(tmp_path / "not" / "made" / "yet"))
     assert status["gpus"] == [{"name": "NVIDIA H200", "memory_used_mib": "1024", "memory_total_mib": "143771",
                                "sm_clock_mhz": "1980", "utilization_pct": "97"}]
     assert status["disk_free_bytes"] > 0 and status["running"] == [] and not status["synced"]
@@ -184,9 +190,18 @@ def test_a_reused_pid_is_not_taken_for_our_job(tmp_path):
     folder.mkdir(parents=True)
     (folder / "job.json").write_text("{}")
     me = os.getpid()
-    (folder / "pid.json").write_text(json.dumps({"job": folder.name, "pid": me, "start": remote.agent.process_start(me)}))
-    assert remote.agent.job_state(str(folder))["state"] == "running"
+    (folder / "pid.json").write_text(json.dumps({"job": folder.name, "pid": me, "start": launcher.process_start(me)}))
+    assert launcher.job_state(str(folder))["state"] == "running"
     (folder / "pid.json").write_text(json.dumps({"job": folder.name, "pid": me, "start": "1"}))  # same pid, other process
-    assert remote.agent.job_state(str(folder))["state"] == "lost"
-    (folder / "exit_code").write_text("0\n")
-    assert remote.agent.jobs(str(tmp_path))["jobs"] == [{"job": folder.name, "state": "finished", "exit_code": 0}]
+    assert launcher.job_state(str(folder))["state"] == "lost"
+    # Declared once, on disk, so every later look (pull, attach, jobs) agrees.
+    assert (folder / "exit_code").read_text() == "lost\n"
+    assert json.loads((folder / "launcher.json").read_text()) == {"returncode": None, "lost": True}
+    (folder / "pid.json").write_text(json.dumps({"job": folder.name, "pid": me, "start": launcher.process_start(me)}))
+    assert launcher.job_state(str(folder))["state"] == "lost"
+    other = folder.with_name("20260101-000000-check-fedcba")
+    other.mkdir()
+    (other / "job.json").write_text("{}")
+    (other / "exit_code").write_text("0\n")
+    assert [(j["job"], j["state"], j["exit_code"]) for j in launcher.jobs(str(tmp_path / "results"))["jobs"]] == [
+        (folder.name, "lost", None), (other.name, "finished", 0)]

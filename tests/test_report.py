@@ -13,7 +13,7 @@ from okc.lab import ledger
 from okc.cli.app import app
 from okc.lab.ledger import Floor, latest_floor, open_ledger, record_floor
 from okc.reports.report import build_report, measured_floor_us, read_us
-from okc.jobs.results import FloorSize, ShapeResult
+from okc.contract import FloorSize, ShapeResult
 
 runner = CliRunner()
 SHAPE_COLUMNS = ["load", "layer", "m", "N", "K", "baseline µs", "candidate µs", "ratio", "floor µs", "time/floor"]

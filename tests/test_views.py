@@ -1,4 +1,4 @@
-from okc.jobs.results import parse_result
+from okc.contract import parse_result
 from okc.reports.views import score_line
 
 BENCH = {"schema_version": 1, "job_id": "j", "kind": "bench", "status": "ok", "score": 0.9991,

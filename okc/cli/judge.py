@@ -35,7 +35,7 @@ def check(
     Example: okc check candidate 036
     """
     from okc.lab import candidates
-    from okc.jobs import job as jobs
+    from okc.jobs import runner
     from okc.reports import views
 
     fmt = output_format(fmt, as_json)
@@ -45,7 +45,8 @@ def check(
     if quick:
         options.update(weight_seeds=1, max_m=QUICK_MAX_M)
     with err.status(f"checking {candidate.name} ..."):
-        outcome = jobs.submit(lab, "check", candidate, on=on, on_log=echo_log, **options)
+        # The log streams for people; with --json/--format the output is data, and the log stays in the job folder.
+        outcome = runner.submit(lab, "check", candidate, on=on, on_log=echo_log if fmt == "table" else None, **options)
     result = outcome.result
     verdict = "PASS" if result.passed else "FAIL"
     notes = [f"{verdict} {candidate.name}: {result.reason or 'every case within its bounds'} (job {result.job_id})"]
@@ -73,7 +74,7 @@ def bench(
     Example: okc bench 036 --against baseline
     """
     from okc.lab import candidates
-    from okc.jobs import job as jobs
+    from okc.jobs import runner
     from okc.reports import views
 
     fmt = output_format(fmt, as_json)
@@ -85,7 +86,7 @@ def bench(
     if overhead_us is not None:
         settings["overhead_us"] = overhead_us
     with _bench_progress(target) as on_progress:
-        outcome = jobs.submit(lab, "bench", candidate, against=other, aa=aa, on=on, on_progress=on_progress, bench=settings)
+        outcome = runner.submit(lab, "bench", candidate, against=other, aa=aa, on=on, on_progress=on_progress, bench=settings)
     result = outcome.result
     if not result.passed:
         raise_failed(result)

@@ -9,7 +9,7 @@ import typer
 from okc.cli.app import (
     FORMAT_HELP, echo_log, app, err, handles_errors, load_lab, out, output_format, pod_app, show,
 )
-from okc.errors import EXIT_FAILED, ConfigError
+from okc.errors import EXIT_FAILED, EXIT_USAGE, ConfigError
 
 # ---------------------------------------------------------------------------------------
 # Pods: sync, status, trust, and remote jobs
@@ -109,74 +109,95 @@ def pod_trust(
     out.print(f"pinned in {path}", markup=False, soft_wrap=True)
 
 
+def _target(on: Optional[str]):
+    """The lab, and the target ``--on`` names: a pod, or this machine (no pod.yaml, or --on local)."""
+    from okc.jobs.runner import open_target
+
+    lab = load_lab()
+    return lab, open_target(lab, on)
+
+
+def _say_result(outcome) -> None:
+    result = outcome.result
+    out.print(f"{result.kind} {result.status}: {result.reason or 'done'} (job {result.job_id})", markup=False, soft_wrap=True)
+
+
 @app.command("jobs")
 @handles_errors
 def jobs_command(
-    on: Optional[str] = typer.Option(None, "--on", help="Pod from pod.yaml (default: its default pod)."),
+    on: Optional[str] = typer.Option(None, "--on", help="Pod from pod.yaml, or 'local' (default: the default pod)."),
     fmt: str = typer.Option("table", "--format", help=FORMAT_HELP),
     as_json: bool = typer.Option(False, "--json", help="Same as --format json."),
 ) -> None:
-    """Jobs on the pod, running and finished, and whether each has been pulled here.
+    """Jobs on the target, running and finished, and whether each is home and recorded.
 
     Example: okc jobs --on h200
     """
-    from okc.pods import remote
+    from okc.jobs.runner import list_jobs
+    from okc.reports.views import jobs_table
 
     fmt = output_format(fmt, as_json)
-    lab, pod = _pod(on)
-    show([remote.jobs_table(remote.list_jobs(lab, pod), pod.name)], fmt)
+    lab, target = _target(on)
+    with target:
+        show([jobs_table(list_jobs(lab, target), target.name)], fmt)
 
 
 @app.command()
 @handles_errors
 def attach(
     job: str = typer.Argument(..., help="The job id (see okc jobs)."),
-    on: Optional[str] = typer.Option(None, "--on", help="Pod from pod.yaml (default: its default pod)."),
+    on: Optional[str] = typer.Option(None, "--on", help="Pod from pod.yaml, or 'local' (default: the default pod)."),
 ) -> None:
-    """Resume streaming a remote job's log from where it stopped; pull and record it when done.
+    """Resume streaming a job's log from where it stopped; bring it home and record it when done.
 
     Example: okc attach 20260101-120000-bench-a1b2c3
     """
-    from okc.pods import remote
-    from okc.jobs.results import load_result
+    from okc.jobs.runner import attach as attach_job
 
-    lab, pod = _pod(on)
-    job_dir = remote.attach(lab, pod, job, on_log=echo_log)
-    result = load_result(job_dir)
-    out.print(f"{result.kind} {result.status}: {result.reason or 'done'} (job {job})", markup=False, soft_wrap=True)
-    raise typer.Exit(0 if result.passed else EXIT_FAILED)
+    lab, target = _target(on)
+    with target:
+        outcome = attach_job(lab, target, job, on_log=echo_log)
+    _say_result(outcome)
+    raise typer.Exit(0 if outcome.result.passed else EXIT_FAILED)
 
 
 @app.command()
 @handles_errors
 def logs(
     job: str = typer.Argument(..., help="The job id (see okc jobs)."),
-    on: Optional[str] = typer.Option(None, "--on", help="Pod from pod.yaml (default: its default pod)."),
+    on: Optional[str] = typer.Option(None, "--on", help="Pod from pod.yaml, or 'local' (default: the default pod)."),
 ) -> None:
-    """Print a remote job's log as it is now.
+    """Print a job's log as it is now.
 
     Example: okc logs 20260101-120000-bench-a1b2c3
     """
-    from okc.pods import remote
+    from okc.jobs.runner import logs as job_logs
 
-    lab, pod = _pod(on)
-    out.print(remote.logs(lab, pod, job), end="", markup=False, highlight=False, soft_wrap=True)
+    lab, target = _target(on)
+    with target:
+        text = job_logs(lab, target, job)
+    out.print(text, end="", markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command()
 @handles_errors
 def pull(
-    job: Optional[str] = typer.Argument(None, help="One job id; default: every finished job not here yet."),
-    on: Optional[str] = typer.Option(None, "--on", help="Pod from pod.yaml (default: its default pod)."),
+    job: Optional[str] = typer.Argument(None, help="One job id; default: every finished job not recorded yet."),
+    on: Optional[str] = typer.Option(None, "--on", help="Pod from pod.yaml, or 'local' (default: the default pod)."),
 ) -> None:
-    """Fetch finished remote jobs into results/ and record them in the ledger (once, however often run).
+    """Bring finished jobs home into results/ and record each in the ledger as it arrives (once, however often run).
 
     Example: okc pull
     """
-    from okc.pods import remote
+    from okc.jobs.runner import pull as pull_jobs
 
-    lab, pod = _pod(on)
-    pulled = remote.pull(lab, pod, job)
-    for job_dir in pulled:
+    lab, target = _target(on)
+    with target:
+        report = pull_jobs(lab, target, job)
+    for job_dir in report.pulled:
         out.print(f"pulled {job_dir.name}", markup=False)
-    out.print(f"{len(pulled)} job(s) pulled from {pod.name}", markup=False)
+    for line in report.refused:
+        err.print(line, markup=False, soft_wrap=True)
+    out.print(f"{len(report.pulled)} job(s) pulled from {target.name}, {report.recorded} new ledger row(s)", markup=False)
+    if report.refused:
+        raise typer.Exit(EXIT_USAGE)

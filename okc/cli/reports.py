@@ -45,12 +45,12 @@ def floor(
 
     Example: okc floor --on h200
     """
-    from okc.jobs import job as jobs
+    from okc.jobs import runner
     from okc.reports import views
 
     fmt = output_format(fmt, as_json)
     with err.status("measuring the read floor ..."):
-        outcome = jobs.submit(load_lab(), "floor", None, on=on, on_log=echo_log)
+        outcome = runner.submit(load_lab(), "floor", None, on=on, on_log=echo_log)
     result = outcome.result
     if not result.passed:
         raise_failed(result)

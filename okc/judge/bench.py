@@ -29,7 +29,6 @@ from okc.judge.timing import HoldTimeout, Step, TimingError
 
 NEEDS_CUDA = ("okc bench needs a CUDA GPU; this machine has none (torch.cuda.is_available() is False). "
               "Run it on a pod: okc bench NNN --on POD")
-PROGRESS_FILE = "progress.json"
 WARMUP_PAIRS = 3  # pairs run and thrown away first: clocks ramp up, first replays are slow
 INPUT_SETS = 16  # fresh inputs per case, cycled over the pairs (each pair differs from the last)
 CHECK_GROWTH = 0.1  # re-evaluate the stopping rule each time the pairs grow by 10%
@@ -88,11 +87,15 @@ class BenchSettings:
 
 
 class BenchFailed(Exception):
-    """The bench cannot go on; the message is result.json's reason."""
+    """The bench cannot go on; the message is result.json's reason, ``side`` the side at fault (None: neither)."""
+
+    def __init__(self, message: str, side: str | None = None) -> None:
+        super().__init__(message)
+        self.side = side
 
 
-def _error(reason: str, **fields) -> dict:
-    return {"kind": "bench", "status": "error", "reason": reason, **fields}
+def _error(reason: str, error_kind: str = "candidate", **fields) -> dict:
+    return {"kind": "bench", "status": "error", "reason": reason, "error_kind": error_kind, **fields}
 
 
 def scored_cases(problem: Problem, keys: list[str] | None) -> list[Case]:
@@ -118,14 +121,15 @@ class Side:
         try:
             self.module = load_candidate(self.source)
         except CandidateLoadError as exc:
-            raise BenchFailed(f"{self.name}: {exc}".splitlines()[0]) from None
+            raise BenchFailed(f"{self.name}: {exc}".splitlines()[0], self.name) from None
 
     def prepare(self, problem: Problem, weights: dict[str, torch.Tensor]) -> None:
         try:
             problem.prepare(self.module, {name: tensor.clone() for name, tensor in weights.items()})
             timing.synchronize()
         except Exception as exc:
-            raise BenchFailed(f"{self.name}: prepare raised {type(exc).__name__}: {exc}".splitlines()[0]) from None
+            raise BenchFailed(f"{self.name}: prepare raised {type(exc).__name__}: {exc}".splitlines()[0],
+                              self.name) from None
 
     def capture(self, problem: Problem, cases: list[Case], first_inputs: list[torch.Tensor], copies: int = 1) -> None:
         for case, x in zip(cases, first_inputs):
@@ -135,12 +139,12 @@ class Side:
         try:
             captured = capture(lambda x_buf: problem.call(self.module, x_buf, case), x)
         except CaptureError as exc:
-            raise BenchFailed(f"{self.name} {case.key}: {exc}") from None
+            raise BenchFailed(f"{self.name} {case.key}: {exc}", self.name) from None
         except Exception as exc:
             raise BenchFailed(f"{self.name} {case.key}: kernel_fn raised {type(exc).__name__}: {exc}"
-                              .splitlines()[0]) from None
+                              .splitlines()[0], self.name) from None
         if not timing.is_graph(captured.graph):
-            raise BenchFailed(f"{self.name} {case.key}: the capture did not produce a torch CUDA graph")
+            raise BenchFailed(f"{self.name} {case.key}: the capture did not produce a torch CUDA graph", self.name)
         return captured
 
 
@@ -348,7 +352,7 @@ def run_bench(problem: Problem, candidate: Path, against: Path, *, device: torch
     started = time.monotonic()
     identity = {"problem": problem.name, "candidate": names[0], "against": names[1], "aa": aa, "seed": seed}
     if device.type != "cuda" or not torch.cuda.is_available():
-        return _error(NEEDS_CUDA, **identity)
+        return _error(NEEDS_CUDA, "usage", **identity)
     bench = Bench(problem, candidate, against, device=device, seed=seed, settings=settings, cases=cases,
                   phase=phase, log=log, progress=progress)
     try:
@@ -358,10 +362,10 @@ def run_bench(problem: Problem, candidate: Path, against: Path, *, device: torch
             f"target +-{settings.rule.target_half_width:.2%}")
         table, stopped_by = bench.measure()
         summary = bench.summary(table)
-    except BenchFailed as exc:
-        return _error(str(exc), **identity)
+    except BenchFailed as exc:  # the other side failing says nothing of this candidate: not its row
+        return _error(str(exc), "usage" if exc.side == "against" else "candidate", **identity)
     except TimingError as exc:
-        return _error(f"the timing protocol failed: {exc}", **identity)
+        return _error(f"the timing protocol failed: {exc}", "harness", **identity)
     except RuntimeError as exc:  # a CUDA error in a replay: the context is gone, nothing more can run
         return _error(f"CUDA error during the bench (the context is lost): {exc}".splitlines()[0], **identity)
     before, after = bench.readings.get("before"), bench.readings.get("after")
@@ -382,7 +386,7 @@ def run_bench(problem: Problem, candidate: Path, against: Path, *, device: torch
 
 def run_job(job, job_dir: Path, *, device: torch.device, seed: int, phase, log: Log) -> dict:
     """The worker's entry for ``kind: bench`` (see okc.worker.KINDS)."""
-    from okc.judge.job import BadJob, write_json
+    from okc.contract import PROGRESS_FILE, BadJob, write_json
     from okc.problems import load_problem
 
     if job.candidate is None:

@@ -19,7 +19,7 @@ import torch
 
 from okc.judge import rules
 from okc.judge.capture import Captured, CaptureError, capture
-from okc.judge.job import BadJob, Job
+from okc.contract import BadJob, JobSpec
 from okc.judge.loader import CandidateLoadError, load_candidate
 from okc.judge.problem import Case, Problem
 from okc.judge.rules import Verdict, fail
@@ -332,7 +332,7 @@ def run_check(problem: Problem, source: Path, *, device: torch.device, seed: int
     }
 
 
-def run_job(job: Job, job_dir: Path, *, device: torch.device, seed: int, phase: PhaseFn, log: Callable[[str], None]) -> dict:
+def run_job(job: JobSpec, job_dir: Path, *, device: torch.device, seed: int, phase: PhaseFn, log: Callable[[str], None]) -> dict:
     """The worker's entry for ``kind: check`` (see okc.worker.KINDS)."""
     if job.candidate is None:
         raise BadJob("a check job needs a candidate")

@@ -158,7 +158,7 @@ def add_bench_readings(job_dir, result: dict[str, Any]) -> None:
     import json
     from pathlib import Path
 
-    from okc.judge.job import ENV_FILE, write_json
+    from okc.contract import ENV_FILE, write_json
 
     path = Path(job_dir) / ENV_FILE
     try:

@@ -95,7 +95,7 @@ def run_floor(problem: Problem, *, device: torch.device, seed: int, overhead_us:
 
 def run_job(job, job_dir: Path, *, device: torch.device, seed: int, phase, log) -> dict:
     """The worker's entry for ``kind: floor`` (see okc.worker.KINDS)."""
-    from okc.judge.job import BadJob
+    from okc.contract import BadJob
     from okc.problems import load_problem
 
     try:

@@ -225,8 +225,9 @@ def run_time(problem: Problem, candidate: Path, baseline: Path, *, cases: list[s
     base: dict = {"kind": "time", "problem": problem.name, "device": device.type, "seed": seed, "notes": notes,
                   "timings": []}
 
-    def ended(status: str, reason: str) -> dict:
-        return {**base, "status": status, "reason": reason, "duration_s": round(time.monotonic() - started, 3)}
+    def ended(status: str, reason: str, error_kind: str = "candidate") -> dict:
+        return {**base, "status": status, "reason": reason, "error_kind": error_kind,
+                "duration_s": round(time.monotonic() - started, 3)}
 
     try:
         timed = _time_cuda if on_cuda else _time_cpu
@@ -234,10 +235,10 @@ def run_time(problem: Problem, candidate: Path, baseline: Path, *, cases: list[s
                                                       phase, log)
     except PointFailed as exc:
         return ended("fail", str(exc))
-    except BenchFailed as exc:  # the bench names the side: "against: ..." is the baseline's, not the point's
-        return ended("error" if str(exc).startswith("against") else "fail", str(exc))
+    except BenchFailed as exc:  # the baseline failing is the sweep's fault, not the point's
+        return ended("error", str(exc), "usage") if exc.side == "against" else ended("fail", str(exc))
     except TimingError as exc:
-        return ended("error", f"the timing protocol failed: {exc}")
+        return ended("error", f"the timing protocol failed: {exc}", "harness")
     except RuntimeError as exc:
         if not is_cuda_error(exc):
             raise
@@ -252,7 +253,7 @@ def run_time(problem: Problem, candidate: Path, baseline: Path, *, cases: list[s
 
 def run_job(job, job_dir: Path, *, device: torch.device, seed: int, phase, log: Callable[[str], None]) -> dict:
     """The worker's entry for ``kind: time`` (see okc.worker.KINDS)."""
-    from okc.judge.job import BadJob
+    from okc.contract import BadJob
     from okc.problems import load_problem
 
     if job.candidate is None or job.against is None:

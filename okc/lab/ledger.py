@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from okc.errors import LedgerError
-from okc.jobs.results import FloorSize
+from okc.contract import FloorSize
 
 BUSY_TIMEOUT_S = 30.0
 KINDS = ("check", "bench", "official-check", "official-scored")
@@ -137,6 +137,16 @@ def open_ledger(path: Path) -> sqlite3.Connection:
 
 
 @contextmanager
+def ledger(path: Path) -> Iterator[sqlite3.Connection]:
+    """``with ledger(lab.ledger_path) as conn:``: the ledger, open and migrated, closed afterwards."""
+    conn = open_ledger(path)
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+@contextmanager
 def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
     conn.execute("BEGIN IMMEDIATE")
     try:
@@ -187,6 +197,12 @@ def record_run(conn: sqlite3.Connection, run: Run) -> bool:
         _insert_candidate(conn, run.candidate_number, run.candidate_name, run.candidate_sha256)
         cursor = conn.execute(f"INSERT OR IGNORE INTO runs ({columns}) VALUES ({marks})", values)
     return cursor.rowcount == 1
+
+
+def recorded_job_ids(conn: sqlite3.Connection) -> set[str]:
+    """Every local job id the ledger holds a row for (runs and floors)."""
+    rows = conn.execute("SELECT job_id FROM runs WHERE job_id IS NOT NULL UNION SELECT job_id FROM floors")
+    return {row[0] for row in rows}
 
 
 def _run_from_row(row: sqlite3.Row) -> Run:

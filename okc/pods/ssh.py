@@ -11,9 +11,11 @@ pod (host key, authentication, a failed command) a :class:`PodError`.
 from __future__ import annotations
 
 import contextlib
+import os
 import select
 import shlex
 import socket
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -299,7 +301,8 @@ class SSHTarget:
         """Copy ``remote`` (below remote_dir) to the local file, written whole or not at all."""
         source = self.pod.remote_path(remote)
         local = Path(local)
-        temporary = local.with_name(f".{local.name}.part")
+        # Per process and thread: two pulls of one job at once never write the same temporary file.
+        temporary = local.with_name(f".{local.name}.{os.getpid()}.{threading.get_ident()}.part")
         with self.network_errors(f"download of {source}"):
             try:
                 self.sftp.get(source, str(temporary))

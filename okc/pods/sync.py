@@ -166,7 +166,7 @@ def sync(lab, target: SSHTarget, dry_run: bool = False, progress: Callable[[Sync
         if progress is not None:
             progress(SyncProgress(sent, len(stream), bisect.bisect_right(ends, sent), len(send)))
 
-    result = target.run(agent_argv(target, "apply"), timeout=APPLY_TIMEOUT_S, stdin=stream, on_sent=on_sent)
+    result = target.run(agent_argv(target, "apply", target.pod.remote_dir), timeout=APPLY_TIMEOUT_S, stdin=stream, on_sent=on_sent)
     if result.rc != 0:
         detail = result.stderr.decode("utf-8", "replace").strip().splitlines()
         raise PodError(f"sync to pod {target.pod.name!r} failed (exit {result.rc}): {detail[-1] if detail else 'no message'}")
@@ -185,5 +185,4 @@ def agent_argv(target: SSHTarget, verb: str, *args: str) -> list[str]:
     """The command that runs one agent verb on the pod, its source sent inline so it always
     matches this okc. ``-I -S``: the agent needs only the standard library, and skipping
     site-packages saves a noticeable part of every call's start-up."""
-    source = Path(agent.__file__).read_text(encoding="utf-8")
-    return [*target.python_argv(), "-I", "-S", "-c", source, verb, target.pod.remote_dir, *args]
+    return [*target.python_argv(), "-I", "-S", "-c", agent.program(), verb, *args]

@@ -11,7 +11,7 @@ from collections import Counter
 from pathlib import Path
 
 from okc.errors import ConfigError
-from okc.jobs.job import load_spec
+from okc.jobs.folder import load_spec
 from okc.lab.config import Lab
 from okc.lab.ledger import Run, open_ledger, runs
 from okc.reports.report import Report, build_report

@@ -16,10 +16,10 @@ from pathlib import Path
 from okc.lab import candidates
 from okc.reports import views
 from okc.errors import ConfigError
-from okc.jobs.job import gpu_name, gpu_uuid
+from okc.jobs.folder import gpu_name, gpu_uuid, load_result
 from okc.lab.config import Lab
 from okc.lab.ledger import Floor, latest_floor, open_ledger, runs
-from okc.jobs.results import JobResult, ShapeResult, load_result
+from okc.contract import JobResult, ShapeResult
 from okc.reports.tables import Table
 
 # SPEC 4.5's math peak. The problem module states it too, but it imports torch, which the

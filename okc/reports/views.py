@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import time
+
 from collections.abc import Callable
 
 from okc.reports.calibration import BAND_SIGMAS, Calibration
 from okc.lab.candidates import SHORT_HASH
 from okc.lab.ledger import Run, Summary
-from okc.jobs.results import CaseResult, FloorSize, JobResult, ShapeResult
+from okc.contract import CaseResult, FloorSize, JobResult, ShapeResult
 from okc.reports.tables import Table
 
 TIME_ON_TABLE = 1.5  # a shape at this multiple of its floor or more is highlighted
@@ -160,8 +162,17 @@ def score_line(result: JobResult) -> str:
         text += f"; {result.pairs} pairs"
     if result.verdict:
         text += f"; verdict: {result.verdict}"
-    if result.aa and isinstance(result.raw.get("aa_floor"), (int, float)):
-        text += f"; A/A floor ±{result.raw['aa_floor']:.2%} (later verdicts on this target use it)"
+    if result.aa and result.aa_floor is not None:
+        text += f"; A/A floor ±{result.aa_floor:.2%} (later verdicts on this target use it)"
     if result.throttled:
         text += "; WARNING: the GPU throttled during the run"
     return text
+
+
+def jobs_table(entries: list[dict], target: str) -> Table:
+    rows = [
+        (e["job"], e["state"], e.get("exit_code"), "yes" if e.get("pulled") else "no",
+         time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(e["started_at"])) if e.get("started_at") else None)
+        for e in entries
+    ]
+    return Table(f"jobs on {target}", ("job", "state", "exit code", "pulled", "started (UTC)"), rows)

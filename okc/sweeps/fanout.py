@@ -1,16 +1,14 @@
 """Fan-out: run many job folders at once, one per GPU, over this machine and any pods.
 
-A :class:`Slot` is one GPU of one target. Locally each slot pins its jobs with
-CUDA_VISIBLE_DEVICES and holds a per-GPU file lock while a job runs (two sweeps never
-share a GPU); on a pod the agent takes the pod's own per-GPU lock and picks the GPU, so
-a pod with ``gpus: N`` gets N slots. One thread per slot takes tasks from a shared queue
-until it is empty.
+A :class:`Slot` is one GPU of one target. Each job goes through the same launcher as any
+other (okc.jobs.runner.execute): on this machine a slot hands the agent its own GPU index,
+on a pod the agent picks among the pod's GPUs; either way the agent holds that GPU's lock
+while the job runs, so a sweep never shares a GPU with a bench. One thread per slot takes
+tasks from a shared queue until it is empty.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
 import queue
 import subprocess
@@ -22,12 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from okc.errors import ConfigError
-from okc.jobs.job import resolve_target, run_local, worker_env
-from okc.jobs.results import JobResult, load_result
+from okc.contract import JobResult
+from okc.jobs import runner
+from okc.jobs.runner import pod_for, run_local
+from okc.jobs.target import code_dir
 
 GPU_COUNT_TIMEOUT_S = 60.0
 JOIN_POLL_S = 0.2  # the main thread wakes this often, so Ctrl-C reaches it
-LOCKS_DIR = ".gpu-locks"  # under the results folder
 
 
 @dataclass(frozen=True)
@@ -46,7 +45,7 @@ def local_gpu_count() -> int:
     probe = "import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)"
     try:
         done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                              timeout=GPU_COUNT_TIMEOUT_S, env=worker_env())
+                              timeout=GPU_COUNT_TIMEOUT_S, env={**os.environ, "PYTHONPATH": code_dir()})
         return int(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else 0
     except (subprocess.TimeoutExpired, ValueError, IndexError):
         return 0
@@ -59,7 +58,7 @@ def slots_for(lab, on: str | None, gpus: int | None = None) -> list[Slot]:
         raise ConfigError(f"--on {on!r}: name each pod once, separated by commas (e.g. --on h200a,h200b)")
     slots: list[Slot] = []
     for name in names:
-        pod = resolve_target(lab, name)
+        pod = pod_for(lab, name)
         if pod is None:
             count = local_gpu_count()
             if gpus is not None:
@@ -71,35 +70,15 @@ def slots_for(lab, on: str | None, gpus: int | None = None) -> list[Slot]:
     return slots
 
 
-def visible_device(index: int) -> str:
-    """The CUDA_VISIBLE_DEVICES entry for this machine's ``index``-th visible GPU (the user may have narrowed them)."""
-    visible = [entry.strip() for entry in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if entry.strip()]
-    return visible[index] if index < len(visible) else str(index)
-
-
-@contextlib.contextmanager
-def gpu_lock(results: Path, gpu: int | None):
-    """Hold this machine's lock on ``gpu`` (nothing to hold for the CPU)."""
-    if gpu is None:
-        yield
-        return
-    folder = results / LOCKS_DIR
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / f"gpu{gpu}.lock", "a+") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)  # released by close, or by the kernel if we die
-        yield
-
-
 def run_on(lab, slot: Slot, job_dir: Path, cancel: threading.Event) -> JobResult:
-    """Run a prepared job folder on ``slot``; its result."""
+    """Run a prepared job folder on ``slot``; its result (the caller records what it keeps)."""
     if slot.pod is None:
-        env = {"CUDA_VISIBLE_DEVICES": visible_device(slot.gpu)} if slot.gpu is not None else None
-        with gpu_lock(lab.results, slot.gpu):
-            return run_local(job_dir, env=env, cancel=cancel)
-    from okc.pods.remote import run_remote_job
+        return run_local(job_dir, gpus=str(slot.gpu) if slot.gpu is not None else None, cancel=cancel)
+    from okc.pods.target import PodTarget
 
-    run_remote_job(lab, slot.pod, job_dir)
-    return load_result(job_dir)
+    with PodTarget(lab, slot.pod) as target:
+        target.prepare()  # syncs once per okc process, not once per job
+        return runner.execute(target, job_dir, cancel=cancel)
 
 
 def execute(slots: list[Slot], tasks: Iterable, run_one: Callable[[Slot, Any], None], cancel: threading.Event) -> None:

@@ -34,15 +34,14 @@ from okc.lab.candidates import Candidate, resolve
 from okc.errors import ConfigError, JudgeError
 from okc.sweeps.experiments import Experiment, Point, emit_candidate, emit_source, load_experiment, materialise
 from okc.sweeps.fanout import Slot, execute, run_on, slots_for
-from okc.jobs.job import create_job
-from okc.jobs.results import JobResult, write_json
+from okc.contract import JobResult, write_json
+from okc.jobs.folder import create_job
 
 TABLE_FILE = "points.jsonl"
 RUN_FILE = "run.json"
 WINNERS_FILE = "winners.json"
 STAGES = ("screen", "check", "measure")
 PASSED = ("ok", "pass")
-BAD_JOB = "bad job:"  # the worker's prefix for a job it cannot run: the sweep itself is wrong
 POINT_NUMBER = -1  # a point is not a numbered candidate (nothing here is recorded in the ledger)
 
 
@@ -245,7 +244,7 @@ class Sweep:
             job_dir = create_job(self.jobs_lab, "time", self.candidate(task.point), against=self.baseline,
                                  target=slot.target, cases=list(task.cases), bench=settings)
         result = run_on(self.lab, slot, job_dir, self.cancel)
-        if result.status == "error" and (result.reason or "").startswith(BAD_JOB):
+        if result.error_kind in ("usage", "harness"):  # the sweep itself is wrong (or okc is), not the point
             raise ConfigError(f"sweep {self.experiment.name}: {result.reason} (job {job_dir.name})")
         rows = table_rows(task, result, job_dir.name, slot.label)
         self.run.append(rows)
@@ -302,15 +301,20 @@ def table_rows(task: Task, result: JobResult, job_id: str, slot: str) -> list[di
     reason = result.reason
     if task.stage == "check":
         return [{**common, "shape": None, "status": result.status, "reason": reason, "cases": list(task.cases)}]
-    timings = {row["key"]: row for row in result.raw.get("timings") or ()}
+    timings = {timing.key: timing for timing in result.timings}
     rows = []
     for shape in task.cases:
-        row = timings.get(shape, {})
-        status = result.status if row or result.status != "ok" else "error"
+        timing = timings.get(shape)
+        status = result.status if timing is not None or result.status != "ok" else "error"
         rows.append({**common, "shape": shape, "status": status, "reason": reason,
-                     "time_us": row.get("time_us"), "ci": row.get("ci"), "speedup": row.get("speedup"),
-                     "speedup_ci": row.get("speedup_ci"), "pairs": row.get("pairs")})
+                     "time_us": timing and timing.time_us, "ci": timing and _listed(timing.ci),
+                     "speedup": timing and timing.speedup, "speedup_ci": timing and _listed(timing.speedup_ci),
+                     "pairs": timing and timing.pairs})
     return rows
+
+
+def _listed(interval: tuple[float, float] | None) -> list[float] | None:
+    return list(interval) if interval is not None else None
 
 
 def summary(run: RunFolder, experiment: Experiment, best: dict[str, dict]) -> SweepResult:

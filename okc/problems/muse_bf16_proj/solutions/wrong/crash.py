@@ -5,7 +5,6 @@ Rule: crash
 
 import os
 
-import torch
 import torch.nn.functional as F
 
 UNPOOLER_SLICE_MAX_M = 8

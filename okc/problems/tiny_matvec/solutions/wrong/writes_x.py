@@ -3,7 +3,6 @@
 Rule: x_modified
 """
 
-import torch
 import torch.nn.functional as F
 
 PROJ_SLICE_MAX_M = 2

@@ -1,0 +1,210 @@
+"""Job folders on this machine: laid out before a job runs, read and recorded after.
+
+``create_job`` lays out results/<job-id>/ (job.json and a copy of the exact source that
+will run); ``finish_job`` writes the launcher's verdict when the worker left none;
+``record_job`` puts the outcome in the ledger exactly once (the ledger's job id is unique).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import shutil
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import okc
+from okc.contract import (
+    ENV_FILE, EXIT_FILE, LAUNCHER_FILE, LOG_FILE, LOST_REASON, PHASE_FILE, RESULT_FILE, ContractError, JobResult,
+    JobSpec, SourceRef, parse_result, read_json, result_document, write_json,
+)
+from okc.errors import ConfigError, JudgeError
+from okc.lab.candidates import Candidate
+from okc.lab.config import Lab
+from okc.lab.ledger import AA_MARK, Floor, Run, record_floor, record_run
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def new_job_id(kind: str) -> str:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    return f"{stamp}-{kind}-{secrets.token_hex(3)}"
+
+
+def _copy_source(candidate: Candidate, job_dir: Path, side: str) -> SourceRef:
+    """Copy the candidate's files into job_dir/side/ and point at its entry module."""
+    dest = job_dir / side
+    dest.mkdir()
+    if candidate.is_folder:
+        shutil.copytree(candidate.path, dest / candidate.name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        entry = dest / candidate.name / "submission.py"
+    else:
+        entry = dest / candidate.path.name
+        shutil.copy2(candidate.path, entry)
+    return SourceRef(candidate.number, candidate.name, entry.relative_to(job_dir).as_posix(), candidate.sha256())
+
+
+def job_spec(lab: Lab, kind: str, candidate: Candidate | None, *, job_id: str | None = None,
+             against: Candidate | None = None, target: str = "local", **options: Any) -> JobSpec:
+    """The job.json a job will have, validated before anything is written (a usage error leaves no trace)."""
+    options.setdefault("prepare_timeout_s", lab.prepare_timeout_s)
+    options.setdefault("job_timeout_s", lab.job_timeout_s)
+    job_id = job_id or new_job_id(kind)
+    placeholder = {"candidate": candidate, "against": against}
+    refs = {side: SourceRef(c.number, c.name, f"{side}/{c.path.name}", "") if c else None for side, c in placeholder.items()}
+    try:
+        return JobSpec(job_id=job_id, kind=kind, problem=options.pop("problem", lab.problem), target=target,
+                       okc_version=okc.__version__, created_at=now(), **refs, **options)
+    except ContractError as exc:
+        raise ConfigError(str(exc)) from None
+    except TypeError as exc:  # an option the contract does not have: okc's own mistake, said plainly
+        raise ConfigError(f"not a job option: {exc}") from None
+
+
+def create_job(lab: Lab, kind: str, candidate: Candidate | None, *, against: Candidate | None = None,
+               target: str = "local", **options: Any) -> Path:
+    """Lay out a new job folder and return it; nothing runs yet."""
+    spec = job_spec(lab, kind, candidate, against=against, target=target, **options)
+    job_dir = lab.results / spec.job_id
+    job_dir.mkdir(parents=True)
+    try:
+        sources = {side: _copy_source(c, job_dir, side) for side, c in (("candidate", candidate), ("against", against)) if c}
+        data = spec.to_json()
+        data.update({side: ref.__dict__ for side, ref in sources.items()})
+        write_json(job_dir / "job.json", data)
+    except BaseException:
+        shutil.rmtree(job_dir, ignore_errors=True)
+        raise
+    return job_dir
+
+
+def load_spec(job_dir: Path) -> JobSpec:
+    try:
+        return JobSpec.from_json(json.loads((job_dir / "job.json").read_text(encoding="utf-8")))
+    except (OSError, ValueError) as exc:
+        raise JudgeError(f"{job_dir / 'job.json'} cannot be read ({exc})") from None
+
+
+def load_result(job_dir: Path) -> JobResult:
+    path = job_dir / RESULT_FILE
+    try:
+        return parse_result(json.loads(path.read_text(encoding="utf-8")))
+    except FileNotFoundError:
+        raise JudgeError(f"{path} is missing: the job has not finished") from None
+    except ValueError as exc:  # not JSON, or not a result this okc reads
+        raise JudgeError(f"{path}: {exc}") from None
+
+
+def is_home(job_dir: Path) -> bool:
+    """The job is over and its folder is complete here (exit_code travels last)."""
+    return (job_dir / EXIT_FILE).is_file()
+
+
+def _signal_name(returncode: int) -> str:
+    import signal
+
+    try:
+        return signal.Signals(-returncode).name
+    except ValueError:
+        return f"signal {-returncode}"
+
+
+def _last_log_line(job_dir: Path) -> str | None:
+    try:
+        lines = (job_dir / LOG_FILE).read_text(encoding="utf-8", errors="replace").strip().splitlines()
+    except OSError:
+        return None
+    return lines[-1][:300] if lines else None
+
+
+def launcher_verdict(job_dir: Path) -> tuple[str, str, str]:
+    """(status, error_kind, reason) for a job whose worker left no result.json, from the launcher's account."""
+    spec = load_spec(job_dir)
+    launcher = read_json(job_dir / LAUNCHER_FILE)
+    phase = (read_json(job_dir / PHASE_FILE) or {}).get("phase", "start")
+    if launcher is None:
+        return "error", "harness", f"the launcher failed during {phase}: {_last_log_line(job_dir) or 'see log.txt'}"
+    returncode = launcher.get("returncode")
+    if launcher.get("lost"):
+        return "error", "infrastructure", LOST_REASON
+    if launcher.get("cancelled"):
+        return "error", "interrupted", f"interrupted during {phase}; the job was stopped"
+    if launcher.get("timed_out"):
+        return "timeout", "candidate", f"the job exceeded its {spec.job_timeout_s:g} s limit during {phase}; its processes were killed"
+    if isinstance(returncode, int) and returncode < 0:
+        return "error", "candidate", f"the worker died of {_signal_name(returncode)} during {phase}"
+    last = _last_log_line(job_dir)
+    return "error", "candidate", f"the worker exited with code {returncode} during {phase} without a result" + (f": {last}" if last else "")
+
+
+def finish_job(job_dir: Path) -> JobResult:
+    """The job's result; if the worker left none, write the launcher's (the first writer wins)."""
+    if not (job_dir / RESULT_FILE).exists():
+        status, error_kind, reason = launcher_verdict(job_dir)
+        document = result_document(load_spec(job_dir), job_dir.name, status, reason, error_kind, written_by="launcher")
+        write_json(job_dir / RESULT_FILE, document, exclusive=True)
+    return load_result(job_dir)
+
+
+def gpu_name(job_dir: Path) -> str | None:
+    gpu = (read_json(job_dir / ENV_FILE) or {}).get("gpu")
+    return gpu.get("name") if isinstance(gpu, dict) else (gpu if isinstance(gpu, str) else None)
+
+
+def gpu_uuid(job_dir: Path) -> str | None:
+    gpu = (read_json(job_dir / ENV_FILE) or {}).get("gpu")
+    return gpu.get("uuid") if isinstance(gpu, dict) else None
+
+
+def floor_for(job_dir: Path) -> Floor | None:
+    """The floors row a finished floor job makes (None for other kinds, or a floor that failed)."""
+    spec, result = load_spec(job_dir), load_result(job_dir)
+    if spec.kind != "floor" or not result.passed:
+        return None
+    return Floor(job_id=spec.job_id, gpu_name=result.gpu_name or gpu_name(job_dir) or "unknown GPU",
+                 gpu_uuid=result.gpu_uuid or gpu_uuid(job_dir), sizes=result.sizes, created_at=spec.created_at or now())
+
+
+def run_for(job_dir: Path) -> Run | None:
+    """The ledger row a finished check or bench job makes (None for other kinds, and for results
+    that say nothing of the candidate: a usage error, an interruption, a fault of okc)."""
+    spec, result = load_spec(job_dir), load_result(job_dir)
+    if spec.kind not in ("check", "bench") or spec.candidate is None or not result.recorded:
+        return None
+    score_ci = result.score_ci or (None, None)
+    return Run(
+        candidate_number=spec.candidate.number,
+        candidate_name=spec.candidate.name,
+        candidate_sha256=spec.candidate.sha256,
+        kind=spec.kind,
+        status=result.status,
+        passed=result.passed,
+        job_id=spec.job_id,
+        target=spec.target,
+        gpu=gpu_name(job_dir),
+        score=result.score if result.passed else None,
+        ci_lo=score_ci[0] if result.passed else None,
+        ci_hi=score_ci[1] if result.passed else None,
+        speedups=result.speedups,
+        against=(spec.against.name + (AA_MARK if spec.aa else "")) if spec.against else None,
+        note=result.reason,
+        result_path=job_dir.name,  # relative to the results folder: the ledger travels
+        created_at=spec.created_at or now(),
+    )
+
+
+def record_job(conn, job_dir: Path) -> bool:
+    """Record a finished job in the ledger (a floor job in floors); False if already there or nothing to record."""
+    floor = floor_for(job_dir)
+    if floor is not None:
+        return record_floor(conn, floor)
+    run = run_for(job_dir)
+    return record_run(conn, run) if run is not None else False
+
+
+def recordable(job_dir: Path) -> bool:
+    """Whether a finished job makes a ledger row at all."""
+    return floor_for(job_dir) is not None or run_for(job_dir) is not None

@@ -1,0 +1,281 @@
+"""Running a job on a target, following it, bringing it home and recording it: written once.
+
+Every command that runs a job (check, bench, floor, a sweep's points) and every command that
+looks after jobs (jobs, attach, logs, pull) goes through these functions with a
+:class:`~okc.jobs.target.Target`, so a local run and a pod run share one launcher, one GPU
+lock, one log stream and one way of recording. A finished job is recorded in the ledger in
+the same step that brings it home, so no interruption leaves a job here but not in the
+ledger; recording twice is impossible (the ledger's job id is unique).
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from okc.contract import LOG_FILE, PROGRESS_FILE, JobResult, is_job_id
+from okc.errors import ConfigError, PodError, UnreachableError
+from okc.jobs.folder import create_job, finish_job, is_home, job_spec, record_job, recordable
+from okc.jobs.target import LocalTarget, Target
+from okc.lab.candidates import Candidate
+from okc.lab.config import Lab
+from okc.lab.ledger import latest_aa, ledger, recorded_job_ids
+
+STATE_EVERY_S = 5.0  # how often a followed job is checked for having died without an exit code
+CANCEL_WAIT_S = 15.0  # after Ctrl-C, how long the launcher gets to stop a local job and write its files
+
+
+class JobDetached(PodError):
+    """Ctrl-C while following a remote job: we stopped watching, the job did not stop."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    job_dir: Path
+    result: JobResult
+    recorded: bool
+
+
+@dataclass(frozen=True)
+class PullReport:
+    pulled: tuple[Path, ...]  # brought home (or found home) and recorded by this pull
+    recorded: int  # new ledger rows
+    refused: tuple[str, ...]  # one line per job the pod sent something unsafe for
+
+
+def pod_for(lab: Lab, on: str | None):
+    """The pod ``--on`` names, or None for this machine (no pod.yaml, or ``--on local``)."""
+    if on == "local" or (on is None and not lab.pod_file.exists()):
+        return None
+    from okc.pods.config import resolve_pod  # paramiko-free parsing, but only needed with pods
+
+    return resolve_pod(lab, on)
+
+
+def open_target(lab: Lab, on: str | None = None, pod=None) -> Target:
+    """This machine, or the pod ``on`` names (or ``pod``); use it as a context manager."""
+    pod = pod if pod is not None else pod_for(lab, on)
+    if pod is None:
+        return LocalTarget(lab.results)
+    from okc.pods.target import PodTarget
+
+    return PodTarget(lab, pod)
+
+
+def check_job_id(job_id: str) -> str:
+    if not is_job_id(job_id):
+        raise ConfigError(f"not a job id: {job_id!r}")
+    return job_id
+
+
+# -- following ------------------------------------------------------------------------
+
+
+def _parse(data: bytes) -> dict | None:
+    try:
+        parsed = json.loads(data)
+    except ValueError:
+        return None  # caught mid-rewrite: the next poll reads it whole
+    return parsed if isinstance(parsed, dict) else None
+
+
+def follow(target: Target, job_dir: Path, on_log: Callable[[str], None] | None = None,
+           on_progress: Callable[[dict], None] | None = None, cancel: threading.Event | None = None) -> None:
+    """Stream the job's log (into job_dir/log.txt for a remote job, and to ``on_log``) until it is over.
+
+    Ctrl-C (or ``cancel`` set, from another thread): a local job is stopped (and the interrupt
+    goes on); a remote one keeps running and :class:`JobDetached` says how to come back to it.
+    """
+    job_id = job_dir.name
+    local_log = job_dir / LOG_FILE
+    offset = local_log.stat().st_size if target.remote and local_log.exists() else 0
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    last_progress, last_state_check = None, time.monotonic()
+    try:
+        while True:
+            done = target.done(job_id)
+            while chunk := target.read(job_id, LOG_FILE, offset):
+                offset += len(chunk)
+                if target.remote:
+                    with open(local_log, "ab") as handle:
+                        handle.write(chunk)
+                if on_log is not None:
+                    on_log(decoder.decode(chunk))
+            if done:
+                return
+            if on_progress is not None:
+                progress = target.read(job_id, PROGRESS_FILE, 0)
+                if progress and progress != last_progress and (parsed := _parse(progress)) is not None:
+                    last_progress = progress
+                    on_progress(parsed)
+            if cancel is not None and cancel.is_set():
+                raise KeyboardInterrupt
+            if time.monotonic() - last_state_check > STATE_EVERY_S:
+                last_state_check = time.monotonic()
+                target.state(job_id)  # a launcher gone without an exit code is declared lost here
+            time.sleep(target.poll_s)
+    except KeyboardInterrupt:
+        if target.remote:
+            raise JobDetached(f"detached: job {job_id} keeps running on pod {target.name!r}; "
+                              f"resume with: okc attach {job_id}") from None
+        target.cancel(job_id)
+        deadline = time.monotonic() + CANCEL_WAIT_S
+        while not target.done(job_id) and time.monotonic() < deadline:
+            time.sleep(target.poll_s)
+        raise
+
+
+def bring_home(target: Target, job_dir: Path, conn) -> bool:
+    """Fetch a finished job, write the launcher's verdict if the worker left none, record it; True if a new row."""
+    target.fetch(job_dir.name, job_dir)
+    finish_job(job_dir)
+    return record_job(conn, job_dir)
+
+
+def execute(target: Target, job_dir: Path, gpus: str | None = None, on_log: Callable[[str], None] | None = None,
+            on_progress: Callable[[dict], None] | None = None, cancel: threading.Event | None = None) -> JobResult:
+    """Start a prepared job folder on the (prepared) target, follow it, bring its files home; its result.
+
+    If the job cannot be started its folder is removed: a refused run leaves nothing behind.
+    """
+    try:
+        target.start(job_dir, gpus or target.gpus)
+    except BaseException:
+        shutil.rmtree(job_dir, ignore_errors=True)
+        raise
+    try:
+        follow(target, job_dir, on_log, on_progress, cancel)
+        target.fetch(job_dir.name, job_dir)
+    except UnreachableError as exc:
+        raise UnreachableError(f"{exc}; job {job_dir.name} keeps running there: okc attach {job_dir.name}") from None
+    return finish_job(job_dir)
+
+
+def run_job(lab: Lab, target: Target, job_dir: Path, on_log: Callable[[str], None] | None = None,
+            on_progress: Callable[[dict], None] | None = None) -> Outcome:
+    """:func:`execute`, then record the job in the ledger."""
+    result = execute(target, job_dir, on_log=on_log, on_progress=on_progress)
+    with ledger(lab.ledger_path) as conn:
+        recorded = record_job(conn, job_dir)
+    return Outcome(job_dir, result, recorded)
+
+
+def run_local(job_dir: Path, gpus: str | None = None, env: dict[str, str] | None = None,
+              on_log: Callable[[str], None] | None = None, cancel: threading.Event | None = None) -> JobResult:
+    """Run a prepared job folder on this machine, in the folder it lies in; its result (not recorded)."""
+    with LocalTarget(job_dir.parent, env) as target:
+        return execute(target, job_dir, gpus, on_log=on_log, cancel=cancel)
+
+
+def with_aa_floor(lab: Lab, target: str, settings: dict[str, Any]) -> dict[str, Any]:
+    """Bench settings whose verdict uses the target's measured A/A floor, when the ledger has one."""
+    if "aa_floor" in settings:
+        return settings
+    with ledger(lab.ledger_path) as conn:
+        aa = latest_aa(conn, target)
+    if aa is not None:
+        settings["aa_floor"] = round(max(aa.ci_hi - 1.0, 1.0 - aa.ci_lo, 0.0), 6)
+    return settings
+
+
+def submit(lab: Lab, kind: str, candidate: Candidate | None, *, on: str | None = None,
+           against: Candidate | None = None, on_progress: Callable[[dict], None] | None = None,
+           on_log: Callable[[str], None] | None = None, **options: Any) -> Outcome:
+    """Run one job on its target (this machine or a pod) and record it.
+
+    Everything that can be refused is refused before a job folder exists: the options (the
+    job contract validates them), the ledger (opened first, so a broken one cannot swallow a
+    verdict after the run), the target (a pod is connected and synced first).
+    """
+    with open_target(lab, on) as target:
+        job_spec(lab, kind, candidate, against=against, target=target.name, **options)
+        if kind == "bench" and not options.get("aa"):
+            options["bench"] = with_aa_floor(lab, target.name, dict(options.get("bench") or {}))
+        else:
+            with ledger(lab.ledger_path):
+                pass
+        target.prepare()
+        job_dir = create_job(lab, kind, candidate, against=against, target=target.name, **options)
+        return run_job(lab, target, job_dir, on_log=on_log, on_progress=on_progress)
+
+
+# -- looking after jobs ----------------------------------------------------------------
+
+
+def list_jobs(lab: Lab, target: Target) -> list[dict]:
+    """Every job on the target: state (running, finished, lost), and whether it is home and recorded."""
+    found = target.jobs()
+    with ledger(lab.ledger_path) as conn:
+        known = recorded_job_ids(conn)
+    for entry in found:
+        job_dir = lab.results / entry["job"]
+        entry["pulled"] = entry["job"] in known or (is_home(job_dir) and not recordable(job_dir))
+    return found
+
+
+def attach(lab: Lab, target: Target, job_id: str, on_log=None, on_progress=None) -> Outcome:
+    """Resume following a job from the last log byte seen here; bring it home and record it when done."""
+    check_job_id(job_id)
+    job_dir = lab.results / job_id
+    if target.state(job_id)["state"] == "not started":
+        raise PodError(f"job {job_id} has not started on {target.name!r}")
+    job_dir.mkdir(parents=True, exist_ok=True)
+    follow(target, job_dir, on_log, on_progress)
+    with ledger(lab.ledger_path) as conn:
+        recorded = bring_home(target, job_dir, conn)
+    return Outcome(job_dir, finish_job(job_dir), recorded)
+
+
+def logs(lab: Lab, target: Target, job_id: str) -> str:
+    """The job's whole log: the copy here once the job is home, else as the target has it now."""
+    job_dir = lab.results / check_job_id(job_id)
+    if is_home(job_dir):
+        return (job_dir / LOG_FILE).read_text(encoding="utf-8", errors="replace")
+    target.state(job_id)  # a clear error for a job the target does not have
+    chunks, offset = [], 0
+    while chunk := target.read(job_id, LOG_FILE, offset):
+        chunks.append(chunk)
+        offset += len(chunk)
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+def pull(lab: Lab, target: Target, job_id: str | None = None) -> PullReport:
+    """Bring home every finished job not yet recorded (or just ``job_id``), recording each as it arrives."""
+    entries = target.jobs()
+    if job_id is not None:
+        check_job_id(job_id)
+        entries = [e for e in entries if e["job"] == job_id]
+        if not entries:
+            raise PodError(f"no job {job_id} on {target.name!r}")
+        if entries[0]["state"] not in ("finished", "lost"):
+            raise PodError(f"job {job_id} is {entries[0]['state']} on {target.name!r}; follow it with: okc attach {job_id}")
+    pulled, refused, recorded = [], [], 0
+    with ledger(lab.ledger_path) as conn:
+        known = recorded_job_ids(conn)
+        for entry in entries:
+            name = entry["job"]
+            if entry["state"] not in ("finished", "lost") or name in known:
+                continue
+            if not is_job_id(name):
+                refused.append(f"refused a job id from {target.name!r}: {name!r}")
+                continue
+            job_dir = lab.results / name
+            if is_home(job_dir) and (job_dir / "result.json").exists() and not recordable(job_dir):
+                continue  # home, and nothing for the ledger (a sweep's timing, a usage error)
+            job_dir.mkdir(parents=True, exist_ok=True)
+            try:
+                recorded += bring_home(target, job_dir, conn)
+            except PodError as exc:
+                if isinstance(exc, UnreachableError):
+                    raise
+                refused.append(f"job {name}: {exc}")
+                continue
+            pulled.append(job_dir)
+    return PullReport(tuple(pulled), recorded, tuple(refused))

@@ -1,0 +1,149 @@
+"""A pod as a job target (okc.jobs.target.Target): jobs run there, detached, and travel home.
+
+The lab is synced once per okc process (a sweep's hundred jobs sync once), each job folder
+is uploaded to ``remote_dir/results/<job-id>/`` and the agent launches it in a new session
+holding a per-GPU lock, so the job survives the SSH connection dropping. Its files are read
+over SFTP while it runs; once the pod has written ``exit_code`` the folder comes home,
+exit_code last, so an interrupted fetch is simply done again.
+"""
+
+from __future__ import annotations
+
+import json
+import stat
+import threading
+from pathlib import Path, PurePosixPath
+
+from okc.contract import EXIT_FILE, is_job_id
+from okc.errors import ConfigError, PodError
+from okc.jobs.target import local_job_files
+from okc.pods.config import Pod
+from okc.pods.hostkeys import HostKeyPins, pins_path
+from okc.pods.ssh import SSHTarget
+from okc.pods.sync import agent_argv, sync
+
+AGENT_TIMEOUT_S = 60.0
+READ_CHUNK = 1 << 20
+_synced: set[tuple[str, str]] = set()  # (lab root, pod name) synced by this process
+_sync_lock = threading.Lock()
+
+
+def remote_job_dir(job_id: str) -> str:
+    if not is_job_id(job_id):
+        raise ConfigError(f"not a job id: {job_id!r}")
+    return f"results/{job_id}"
+
+
+def call_agent(ssh: SSHTarget, verb: str, *args: str) -> dict:
+    """Run one agent verb on the pod; its JSON answer."""
+    result = ssh.run(agent_argv(ssh, verb, *args), timeout=AGENT_TIMEOUT_S).check(f"okc agent {verb}")
+    try:
+        answer = json.loads(result.stdout)
+    except ValueError:
+        answer = None
+    if not isinstance(answer, dict):
+        raise PodError(f"okc agent {verb} on pod {ssh.pod.name!r} answered something that is not a JSON object")
+    return answer
+
+
+class PodTarget:
+    """A pod from pod.yaml, over one SSH connection (opened on first use)."""
+
+    remote = True
+    poll_s = 0.5
+
+    def __init__(self, lab, pod: Pod) -> None:
+        self.lab, self.pod, self.name = lab, pod, pod.name
+        self.gpus = ",".join(str(index) for index in range(pod.gpus))
+        self.ssh = SSHTarget(pod, HostKeyPins(pins_path(lab)))
+
+    def __enter__(self) -> PodTarget:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.ssh.close()
+
+    @property
+    def results(self) -> str:
+        return self.pod.remote_path("results")
+
+    def prepare(self) -> None:
+        """Connect, and sync the lab unless this process already did."""
+        key = (str(self.lab.root), self.pod.name)
+        with _sync_lock:
+            if key not in _synced:
+                sync(self.lab, self.ssh)
+                _synced.add(key)
+        self.ssh.connect()
+
+    def start(self, job_dir: Path, gpus: str) -> None:
+        remote = remote_job_dir(job_dir.name)
+        files = local_job_files(job_dir)
+        with self.ssh.network_errors("job upload"):
+            folders = {PurePosixPath(remote) / p.parent.relative_to(job_dir).as_posix() for p in files}
+            for folder in ["results", remote, *sorted(map(str, folders))]:
+                try:
+                    self.ssh.sftp.mkdir(self.pod.remote_path(folder))
+                except OSError:
+                    pass  # exists already
+            for path in files:
+                self.ssh.put(path, f"{remote}/{path.relative_to(job_dir).as_posix()}")
+        call_agent(self.ssh, "start", self.results, job_dir.name, gpus, self.pod.remote_dir)
+
+    def done(self, job_id: str) -> bool:
+        with self.ssh.network_errors("checking a job"):
+            try:
+                self.ssh.sftp.stat(self.pod.remote_path(f"{remote_job_dir(job_id)}/{EXIT_FILE}"))
+                return True
+            except FileNotFoundError:
+                return False
+
+    def read(self, job_id: str, name: str, offset: int) -> bytes:
+        with self.ssh.network_errors(f"reading {name} of job {job_id}"):
+            try:
+                with self.ssh.sftp.open(self.pod.remote_path(f"{remote_job_dir(job_id)}/{name}"), "rb") as handle:
+                    handle.seek(offset)
+                    return handle.read(READ_CHUNK)
+            except FileNotFoundError:
+                return b""
+
+    def jobs(self) -> list[dict]:
+        found = call_agent(self.ssh, "jobs", self.results).get("jobs")
+        if not isinstance(found, list) or not all(isinstance(e, dict) and isinstance(e.get("job"), str) for e in found):
+            raise PodError(f"okc agent jobs on pod {self.name!r} answered a malformed job list")
+        return found
+
+    def state(self, job_id: str) -> dict:
+        for entry in self.jobs():
+            if entry["job"] == job_id:
+                return entry
+        raise PodError(f"no job {job_id} on pod {self.name!r}")
+
+    def cancel(self, job_id: str) -> None:
+        call_agent(self.ssh, "cancel", self.results, job_id)
+
+    def fetch(self, job_id: str, job_dir: Path) -> None:
+        """Bring the finished remote job folder into ``job_dir``; exit_code comes last."""
+        remote = remote_job_dir(job_id)
+        files = self._remote_files(remote)
+        files.sort(key=lambda item: item[0] == EXIT_FILE)
+        for relative, size in files:
+            local = job_dir / relative
+            if local.is_file() and local.stat().st_size == size and relative != EXIT_FILE:
+                continue  # the same file okc uploaded or streamed; a finished folder is not rewritten
+            local.parent.mkdir(parents=True, exist_ok=True)
+            self.ssh.get(f"{remote}/{relative}", local)
+
+    def _remote_files(self, folder: str) -> list[tuple[str, int]]:
+        """(path relative to ``folder``, size) of every file below it."""
+        found, pending = [], [""]
+        with self.ssh.network_errors("listing a job folder"):
+            while pending:
+                sub = pending.pop()
+                for attrs in self.ssh.sftp.listdir_attr(self.pod.remote_path(f"{folder}/{sub}" if sub else folder)):
+                    relative = f"{sub}/{attrs.filename}" if sub else attrs.filename
+                    if stat.S_ISDIR(attrs.st_mode):
+                        pending.append(relative)
+                    elif stat.S_ISREG(attrs.st_mode):
+                        found.append((relative, attrs.st_size))
+        return found
