@@ -5,6 +5,7 @@ Rule: crash
 
 import os
 
+import torch
 import torch.nn.functional as F
 
 UNPOOLER_SLICE_MAX_M = 8

@@ -3,6 +3,7 @@
 Rule: timeout
 """
 
+import torch
 import torch.nn.functional as F
 
 UNPOOLER_SLICE_MAX_M = 8

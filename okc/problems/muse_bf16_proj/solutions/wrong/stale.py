@@ -5,6 +5,7 @@ Rule: stale
 graph: the capture records no work, so the replay leaves the NaN-poisoned output untouched)
 """
 
+import torch
 import torch.nn.functional as F
 
 UNPOOLER_SLICE_MAX_M = 8

@@ -4,6 +4,7 @@ Rule: whole
 (right shape and dtype, unrelated values: whole-output error ~1.4)
 """
 
+import torch
 import torch.nn.functional as F
 
 UNPOOLER_SLICE_MAX_M = 8

@@ -3,6 +3,7 @@
 Rule: stale
 """
 
+import torch
 import torch.nn.functional as F
 
 PROJ_SLICE_MAX_M = 2

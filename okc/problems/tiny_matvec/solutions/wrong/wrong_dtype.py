@@ -3,6 +3,7 @@
 Rule: dtype
 """
 
+import torch
 import torch.nn.functional as F
 
 PROJ_SLICE_MAX_M = 2
