@@ -34,19 +34,13 @@ def ledger(
     if calibration:
         from okc.reports.calibration import calibrate
 
-        conn = ledger_db.open_ledger(lab.ledger_path)
-        try:
+        with ledger_db.ledger(lab.ledger_path) as conn:
             table = views.calibration_table(calibrate(ledger_db.runs(conn)))
-        finally:
-            conn.close()
         show([table], fmt)
         return
     current = {c.number: (c.name, c.sha256()) for c in candidates.discover(lab.candidates)}
-    conn = ledger_db.open_ledger(lab.ledger_path)
-    try:
+    with ledger_db.ledger(lab.ledger_path) as conn:
         summaries = ledger_db.summarize(conn, current)
-    finally:
-        conn.close()
     show([views.ledger_table(summaries)], fmt)
 
 
@@ -72,10 +66,7 @@ def record(
     lab = load_lab()
     candidate = candidates.resolve(lab.candidates, candidate_ref(words))
     run = official_run(candidate, official, score, ci, job, rank, note)
-    conn = ledger_db.open_ledger(lab.ledger_path)
-    try:
+    with ledger_db.ledger(lab.ledger_path) as conn:
         ledger_db.record_run(conn, run)
-    finally:
-        conn.close()
     out.print(f"recorded official {official} of {candidate.name} ({run.candidate_sha256[:10]}): "
               f"{score} [{ci}] job {job}" + (f" rank {rank}" if rank else ""), markup=False)

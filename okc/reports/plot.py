@@ -13,7 +13,7 @@ from pathlib import Path
 from okc.errors import ConfigError
 from okc.jobs.folder import load_spec
 from okc.lab.config import Lab
-from okc.lab.ledger import Run, open_ledger, runs
+from okc.lab.ledger import Run, ledger, runs
 from okc.reports.report import Report, build_report
 
 PLOTS_DIR = "plots"
@@ -130,11 +130,8 @@ def draw_shapes(report: Report, title: str, path: Path) -> Path:
 
 def plot_history(lab: Lab) -> Path:
     """results/plots/score_history.png from the whole ledger."""
-    conn = open_ledger(lab.ledger_path)
-    try:
+    with ledger(lab.ledger_path) as conn:
         history = runs(conn)
-    finally:
-        conn.close()
     return draw_history(history, plots_dir(lab) / "score_history.png")
 
 

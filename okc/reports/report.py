@@ -18,7 +18,7 @@ from okc.reports import views
 from okc.errors import ConfigError
 from okc.jobs.folder import gpu_name, gpu_uuid, load_result
 from okc.lab.config import Lab
-from okc.lab.ledger import Floor, latest_floor, open_ledger, runs
+from okc.lab.ledger import Floor, latest_floor, ledger, runs
 from okc.contract import JobResult, ShapeResult
 from okc.reports.tables import Table
 
@@ -116,13 +116,10 @@ def build_report(lab: Lab, ref: str | None, job: str | None = None) -> Report:
         raise ConfigError("name a candidate (okc report 036) or a job (okc report --job JOB)")
     if job is not None and (not job or Path(job).name != job):
         raise ConfigError(f"--job takes a job id (a folder name under {lab.results}), got {job!r}")
-    conn = open_ledger(lab.ledger_path)
-    try:
+    with ledger(lab.ledger_path) as conn:
         folder = job or latest_bench(conn, candidate_number(lab, ref))
         job_dir = lab.results / folder
         result = bench_job(job_dir)
         name, uuid = gpu_name(job_dir), gpu_uuid(job_dir)
         floor = latest_floor(conn, uuid, name)
-    finally:
-        conn.close()
     return Report(job_dir, result, name, uuid, floor)
