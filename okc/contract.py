@@ -267,6 +267,7 @@ class JobResult:
     half_width: float | None = None
     stopped_by: str | None = None
     throttled: bool | None = None
+    flush: dict[str, Any] | None = None  # the cold-L2 flush a bench used: {"kind": "read", "bytes": N}
     aa: bool = False
     aa_floor: float | None = None
     verdict: str | None = None

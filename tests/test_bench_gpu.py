@@ -58,11 +58,11 @@ def test_aa_scores_one_within_a_percent():
     assert result.aa
     assert abs(result.score - 1.0) < 0.01, result.score
     assert all(abs(load.speedup - 1.0) < 0.03 for load in result.loads), result.speedups
-    assert result.raw["aa_floor"] >= abs(result.score - 1.0)
+    assert result.aa_floor >= abs(result.score - 1.0)
     assert result.stopped_by == "target" and result.half_width < 0.005
     assert len(result.loads) == 6 and len(result.shapes) == 30
     assert 1.0 < result.overhead_us["measured"] < 20.0
-    assert result.raw["flush"] == {"kind": "read", "bytes": 256 * 2**20}
+    assert result.flush == {"kind": "read", "bytes": 256 * 2**20}
 
 
 def test_a_slowed_candidate_scores_clearly_below_one():
