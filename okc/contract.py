@@ -169,6 +169,34 @@ def read_job(job_dir: Path) -> JobSpec:
     return JobSpec.from_json(data)
 
 
+JOB_STATES = ("not started", "running", "finished", "lost")
+OVER = ("finished", "lost")  # states whose exit_code file exists: the job will not change again
+
+
+@dataclass(frozen=True)
+class JobState:
+    """One job as the launcher (okc.pods.launcher) accounts for it; the agent's ``jobs`` answer."""
+
+    job: str  # as the target names it: check with is_job_id before it names a local folder
+    state: str
+    exit_code: int | None = None
+    pid: int | None = None
+    started_at: float | None = None
+
+    @property
+    def over(self) -> bool:
+        return self.state in OVER
+
+    @classmethod
+    def from_json(cls, data: object) -> JobState:
+        if not isinstance(data, dict) or not isinstance(data.get("job"), str) or data.get("state") not in JOB_STATES:
+            raise ContractError(f"not a job state: {data!r}"[:200])
+        started = data.get("started_at")
+        exit_code, pid = data.get("exit_code"), data.get("pid")
+        return cls(data["job"], data["state"], exit_code if _count(exit_code, -255) else None,
+                   pid if _count(pid, 1) else None, float(started) if _positive(started) else None)
+
+
 # -- result.json -----------------------------------------------------------------------
 
 

@@ -94,3 +94,14 @@ def test_the_agent_runs_from_its_text_alone_on_a_python_without_okc(tmp_path):
     refused = subprocess.run([sys.executable, "-I", "-S", "-c", agent.program(), "cancel", str(results), "../x"],
                              capture_output=True, text=True, cwd=tmp_path, env={}, timeout=60)
     assert refused.returncode == 2 and "refusing job id" in refused.stderr
+
+
+def test_job_states_from_a_target_are_parsed_and_odd_ones_refused():
+    from okc.contract import JobState
+
+    state = JobState.from_json({"job": "j1", "state": "finished", "exit_code": 0, "started_at": 1.5, "pid": 7})
+    assert state.over and state.exit_code == 0 and state.pid == 7
+    assert JobState.from_json({"job": "../x", "state": "lost"}).job == "../x"  # kept, refused later by name
+    for bad in (None, [], {"job": 1, "state": "finished"}, {"job": "j", "state": "exploded"}):
+        with pytest.raises(ContractError):
+            JobState.from_json(bad)

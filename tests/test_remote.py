@@ -62,7 +62,7 @@ def _pod_target(lab, pod=None):
 
 def _states(lab):
     with _pod_target(lab) as target:
-        return {j["job"]: j["state"] for j in runner.list_jobs(lab, target)}
+        return {state.job: state.state for state, _ in runner.list_jobs(lab, target)}
 
 
 def test_connection_killed_mid_job_then_attach_resumes_and_the_ledger_has_it_once(ssh_lab):

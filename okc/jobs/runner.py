@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from okc.contract import LOG_FILE, PROGRESS_FILE, JobResult, is_job_id
+from okc.contract import LOG_FILE, PROGRESS_FILE, RESULT_FILE, JobResult, JobState, is_job_id
 from okc.errors import ConfigError, PodError, UnreachableError
 from okc.jobs.folder import create_job, finish_job, is_home, job_spec, record_job, recordable
 from okc.jobs.target import LocalTarget, Target
@@ -209,22 +209,26 @@ def submit(lab: Lab, kind: str, candidate: Candidate | None, *, on: str | None =
 # -- looking after jobs ----------------------------------------------------------------
 
 
-def list_jobs(lab: Lab, target: Target) -> list[dict]:
-    """Every job on the target: state (running, finished, lost), and whether it is home and recorded."""
+def list_jobs(lab: Lab, target: Target) -> list[tuple[JobState, bool]]:
+    """Every job on the target (running, finished, lost), and whether it is home and recorded."""
     found = target.jobs()
     with ledger(lab.ledger_path) as conn:
         known = recorded_job_ids(conn)
-    for entry in found:
-        job_dir = lab.results / entry["job"]
-        entry["pulled"] = entry["job"] in known or (is_home(job_dir) and not recordable(job_dir))
-    return found
+
+    def pulled(entry: JobState) -> bool:
+        if entry.job in known:
+            return True
+        job_dir = lab.results / entry.job
+        return is_job_id(entry.job) and is_home(job_dir) and (job_dir / RESULT_FILE).exists() and not recordable(job_dir)
+
+    return [(entry, pulled(entry)) for entry in found]
 
 
 def attach(lab: Lab, target: Target, job_id: str, on_log=None, on_progress=None) -> Outcome:
     """Resume following a job from the last log byte seen here; bring it home and record it when done."""
     check_job_id(job_id)
     job_dir = lab.results / job_id
-    if target.state(job_id)["state"] == "not started":
+    if target.state(job_id).state == "not started":
         raise PodError(f"job {job_id} has not started on {target.name!r}")
     job_dir.mkdir(parents=True, exist_ok=True)
     follow(target, job_dir, on_log, on_progress)
@@ -251,23 +255,23 @@ def pull(lab: Lab, target: Target, job_id: str | None = None) -> PullReport:
     entries = target.jobs()
     if job_id is not None:
         check_job_id(job_id)
-        entries = [e for e in entries if e["job"] == job_id]
+        entries = [e for e in entries if e.job == job_id]
         if not entries:
             raise PodError(f"no job {job_id} on {target.name!r}")
-        if entries[0]["state"] not in ("finished", "lost"):
-            raise PodError(f"job {job_id} is {entries[0]['state']} on {target.name!r}; follow it with: okc attach {job_id}")
+        if not entries[0].over:
+            raise PodError(f"job {job_id} is {entries[0].state} on {target.name!r}; follow it with: okc attach {job_id}")
     pulled, refused, recorded = [], [], 0
     with ledger(lab.ledger_path) as conn:
         known = recorded_job_ids(conn)
         for entry in entries:
-            name = entry["job"]
-            if entry["state"] not in ("finished", "lost") or name in known:
+            name = entry.job
+            if not entry.over or name in known:
                 continue
             if not is_job_id(name):
                 refused.append(f"refused a job id from {target.name!r}: {name!r}")
                 continue
             job_dir = lab.results / name
-            if is_home(job_dir) and (job_dir / "result.json").exists() and not recordable(job_dir):
+            if is_home(job_dir) and (job_dir / RESULT_FILE).exists() and not recordable(job_dir):
                 continue  # home, and nothing for the ledger (a sweep's timing, a usage error)
             job_dir.mkdir(parents=True, exist_ok=True)
             try:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Protocol
 
 import okc
-from okc.contract import EXIT_FILE, JOB_FILE, LOG_FILE, PID_FILE
+from okc.contract import EXIT_FILE, JOB_FILE, LOG_FILE, PID_FILE, JobState
 from okc.errors import JudgeError
 from okc.pods import launcher
 
@@ -41,9 +41,9 @@ class Target(Protocol):
         """The job is over: its exit_code file exists."""
     def read(self, job_id: str, name: str, offset: int) -> bytes:
         """The bytes of a job file from ``offset`` on (b'' if the file does not exist yet)."""
-    def state(self, job_id: str) -> dict:
-        """The agent's account: {'state': running / finished / lost / not started, ...}."""
-    def jobs(self) -> list[dict]:
+    def state(self, job_id: str) -> JobState:
+        """The launcher's account of one job (running, finished, lost, not started)."""
+    def jobs(self) -> list[JobState]:
         """The state of every job the target has."""
     def fetch(self, job_id: str, job_dir: Path) -> None:
         """Bring the finished job's files into ``job_dir`` (exit_code last)."""
@@ -116,11 +116,11 @@ class LocalTarget:
         except FileNotFoundError:
             return b""
 
-    def state(self, job_id: str) -> dict:
-        return launcher.job_state(str(self.results / job_id))
+    def state(self, job_id: str) -> JobState:
+        return JobState.from_json(launcher.job_state(str(self.results / job_id)))
 
-    def jobs(self) -> list[dict]:
-        return launcher.jobs(str(self.results))["jobs"]
+    def jobs(self) -> list[JobState]:
+        return [JobState.from_json(entry) for entry in launcher.jobs(str(self.results))["jobs"]]
 
     def fetch(self, job_id: str, job_dir: Path) -> None:
         """Nothing travels: the job ran in its own folder."""

@@ -14,7 +14,7 @@ import stat
 import threading
 from pathlib import Path, PurePosixPath
 
-from okc.contract import EXIT_FILE, is_job_id
+from okc.contract import EXIT_FILE, ContractError, JobState, is_job_id
 from okc.errors import ConfigError, PodError
 from okc.jobs.target import local_job_files
 from okc.pods.config import Pod
@@ -107,15 +107,18 @@ class PodTarget:
             except FileNotFoundError:
                 return b""
 
-    def jobs(self) -> list[dict]:
+    def jobs(self) -> list[JobState]:
         found = call_agent(self.ssh, "jobs", self.results).get("jobs")
-        if not isinstance(found, list) or not all(isinstance(e, dict) and isinstance(e.get("job"), str) for e in found):
-            raise PodError(f"okc agent jobs on pod {self.name!r} answered a malformed job list")
-        return found
+        try:
+            if not isinstance(found, list):
+                raise ContractError("not a list")
+            return [JobState.from_json(entry) for entry in found]
+        except ContractError as exc:
+            raise PodError(f"okc agent jobs on pod {self.name!r} answered a malformed job list ({exc})") from None
 
-    def state(self, job_id: str) -> dict:
+    def state(self, job_id: str) -> JobState:
         for entry in self.jobs():
-            if entry["job"] == job_id:
+            if entry.job == job_id:
                 return entry
         raise PodError(f"no job {job_id} on pod {self.name!r}")
 

@@ -169,10 +169,11 @@ def score_line(result: JobResult) -> str:
     return text
 
 
-def jobs_table(entries: list[dict], target: str) -> Table:
+def jobs_table(entries: list, target: str) -> Table:
+    """``okc jobs``: (JobState, pulled) pairs as rows."""
     rows = [
-        (e["job"], e["state"], e.get("exit_code"), "yes" if e.get("pulled") else "no",
-         time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(e["started_at"])) if e.get("started_at") else None)
-        for e in entries
+        (state.job, state.state, state.exit_code, "yes" if pulled else "no",
+         time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(state.started_at)) if state.started_at else None)
+        for state, pulled in entries
     ]
     return Table(f"jobs on {target}", ("job", "state", "exit code", "pulled", "started (UTC)"), rows)
