@@ -161,16 +161,13 @@ def _source(value: object, side: str) -> SourceRef | None:
 
 def read_job(job_dir: Path) -> JobSpec:
     """JOB_DIR/job.json, parsed; :class:`BadJob` if it is missing, malformed or asks the impossible."""
-    path = job_dir / JOB_FILE
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise BadJob(f"{path} cannot be read: {exc}") from None
-    return JobSpec.from_json(data)
+        return JobSpec.from_json(json.loads((job_dir / JOB_FILE).read_text(encoding="utf-8")))
+    except (OSError, ValueError) as exc:  # BadJob is a ValueError too: it passes through with its message
+        raise exc if isinstance(exc, BadJob) else BadJob(f"{job_dir / JOB_FILE} cannot be read: {exc}") from None
 
 
-JOB_STATES = ("not started", "running", "finished", "lost")
-OVER = ("finished", "lost")  # states whose exit_code file exists: the job will not change again
+JOB_STATES = ("not started", "running", "finished", "lost")  # the last two: over, exit_code exists
 
 
 @dataclass(frozen=True)
@@ -185,16 +182,15 @@ class JobState:
 
     @property
     def over(self) -> bool:
-        return self.state in OVER
+        return self.state in JOB_STATES[2:]
 
     @classmethod
     def from_json(cls, data: object) -> JobState:
         if not isinstance(data, dict) or not isinstance(data.get("job"), str) or data.get("state") not in JOB_STATES:
             raise ContractError(f"not a job state: {data!r}"[:200])
-        started = data.get("started_at")
-        exit_code, pid = data.get("exit_code"), data.get("pid")
-        return cls(data["job"], data["state"], exit_code if _count(exit_code, -255) else None,
-                   pid if _count(pid, 1) else None, float(started) if _positive(started) else None)
+        code, pid, started = data.get("exit_code"), data.get("pid"), data.get("started_at")
+        return cls(data["job"], data["state"], code if _count(code, -255) else None, pid if _count(pid, 1) else None,
+                   float(started) if _positive(started) else None)
 
 
 # -- result.json -----------------------------------------------------------------------
@@ -371,18 +367,13 @@ def result_document(job: JobSpec | None, job_id: str, status: str, reason: str |
 # -- files -----------------------------------------------------------------------------
 
 
-def _temporary(path: Path) -> Path:
-    # Per process and thread: two okc processes (or two pulls) never share a temporary file.
-    return path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-
-
 def write_json(path: Path, data: dict[str, Any], *, exclusive: bool = False) -> bool:
     """Write ``data`` to ``path`` atomically: a reader sees no file, the old one, or the whole new one.
 
     ``exclusive``: only if ``path`` does not exist yet (the first writer wins; False if it lost).
     """
-    path = Path(path)
-    tmp = _temporary(path)
+    path = Path(path)  # the temporary is per process and thread: two pulls never share one
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
     if not exclusive:
         os.replace(tmp, path)

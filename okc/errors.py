@@ -40,6 +40,10 @@ class PodError(OkcError):
     exit_code = EXIT_USAGE
 
 
+class UnsafeRemote(PodError):
+    """A pod sent something okc will not let onto this machine (a path that leaves the job folder, a bad job id)."""
+
+
 class UnreachableError(PodError):
     """The pod cannot be reached at all."""
 

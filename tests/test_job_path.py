@@ -58,9 +58,19 @@ def _finished_remote_jobs(lab, count: int) -> list[str]:
     return made
 
 
+def _descendants(pid: int) -> list[int]:
+    children = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
+    return [int(c) for c in children] + [d for c in children for d in _descendants(int(c))]
+
+
 def _kill_ssh_sessions(sshd) -> None:
-    """The network fails: every per-connection sshd process dies (the listening one stays)."""
-    subprocess.run(["pkill", "-KILL", "-P", str(sshd.process.pid)], check=False)
+    """The network fails: every per-connection sshd process dies, the monitor and the session process
+    that holds the socket (the listening one stays)."""
+    for pid in _descendants(sshd.process.pid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def test_a_pull_cut_midway_then_pulled_again_records_every_job_exactly_once(ssh_lab, sshd, monkeypatch):
@@ -76,7 +86,7 @@ def test_a_pull_cut_midway_then_pulled_again_records_every_job_exactly_once(ssh_
         return recorded
 
     monkeypatch.setattr(runner, "bring_home", cut_after_two)
-    with pytest.raises(UnreachableError), PodTarget(ssh_lab, resolve_pod(ssh_lab)) as target:
+    with pytest.raises(UnreachableError, match="connection lost"), PodTarget(ssh_lab, resolve_pod(ssh_lab)) as target:
         runner.pull(ssh_lab, target)
     assert len(brought) == 2
     # What came home is in the ledger; nothing is marked pulled without its row.

@@ -16,8 +16,8 @@ from typing import Any
 
 import okc
 from okc.contract import (
-    ENV_FILE, EXIT_FILE, LAUNCHER_FILE, LOG_FILE, LOST_REASON, PHASE_FILE, RESULT_FILE, ContractError, JobResult,
-    JobSpec, SourceRef, parse_result, read_json, result_document, write_json,
+    ENV_FILE, EXIT_FILE, JOB_FILE, LAUNCHER_FILE, LOG_FILE, LOST_REASON, PHASE_FILE, RESULT_FILE, BadJob,
+    ContractError, JobResult, JobSpec, SourceRef, parse_result, read_job, read_json, result_document, write_json,
 )
 from okc.errors import ConfigError, JudgeError
 from okc.lab.candidates import Candidate
@@ -74,7 +74,7 @@ def create_job(lab: Lab, kind: str, candidate: Candidate | None, *, against: Can
         sources = {side: _copy_source(c, job_dir, side) for side, c in (("candidate", candidate), ("against", against)) if c}
         data = spec.to_json()
         data.update({side: ref.__dict__ for side, ref in sources.items()})
-        write_json(job_dir / "job.json", data)
+        write_json(job_dir / JOB_FILE, data)
     except BaseException:
         shutil.rmtree(job_dir, ignore_errors=True)
         raise
@@ -83,9 +83,9 @@ def create_job(lab: Lab, kind: str, candidate: Candidate | None, *, against: Can
 
 def load_spec(job_dir: Path) -> JobSpec:
     try:
-        return JobSpec.from_json(json.loads((job_dir / "job.json").read_text(encoding="utf-8")))
-    except (OSError, ValueError) as exc:
-        raise JudgeError(f"{job_dir / 'job.json'} cannot be read ({exc})") from None
+        return read_job(job_dir)
+    except BadJob as exc:
+        raise JudgeError(str(exc)) from None
 
 
 def load_result(job_dir: Path) -> JobResult:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from okc.contract import LOG_FILE, PROGRESS_FILE, RESULT_FILE, JobResult, JobState, is_job_id
-from okc.errors import ConfigError, PodError, UnreachableError
+from okc.errors import ConfigError, PodError, UnreachableError, UnsafeRemote
 from okc.jobs.folder import create_job, finish_job, is_home, job_spec, record_job, recordable
 from okc.jobs.target import LocalTarget, Target
 from okc.lab.candidates import Candidate
@@ -153,6 +153,10 @@ def execute(target: Target, job_dir: Path, gpus: str | None = None, on_log: Call
     try:
         follow(target, job_dir, on_log, on_progress, cancel)
         target.fetch(job_dir.name, job_dir)
+    except KeyboardInterrupt:  # a local job was stopped: its folder says so (result.json: interrupted)
+        if target.done(job_dir.name):
+            finish_job(job_dir)
+        raise
     except UnreachableError as exc:
         raise UnreachableError(f"{exc}; job {job_dir.name} keeps running there: okc attach {job_dir.name}") from None
     return finish_job(job_dir)
@@ -276,9 +280,7 @@ def pull(lab: Lab, target: Target, job_id: str | None = None) -> PullReport:
             job_dir.mkdir(parents=True, exist_ok=True)
             try:
                 recorded += bring_home(target, job_dir, conn)
-            except PodError as exc:
-                if isinstance(exc, UnreachableError):
-                    raise
+            except UnsafeRemote as exc:  # this job's files are refused; the others still come home
                 refused.append(f"job {name}: {exc}")
                 continue
             pulled.append(job_dir)
