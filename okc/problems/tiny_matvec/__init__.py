@@ -39,6 +39,7 @@ class TinyMatvec(ProjectionProblem):
     check_ms = CHECK_MS
     weight_seeds = 2
     replays = 3
+    bench_devices = ("cuda", "cpu")  # meant for a laptop: benched on the CPU when there is no GPU
     peak_bytes_per_s = 1e11  # a modest CPU: the floor only has to be finite and positive
     peak_flops = 1e11
 
