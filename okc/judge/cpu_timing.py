@@ -9,6 +9,12 @@ pair the sides alternate case by case, and the side that goes first swaps every 
 and the times go through the same statistics: per-load median ratios with order-statistic
 CIs, the bootstrap score CI and the stopping rule (okc.judge.pairs, okc.judge.stats).
 
+A GPU's L2 is flushed so that both sides start cold; a CPU's caches cannot be, so both start
+warm instead: before a case's two timed calls, each side makes one untimed call. Without it
+the side timed first read 5-6% slower than the second on tiny_matvec (an A/A run on a 2-core
+VM), which split every load's ratios into two humps around the median; with it, both orders
+agree within about 1% and the A/A score's CI narrows to about +-0.15%.
+
 A call is timed with ``time.perf_counter_ns``, bound here at import (the worker imports this
 module before any candidate, so a candidate that patches ``time`` cannot change the numbers),
 on one thread, with the garbage collector paused while pairs run.
