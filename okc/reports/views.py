@@ -101,7 +101,9 @@ def shape_table(result: JobResult, read_floor: Callable[[ShapeResult], float | N
         columns += ("read floor µs", "time/read floor")
     columns += ("on the table µs", "far")
     caption = f"far: at {TIME_ON_TABLE:g}x its floor or more" + (" (the measured read floor)" if read_floor else "")
-    return Table("per shape (medians, fixed replay cost subtracted)", columns, rows, highlight=slow, caption=caption)
+    title = "per shape (medians of eager calls on the CPU)" if result.device == "cpu" else \
+        "per shape (medians, fixed replay cost subtracted)"
+    return Table(title, columns, rows, highlight=slow, caption=caption)
 
 
 def load_table(result: JobResult, read_floor: Callable[[ShapeResult], float | None] | None = None) -> Table:
