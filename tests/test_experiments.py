@@ -106,6 +106,8 @@ def table(lab, name: str) -> list[dict]:
     ({"points": [FAST, dict(FAST)]}, "two points have the same parameters"),
     ({"points": [{"MODE": [1, 2]}]}, "numbers, strings, booleans or null"),
     ({"funnel": {"keep": 0}}, "funnel.keep must be a positive integer"),
+    ({"needs": ["gpu"]}, "'needs' must be a list drawn from triton, cuda"),
+    ({"needs": "cuda"}, "'needs' must be a list drawn from triton, cuda"),
     ({"funnel": {"target_half_width": 5}}, "funnel.target_half_width is relative"),
     ({"funnel": {"max_pairs": 3}}, "must not be below funnel.min_pairs"),
     ({"funnel": {"neighbours": [0]}}, "funnel.neighbours must be a list of positive m values"),
