@@ -281,9 +281,10 @@ def tiny_lab(tmp_path, monkeypatch):
 
 
 @pytest.mark.skipif(cuda_available(), reason="the refusal is what a machine without CUDA does")
-def test_bench_without_cuda_ends_in_a_clear_error(tiny_lab):
-    baseline = resolve(tiny_lab.candidates, "0")
-    outcome = runner.submit(tiny_lab, "bench", baseline, against=baseline)
+def test_bench_of_a_gpu_problem_without_cuda_ends_in_a_clear_error(lab):
+    assert "cpu" not in MUSE.bench_devices  # a problem meant for a CPU is benched there (test_laptop.py)
+    baseline = resolve(lab.candidates, "0")
+    outcome = runner.submit(lab, "bench", baseline, against=baseline)
     assert outcome.result.status == "error"
     assert outcome.result.reason.startswith("okc bench needs a CUDA GPU; ")
     written = json.loads((outcome.job_dir / "result.json").read_text())

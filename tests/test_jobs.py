@@ -110,7 +110,8 @@ def test_cli_check_exit_codes(tiny_lab):
     assert kinds == [True, False]
 
 
-def test_bench_without_a_gpu_refuses_with_one_line(tiny_lab):
+def test_bench_of_a_gpu_problem_without_a_gpu_refuses_with_one_line(lab):
+    # The default lab's problem is muse_bf16_proj, meant for a GPU (tiny_matvec is benched on the CPU).
     pytest.importorskip("torch")
     import torch
 

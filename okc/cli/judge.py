@@ -91,7 +91,8 @@ def bench(
     if not result.passed:
         raise_failed(result)
     tables = [views.shape_table(result), views.load_table(result)]
-    show(tables, fmt, views.score_line(result), f"job {result.job_id}")
+    # A passing bench's reason is its caveat (a CPU run says it is a CPU timing).
+    show(tables, fmt, views.score_line(result), *([result.reason] if result.reason else []), f"job {result.job_id}")
 
 
 class _bench_progress:

@@ -73,10 +73,12 @@ def plot(
 
     lab = load_lab()
     if words or job:
-        path = plots.plot_shapes(lab, candidate_ref(words) if words else None, job)
+        plotted = plots.plot_shapes(lab, candidate_ref(words) if words else None, job)
     else:
-        path = plots.plot_history(lab)
-    out.print(f"wrote {path}", markup=False, soft_wrap=True)
+        plotted = plots.plot_history(lab)
+    out.print(f"wrote {plotted.path}", markup=False, soft_wrap=True)
+    if plotted.note:
+        out.print(plotted.note, markup=False, soft_wrap=True)
 
 
 # ---------------------------------------------------------------------------------------

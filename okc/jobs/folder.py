@@ -24,6 +24,8 @@ from okc.lab.candidates import Candidate
 from okc.lab.config import Lab
 from okc.lab.ledger import AA_MARK, Floor, Run, record_floor, record_run
 
+CPU_LABEL = "CPU"  # the ledger's gpu column for a job that ran on the CPU (its numbers are CPU timings)
+
 
 def now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -150,7 +152,10 @@ def finish_job(job_dir: Path) -> JobResult:
 
 
 def gpu_name(job_dir: Path) -> str | None:
-    gpu = (read_json(job_dir / ENV_FILE) or {}).get("gpu")
+    env = read_json(job_dir / ENV_FILE) or {}
+    if env.get("device") == "cpu":
+        return CPU_LABEL
+    gpu = env.get("gpu")
     return gpu.get("name") if isinstance(gpu, dict) else (gpu if isinstance(gpu, str) else None)
 
 

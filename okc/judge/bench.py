@@ -4,12 +4,12 @@ Both sides (the candidate, and the baseline or another candidate) get the same w
 (each its own clone), every scored case of each is captured once into a CUDA graph, and
 pairs of replays run under the protocol of :mod:`okc.judge.timing` until the score's CI is
 narrow enough. A/A mode benchmarks a candidate against a second import of itself: its
-score shows the position bias and its CI the noise floor.
+score shows the position bias and its CI the noise floor. Without a GPU, a problem meant for
+a CPU is benched by :mod:`okc.judge.cpu_timing` instead (the same pairs and statistics).
 """
 
 from __future__ import annotations
 
-import math
 import time
 from collections import deque
 from collections.abc import Callable
@@ -19,7 +19,8 @@ from pathlib import Path
 import torch
 
 # Importing timing binds torch's timing objects, before any candidate module is imported.
-from okc.judge import envinfo, pairs, stats, timing
+from okc.judge import cpu_timing, envinfo, pairs, stats, timing
+from okc.judge.benchcases import INPUT_SETS, BenchFailed, error_result, make_inputs, scored_cases, shape_rows
 from okc.judge.capture import CaptureError, capture
 from okc.judge.loader import CandidateLoadError, load_candidate
 from okc.judge.pairs import PairTable
@@ -30,8 +31,6 @@ from okc.judge.timing import HoldTimeout, Step, TimingError
 NEEDS_CUDA = ("okc bench needs a CUDA GPU; this machine has none (torch.cuda.is_available() is False). "
               "Run it on a pod: okc bench NNN --on POD")
 WARMUP_PAIRS = 3  # pairs run and thrown away first: clocks ramp up, first replays are slow
-INPUT_SETS = 16  # fresh inputs per case, cycled over the pairs (each pair differs from the last)
-CHECK_GROWTH = 0.1  # re-evaluate the stopping rule each time the pairs grow by 10%
 MAX_HOLD_RETRIES = 3  # voided batches tolerated (each halves the batch) before giving up
 MAX_CAPTURES = 8  # graphs per case and side at most (each holds its own memory pool)
 # Graphs per case and side, rotated over the pairs. Measured on an H200 (2026-11-29, 1000 A/A
@@ -84,29 +83,6 @@ class BenchSettings:
         return cls(rule=stats.StoppingRule(**rule_options), judge_overhead_us=float(overhead),
                    flush=options.get("flush", "read"), aa_floor=float(aa_floor), batch_ops=batch_ops,
                    warmup_pairs=warmup, captures=captures)
-
-
-class BenchFailed(Exception):
-    """The bench cannot go on; the message is result.json's reason, ``side`` the side at fault (None: neither)."""
-
-    def __init__(self, message: str, side: str | None = None) -> None:
-        super().__init__(message)
-        self.side = side
-
-
-def _error(reason: str, error_kind: str = "candidate", **fields) -> dict:
-    return {"kind": "bench", "status": "error", "reason": reason, "error_kind": error_kind, **fields}
-
-
-def scored_cases(problem: Problem, keys: list[str] | None) -> list[Case]:
-    cases = problem.scored_cases()
-    if keys is None:
-        return cases
-    unknown = sorted(set(keys) - {case.key for case in cases})
-    if unknown:
-        raise ValueError(f"unknown scored case(s) {', '.join(unknown)}; {problem.name} scores: "
-                         f"{', '.join(case.key for case in cases)}")
-    return [case for case in cases if case.key in set(keys)]
 
 
 class Side:
@@ -232,7 +208,7 @@ class Runner:
                                       "the calls do (almost) nothing on the GPU")
                 half, score = estimate.half_width, estimate.value
                 stopped_by = rule.decide(table.complete, half)
-                next_check = max(table.complete + 1, math.ceil(table.complete * (1 + CHECK_GROWTH)))
+                next_check = rule.next_check(table.complete)
                 self.log(f"{table.complete} pairs: score {estimate.value:.4f} "
                          f"[{estimate.lo:.4f}, {estimate.hi:.4f}] +-{half:.2%}")
             if time.monotonic() - last_progress > PROGRESS_INTERVAL_S or stopped_by:
@@ -259,22 +235,6 @@ class Runner:
                 self.protocol.collect(batch)
             except HoldTimeout:
                 pass
-
-
-def _inputs(problem: Problem, cases: list[Case], seed: int, label: str, sets: int, device) -> list[list[torch.Tensor]]:
-    variant = problem.input_variants[0]
-    return [[problem.make_input(case, derive_seed(seed, label, index, case.key), variant, device).x for case in cases]
-            for index in range(sets)]
-
-
-def _shape_rows(problem: Problem, cases: list[Case], inputs: list[torch.Tensor]) -> list[dict]:
-    """Per case: what it is (N from the output spec, K from its input) and its speed of light."""
-    rows = []
-    for case, x in zip(cases, inputs):
-        nbytes, flops = problem.traffic(case)
-        rows.append({"layer": case.layer, "m": case.m, "load": case.load, "n": problem.output_spec(case)[0][-1],
-                     "k": x.shape[-1], "floor_us": problem.floor_us(case), "bytes": nbytes, "flops": flops})
-    return rows
 
 
 class Bench:
@@ -313,15 +273,15 @@ class Bench:
             phase("capture", side=name)
             self.persisting.check(f"after_prepare_{name}")
         del weights
-        first = _inputs(problem, self.cases, self.seed, "capture", 1, device)[0]
-        self.shape_rows = _shape_rows(problem, self.cases, first)
+        first = make_inputs(problem, self.cases, self.seed, "capture", 1, device)[0]
+        self.shape_rows = shape_rows(problem, self.cases, first)
         for side in self.sides.values():
             side.capture(problem, self.cases, first, self.settings.captures)
         self.persisting.check("after_capture")
         phase("bench")
         self.flush = timing.make_flush(device, self.settings.flush)
         overhead = timing.trivial_graph(device)  # (graph, the tensor it writes): both live as long as the runner
-        pool = _inputs(problem, self.cases, self.seed, "input", INPUT_SETS, device)
+        pool = make_inputs(problem, self.cases, self.seed, "input", INPUT_SETS, device)
         names = [load.name for load in self.loads]
         matrix = pairs.load_matrix([names.index(case.load) for case in self.cases], len(names))
         protocol = timing.Protocol(device, self.flush)
@@ -352,7 +312,7 @@ def run_bench(problem: Problem, candidate: Path, against: Path, *, device: torch
     started = time.monotonic()
     identity = {"problem": problem.name, "candidate": names[0], "against": names[1], "aa": aa, "seed": seed}
     if device.type != "cuda" or not torch.cuda.is_available():
-        return _error(NEEDS_CUDA, "usage", **identity)
+        return error_result(NEEDS_CUDA, "usage", **identity)
     bench = Bench(problem, candidate, against, device=device, seed=seed, settings=settings, cases=cases,
                   phase=phase, log=log, progress=progress)
     try:
@@ -363,11 +323,11 @@ def run_bench(problem: Problem, candidate: Path, against: Path, *, device: torch
         table, stopped_by = bench.measure()
         summary = bench.summary(table)
     except BenchFailed as exc:  # the other side failing says nothing of this candidate: not its row
-        return _error(str(exc), "usage" if exc.side == "against" else "candidate", **identity)
+        return error_result(str(exc), "usage" if exc.side == "against" else "candidate", **identity)
     except TimingError as exc:
-        return _error(f"the timing protocol failed: {exc}", "harness", **identity)
+        return error_result(f"the timing protocol failed: {exc}", "harness", **identity)
     except RuntimeError as exc:  # a CUDA error in a replay: the context is gone, nothing more can run
-        return _error(f"CUDA error during the bench (the context is lost): {exc}".splitlines()[0], **identity)
+        return error_result(f"CUDA error during the bench (the context is lost): {exc}".splitlines()[0], **identity)
     before, after = bench.readings.get("before"), bench.readings.get("after")
     result = {
         "kind": "bench", "status": "ok", "reason": None, **identity, **summary,
@@ -393,7 +353,8 @@ def run_job(job, job_dir: Path, *, device: torch.device, seed: int, phase, log: 
         raise BadJob("a bench job needs a candidate")
     try:
         problem = load_problem(job.problem)
-        settings = BenchSettings.from_options(job.bench, problem)
+        on_cpu = cpu_timing.benched_on_cpu(problem, device)  # a problem meant for a CPU, and no GPU here
+        settings = BenchSettings.from_options({**cpu_timing.NO_OVERHEAD, **job.bench} if on_cpu else job.bench, problem)
         scored_cases(problem, job.cases)
     except ValueError as exc:
         raise BadJob(str(exc)) from None
@@ -404,8 +365,12 @@ def run_job(job, job_dir: Path, *, device: torch.device, seed: int, phase, log: 
         against, against_name = candidate, job.candidate.name
     else:
         against, against_name = problem.baseline_source, "baseline"
-    result = run_bench(problem, candidate, against, device=device, seed=seed, settings=settings, cases=job.cases,
-                       aa=job.aa, names=(job.candidate.name, against_name), phase=phase, log=log,
-                       progress=lambda state: write_json(job_dir / PROGRESS_FILE, state))
+    common = {"seed": seed, "settings": settings, "cases": job.cases, "aa": job.aa, "phase": phase, "log": log,
+              "names": (job.candidate.name, against_name),
+              "progress": lambda state: write_json(job_dir / PROGRESS_FILE, state)}
+    if on_cpu:
+        result = cpu_timing.run_cpu_bench(problem, candidate, against, **common)
+    else:
+        result = run_bench(problem, candidate, against, device=device, **common)
     envinfo.add_bench_readings(job_dir, result)
     return result

@@ -71,6 +71,9 @@ class Problem(abc.ABC):
     peak_bytes_per_s: float = 4.8e12  # speed of light: memory
     peak_flops: float = 989e12  # speed of light: math
     judge_overhead_us: float = 4.0  # the fixed replay cost the official judge subtracts
+    # Where the paired bench may time it. A problem meant for a CPU adds "cpu": without a GPU its
+    # bench runs okc.judge.cpu_timing (the same protocol minus the GPU-only parts) instead of refusing.
+    bench_devices: tuple[str, ...] = ("cuda",)
 
     @property
     @abc.abstractmethod

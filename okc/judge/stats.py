@@ -27,6 +27,7 @@ BOOTSTRAP_SEED = 20261129  # fixed so the same pairs always give the same score 
 MIN_PAIRS = 50
 MAX_PAIRS = 2000
 TARGET_HALF_WIDTH = 0.005  # relative: the score's CI is score * (1 +- 0.5%)
+CHECK_GROWTH = 0.1  # the stopping rule is consulted again each time the pairs grow by 10%
 # A/A floor used when no A/A run is at hand: the position bias two captures of the
 # same code showed on an H200 (SPEC 4.7).
 DEFAULT_AA_FLOOR = 0.005
@@ -157,6 +158,10 @@ class StoppingRule:
             raise ValueError(f"max_pairs ({self.max_pairs}) must not be below min_pairs ({self.min_pairs})")
         if not 0.0 < self.target_half_width < 1.0:
             raise ValueError(f"target_half_width is relative (0.005 = 0.5%), got {self.target_half_width!r}")
+
+    def next_check(self, pairs: int) -> int:
+        """After a look at ``pairs`` pairs, how many to have before the next look."""
+        return max(pairs + 1, math.ceil(pairs * (1 + CHECK_GROWTH)))
 
     def decide(self, pairs: int, half_width: float | None) -> str | None:
         """"target" or "cap" once sampling should stop after ``pairs`` pairs, else None."""

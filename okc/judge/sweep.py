@@ -3,12 +3,13 @@
 A sweep screens many parameter sets of one template, so this job is the bench cut down
 to what a funnel needs: a few scored cases (``job.cases``) and, per case, the median
 time and speedup with their CIs. On CUDA it IS the paired bench (okc.judge.bench: read
-flush, held batches, fixed replay cost, alternating sides), run on those cases; only the
-per-case summary is this module's. On the CPU the same pairs are timed as eager calls
-with ``time.perf_counter``, and the result says those numbers are not judge-equivalent.
+flush, held batches, fixed replay cost, alternating sides), run on those cases; on the CPU
+it is the CPU bench (okc.judge.cpu_timing: the same pairs and statistics as eager calls),
+and the result says those numbers are not judge-equivalent. Only the per-case summary is
+this module's.
 
-``job.bench`` holds either ``{"pairs": N}`` (a screen: N pairs, at least 6 on CUDA, the
-fewest a median CI takes) or the stopping rule ``{"min_pairs", "max_pairs",
+``job.bench`` holds either ``{"pairs": N}`` (a screen: N pairs, at least 6, the fewest a
+median CI takes) or the stopping rule ``{"min_pairs", "max_pairs",
 "target_half_width"}`` (a re-measure). The result's per-case rows are under ``timings``.
 """
 
@@ -23,22 +24,13 @@ import numpy as np
 import torch
 
 from okc.judge import stats
-from okc.judge.bench import scored_cases
+from okc.judge.bench import BenchSettings, scored_cases
 from okc.judge.check import describe, is_cuda_error
-from okc.judge.loader import CandidateLoadError, load_candidate
-from okc.judge.pairs import PairTable, Unit, order, plan
+from okc.judge.cpu_timing import CPU_NOTE, NO_OVERHEAD
+from okc.judge.pairs import PairTable
 from okc.judge.problem import Case, Problem
-from okc.judge.seeds import derive_seed
 
-CPU_NOTE = "cpu timing (not judge-equivalent): eager calls on one thread, timed with time.perf_counter"
-WARMUP_CALLS = 3  # per side and case, untimed (as the CUDA path's capture warms up)
-INPUT_POOL = 8  # fresh inputs per case, cycled through the pairs (the bench draws one per pair)
-CHUNK_PAIRS = 25  # pairs between two looks at the stopping rule (CPU)
 MAX_PAIRS_LIMIT = 100_000
-
-
-class PointFailed(Exception):
-    """The point's own failure on the CPU path (import, prepare, a raise): a result, not an okc fault."""
 
 
 @dataclass(frozen=True)
@@ -103,71 +95,8 @@ def summarize(table: PairTable, cases: list[Case], overhead_us: float) -> tuple[
     return rows, (widest if pairs >= stats.MIN_SAMPLES_FOR_CI else None)
 
 
-class Timer:
-    """Runs pairs of (candidate, baseline) calls per case and files their times."""
-
-    def __init__(self, problem: Problem, modules: dict, cases: list[Case], device: torch.device, seed: int) -> None:
-        self.problem, self.modules, self.cases, self.device = problem, modules, cases, device
-        self.inputs = [
-            [problem.make_input(case, derive_seed(seed, "time", case.key, i), problem.input_variants[0], device).x
-             for i in range(INPUT_POOL)]
-            for case in cases
-        ]
-
-    def call(self, side: str, case: Case, x: torch.Tensor):
-        return self.problem.call(self.modules[side], x, case)
-
-    def warm_up(self) -> None:
-        """Eager calls before timing, so first-call costs (lazy init, allocations) stay out of the pairs."""
-        torch.set_num_threads(1)  # on a shared CPU, a thread pool's stragglers would swamp tiny calls
-        for index, case in enumerate(self.cases):
-            for side in ("baseline", "candidate"):
-                for _ in range(WARMUP_CALLS):
-                    self.time_side(side, case, self.inputs[index][0])
-
-    def run(self, table: PairTable, first: int, count: int) -> None:
-        for unit in [u for batch in plan(first, count, len(self.cases)) for u in batch]:
-            table.record([unit], self.time_unit(unit))
-
-    def time_unit(self, unit: Unit) -> np.ndarray:
-        if unit.case is None:
-            return np.zeros(1)  # eager calls carry no graph replay cost
-        case, x = self.cases[unit.case], self.inputs[unit.case][unit.pair % INPUT_POOL]
-        return np.array([self.time_side(side, case, x) for side in order(unit.pair)])
-
-    def time_side(self, side: str, case: Case, x: torch.Tensor) -> float:
-        x_call = x.clone()
-        started = time.perf_counter()
-        try:
-            self.call(side, case, x_call)
-        except Exception as exc:
-            if side == "baseline":
-                raise
-            raise PointFailed(f"{case.key}: kernel_fn raised {describe(exc)}") from None
-        return (time.perf_counter() - started) * 1e6
-
-
-def _prepare(problem: Problem, source: Path, weights: dict, device: torch.device, phase) -> object:
-    try:
-        module = load_candidate(source)
-    except CandidateLoadError as exc:
-        raise PointFailed(str(exc).splitlines()[0]) from None
-    phase("prepare")
-    try:
-        problem.prepare(module, {name: tensor.clone() for name, tensor in weights.items()})
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-    except Exception as exc:
-        raise PointFailed(f"prepare raised {describe(exc)}") from None
-    phase("time")
-    return module
-
-
-def _time_cuda(problem: Problem, candidate: Path, baseline: Path, cases: list[str], settings: Settings,
-               device: torch.device, seed: int, phase, log) -> tuple[PairTable, str, float, dict]:
-    """The paired bench itself (okc.judge.bench) on ``cases``: the judge's protocol, nothing re-implemented."""
-    from okc.judge.bench import Bench, BenchSettings
-
+def _bench_settings(settings: Settings, problem: Problem, on_cuda: bool) -> BenchSettings:
+    """The bench's settings for this job: a fixed count as min = max pairs (at least the 6 a median CI takes)."""
     if settings.fixed_pairs is not None:
         pairs = max(settings.fixed_pairs, stats.MIN_SAMPLES_FOR_CI)
         rule = {"min_pairs": pairs, "max_pairs": pairs}
@@ -176,7 +105,15 @@ def _time_cuda(problem: Problem, candidate: Path, baseline: Path, cases: list[st
                 "target_half_width": settings.rule.target_half_width}
     if settings.overhead_us is not None:
         rule["overhead_us"] = settings.overhead_us
-    bench_settings = BenchSettings.from_options(rule, problem)
+    return BenchSettings.from_options(rule if on_cuda else {**NO_OVERHEAD, **rule}, problem)
+
+
+def _time_cuda(problem: Problem, candidate: Path, baseline: Path, cases: list[str], settings: Settings,
+               device: torch.device, seed: int, phase, log) -> tuple[PairTable, str, float, dict]:
+    """The paired bench itself (okc.judge.bench) on ``cases``: the judge's protocol, nothing re-implemented."""
+    from okc.judge.bench import Bench
+
+    bench_settings = _bench_settings(settings, problem, on_cuda=True)
     bench = Bench(problem, candidate, baseline, device=device, seed=seed, settings=bench_settings, cases=cases,
                   phase=phase, log=log)
     bench.setup()
@@ -187,30 +124,15 @@ def _time_cuda(problem: Problem, candidate: Path, baseline: Path, cases: list[st
 
 def _time_cpu(problem: Problem, candidate: Path, baseline: Path, cases: list[str], settings: Settings,
               device: torch.device, seed: int, phase, log) -> tuple[PairTable, str, float, dict]:
-    """Eager calls timed on the host: enough to rank points of a CPU problem, not judge-equivalent."""
-    chosen = scored_cases(problem, cases)
-    weights = problem.make_weights(derive_seed(seed, "weights", 0), device)
-    # The baseline first: its failure is okc's problem, the point's is the point's.
-    try:
-        modules = {"baseline": _prepare(problem, baseline, weights, device, phase)}
-    except PointFailed as exc:
-        raise RuntimeError(f"the baseline failed: {exc}") from None  # okc's problem: the worker says error
-    modules["candidate"] = _prepare(problem, candidate, weights, device, phase)
-    timer = Timer(problem, modules, chosen, device, seed)
-    timer.warm_up()
-    table = PairTable(len(chosen), settings.capacity)
-    stopped_by = None
-    while stopped_by is None:
-        first = table.complete
-        if settings.fixed_pairs is not None:
-            want = settings.fixed_pairs
-        else:
-            want = settings.rule.min_pairs if first == 0 else CHUNK_PAIRS
-        timer.run(table, first, min(want, settings.capacity - first))
-        _, widest = summarize(table, chosen, 0.0)
-        stopped_by = settings.decide(table.complete, widest)
-        log(f"{table.complete} pairs, widest speedup CI half-width " + ("n/a" if widest is None else f"{widest:.2%}"))
-    return table, stopped_by, 0.0, {}
+    """The CPU bench (okc.judge.cpu_timing) on ``cases``: enough to rank points, not judge-equivalent."""
+    from okc.judge.cpu_timing import CpuBench
+
+    bench_settings = _bench_settings(settings, problem, on_cuda=False)
+    bench = CpuBench(problem, candidate, baseline, seed=seed, settings=bench_settings, cases=cases, phase=phase,
+                     log=log)
+    bench.setup()
+    table, stopped_by = bench.measure()
+    return table, stopped_by, bench_settings.judge_overhead_us, {}
 
 
 def run_time(problem: Problem, candidate: Path, baseline: Path, *, cases: list[str], settings: Settings,
@@ -233,8 +155,6 @@ def run_time(problem: Problem, candidate: Path, baseline: Path, *, cases: list[s
         timed = _time_cuda if on_cuda else _time_cpu
         table, stopped_by, overhead_us, extra = timed(problem, candidate, baseline, cases, settings, device, seed,
                                                       phase, log)
-    except PointFailed as exc:
-        return ended("fail", str(exc))
     except BenchFailed as exc:  # the baseline failing is the sweep's fault, not the point's
         return ended("error", str(exc), "usage") if exc.side == "against" else ended("fail", str(exc))
     except TimingError as exc:

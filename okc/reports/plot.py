@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 from okc.errors import ConfigError
-from okc.jobs.folder import load_spec
+from okc.jobs.folder import CPU_LABEL, load_spec
 from okc.lab.config import Lab
 from okc.lab.ledger import Run, ledger, runs
 from okc.reports.report import Report, build_report
@@ -29,6 +30,14 @@ SERIES = (
     ("official-scored", "official scored", "D", "tab:green", 0.18),
 )
 BARS = (("baseline", "tab:gray"), ("candidate", "tab:blue"), ("floor (SPEC)", "tab:red"), ("read floor (measured)", "tab:green"))
+
+
+@dataclass(frozen=True)
+class Plotted:
+    """A PNG written, and the caveat its numbers carry (a CPU timing says so), if any."""
+
+    path: Path
+    note: str | None = None
 
 
 def _pyplot():
@@ -128,19 +137,24 @@ def draw_shapes(report: Report, title: str, path: Path) -> Path:
     return path
 
 
-def plot_history(lab: Lab) -> Path:
+def plot_history(lab: Lab) -> Plotted:
     """results/plots/score_history.png from the whole ledger."""
     with ledger(lab.ledger_path) as conn:
         history = runs(conn)
-    return draw_history(history, plots_dir(lab) / "score_history.png")
+    path = draw_history(history, plots_dir(lab) / "score_history.png")
+    # A CPU bench's note (its result's reason) says what its numbers are; one such run is enough to say it.
+    cpu_notes = [r.note for r in history if r.kind == "bench" and r.gpu == CPU_LABEL and r.score is not None and r.note]
+    return Plotted(path, cpu_notes[-1] if cpu_notes else None)
 
 
-def plot_shapes(lab: Lab, ref: str | None, job: str | None = None) -> Path:
+def plot_shapes(lab: Lab, ref: str | None, job: str | None = None) -> Plotted:
     """results/plots/NNN_shapes.png for the candidate's latest bench (or the job named)."""
     report = build_report(lab, ref, job)
     candidate = load_spec(report.job_dir).candidate
     label = f"{candidate.number:03d}" if candidate else report.result.job_id
-    title = f"{candidate.name if candidate else label} per shape on {report.gpu_name or 'an unknown GPU'}"
+    where = "the CPU" if report.on_cpu else report.gpu_name or "an unknown GPU"
+    title = f"{candidate.name if candidate else label} per shape on {where}"
     if report.result.score is not None:
         title += f": score {report.result.score:.4f}"
-    return draw_shapes(report, title, plots_dir(lab) / f"{label}_shapes.png")
+    path = draw_shapes(report, title, plots_dir(lab) / f"{label}_shapes.png")
+    return Plotted(path, report.result.reason if report.on_cpu else None)

@@ -68,6 +68,11 @@ class Report:
         return measured_floor_us(self.floor, shape) if self.floor else None
 
     @property
+    def on_cpu(self) -> bool:
+        """A CPU timing (a problem meant for a CPU, benched without a GPU): no read floor applies."""
+        return self.result.device == "cpu"
+
+    @property
     def tables(self) -> list[Table]:
         read_floor = self.read_floor if self.floor else None
         return [views.shape_table(self.result, read_floor), views.load_table(self.result, read_floor)]
@@ -81,6 +86,8 @@ class Report:
 
     @property
     def lines(self) -> list[str]:
+        if self.on_cpu:  # its reason says it is a CPU timing; `okc floor` measures GPUs only
+            return [views.score_line(self.result), self.result.reason or "", f"job {self.result.job_id} on the CPU"]
         return [views.score_line(self.result), f"job {self.result.job_id} on {self.gpu_name or 'an unknown GPU'}",
                 self.floor_line]
 

@@ -101,7 +101,9 @@ def shape_table(result: JobResult, read_floor: Callable[[ShapeResult], float | N
         columns += ("read floor µs", "time/read floor")
     columns += ("on the table µs", "far")
     caption = f"far: at {TIME_ON_TABLE:g}x its floor or more" + (" (the measured read floor)" if read_floor else "")
-    return Table("per shape (medians, fixed replay cost subtracted)", columns, rows, highlight=slow, caption=caption)
+    title = "per shape (medians of eager calls on the CPU)" if result.device == "cpu" else \
+        "per shape (medians, fixed replay cost subtracted)"
+    return Table(title, columns, rows, highlight=slow, caption=caption)
 
 
 def load_table(result: JobResult, read_floor: Callable[[ShapeResult], float | None] | None = None) -> Table:
@@ -153,11 +155,12 @@ def score_line(result: JobResult) -> str:
     text = f"score {result.score:.4f} [{fmt_ci(*result.score_ci) if result.score_ci else '?'}]"
     judge = result.overhead_us.get("judge")
     measured = result.overhead_us.get("measured")
-    if judge is not None:
+    if judge is not None and result.device != "cpu":  # a CPU run replays no graph: nothing of the judge's to subtract
         text += f" with the judge's {judge:g} µs replay cost"
     if result.score_measured_overhead is not None and measured is not None:
         ci = result.score_measured_overhead_ci
-        text += f"; {result.score_measured_overhead:.4f} [{fmt_ci(*ci) if ci else '?'}] with the measured {measured:.2f} µs"
+        cost = "timer cost" if result.device == "cpu" else "replay cost"
+        text += f"; {result.score_measured_overhead:.4f} [{fmt_ci(*ci) if ci else '?'}] with the measured {measured:.2f} µs {cost}"
     if result.pairs:
         text += f"; {result.pairs} pairs"
     if result.verdict:

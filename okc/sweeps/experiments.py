@@ -1,8 +1,9 @@
 """Sweep definitions: experiments/NAME.yaml parsed into frozen dataclasses, and their templates.
 
 A definition names a template candidate, the shapes it targets, the parameter sets to try
-(a ``grid`` of lists, crossed, or an explicit list of ``points``) and the funnel's
-settings. A template is a candidate whose module level holds exactly one ``PARAMS = {...}``
+(a ``grid`` of lists, crossed, or an explicit list of ``points``), the funnel's settings,
+and what the template needs of the machine that runs it (``needs``; a template that
+imports triton needs Triton and a CUDA GPU without saying so). A template is a candidate whose module level holds exactly one ``PARAMS = {...}``
 (the parameters a point runs with) and one ``PARAMS_BY_SHAPE = {...}`` (the per-shape
 winners an emitted candidate runs with); okc rewrites those two assignments and nothing
 else (experiments/README.md documents the convention).
@@ -27,7 +28,8 @@ SHAPE_KEY = re.compile(r"^(?P<layer>[A-Za-z_]\w*)/m=(?P<m>[1-9]\d*)$")
 EXPERIMENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 POINT_ID_CHARS = 10
 MAX_POINTS = 10_000  # a grid this large is a typo, not a sweep
-KNOWN_KEYS = ("template", "shapes", "grid", "points", "funnel", "description")
+KNOWN_KEYS = ("template", "shapes", "grid", "points", "funnel", "description", "needs")
+NEEDS = ("triton", "cuda")  # what a template may need of the machine that runs its points
 SCALARS = (bool, int, float, str, type(None))
 
 
@@ -79,6 +81,14 @@ class Point:
 
 
 @dataclass(frozen=True)
+class Need:
+    """Something the machine running the points must have (``what``, one of NEEDS), and why."""
+
+    what: str
+    because: str
+
+
+@dataclass(frozen=True)
 class Experiment:
     name: str
     path: Path  # the YAML file
@@ -87,6 +97,10 @@ class Experiment:
     points: tuple[Point, ...]
     funnel: Funnel = field(default_factory=Funnel)
     description: str = ""
+    needs: tuple[Need, ...] = ()
+
+    def need(self, what: str) -> Need | None:
+        return next((need for need in self.needs if need.what == what), None)
 
     @property
     def layers(self) -> tuple[str, ...]:
@@ -164,7 +178,19 @@ def parse_experiment(data: Any, path: Path) -> Experiment:
             raise ConfigError(f"{where}: funnel.neighbours must be a list of m values, got {neighbours!r}")
         funnel_data = {**funnel_data, "neighbours": tuple(neighbours)}
     description = data.get("description") or ""
-    return Experiment(path.stem, path, template, shapes, points, Funnel(**funnel_data), str(description))
+    needs = _needs(data.get("needs", []), where, template)
+    return Experiment(path.stem, path, template, shapes, points, Funnel(**funnel_data), str(description), needs)
+
+
+def _needs(value: Any, where: str, template: Path) -> tuple[Need, ...]:
+    """The definition's ``needs``, and what the template's imports need: Triton kernels run on a CUDA GPU."""
+    if not isinstance(value, list) or not all(isinstance(item, str) and item in NEEDS for item in value):
+        raise ConfigError(f"{where}: 'needs' must be a list drawn from {', '.join(NEEDS)}, got {value!r}")
+    needs = {what: Need(what, f"its definition lists {what} under needs") for what in value}
+    if "triton" in template_imports(template):
+        for what in ("triton", "cuda"):
+            needs.setdefault(what, Need(what, f"its template {template.name} imports triton"))
+    return tuple(needs[what] for what in NEEDS if what in needs)
 
 
 def _template_path(value: Any, path: Path) -> Path:
@@ -250,6 +276,18 @@ def _parse_template(template: Path) -> tuple[str, ast.Module]:
         return source, ast.parse(source, filename=str(template))
     except SyntaxError as exc:
         raise ConfigError(f"template {template.name}: syntax error at line {exc.lineno}: {exc.msg}") from None
+
+
+def template_imports(template: Path) -> set[str]:
+    """The top-level packages the template imports, anywhere in the file."""
+    _, tree = _parse_template(template)
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {alias.name.partition(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module.partition(".")[0])
+    return found
 
 
 def template_params(template: Path) -> dict[str, Any]:

@@ -9,6 +9,7 @@ tasks from a shared queue until it is empty.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import queue
 import subprocess
@@ -51,13 +52,18 @@ def local_gpu_count() -> int:
         return 0
 
 
-def slots_for(lab, on: str | None, gpus: int | None = None) -> list[Slot]:
-    """The slots of ``--on`` (comma-separated pods, or 'local'); ``gpus`` caps the GPUs used per target."""
+def target_names(on: str | None) -> list[str | None]:
+    """The targets ``--on`` names (None: pod.yaml's default, or this machine)."""
     names = [name.strip() for name in on.split(",")] if on else [None]
     if any(name == "" for name in names) or len(set(names)) != len(names):
         raise ConfigError(f"--on {on!r}: name each pod once, separated by commas (e.g. --on h200a,h200b)")
+    return names
+
+
+def slots_for(lab, on: str | None, gpus: int | None = None) -> list[Slot]:
+    """The slots of ``--on`` (comma-separated pods, or 'local'); ``gpus`` caps the GPUs used per target."""
     slots: list[Slot] = []
-    for name in names:
+    for name in target_names(on):
         pod = pod_for(lab, name)
         if pod is None:
             count = local_gpu_count()
@@ -67,6 +73,24 @@ def slots_for(lab, on: str | None, gpus: int | None = None) -> list[Slot]:
         else:
             count = pod.gpus if gpus is None else min(pod.gpus, gpus)
             slots += [Slot(pod.name, None, pod) for _ in range(count)]
+    return slots
+
+
+def slots_meeting(needs, lab, on: str | None, gpus: int | None, work: str) -> list[Slot]:
+    """The slots of ``--on``, once this machine, if it is one of them, has what ``needs`` asks.
+
+    ``needs`` holds okc.sweeps.experiments.Need values; a lack is a ConfigError naming ``work``.
+    Triton is looked for without importing it, so a machine without it is refused in
+    milliseconds, before counting GPUs starts torch.
+    """
+    need = {item.what: item for item in needs}
+    advice = f"run it on a pod: okc {work} --on POD"
+    here = any(pod_for(lab, name) is None for name in target_names(on))
+    if here and "triton" in need and importlib.util.find_spec("triton") is None:
+        raise ConfigError(f"{work} needs Triton ({need['triton'].because}) and this machine has none; {advice}")
+    slots = slots_for(lab, on, gpus)
+    if "cuda" in need and any(slot.pod is None and slot.gpu is None for slot in slots):
+        raise ConfigError(f"{work} needs a CUDA GPU ({need['cuda'].because}) and this machine has none; {advice}")
     return slots
 
 

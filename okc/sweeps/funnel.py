@@ -33,7 +33,7 @@ from typing import Any
 from okc.lab.candidates import Candidate, resolve
 from okc.errors import ConfigError, JudgeError
 from okc.sweeps.experiments import Experiment, Point, emit_candidate, emit_source, load_experiment, materialise
-from okc.sweeps.fanout import Slot, execute, run_on, slots_for
+from okc.sweeps.fanout import Slot, execute, run_on, slots_meeting
 from okc.contract import JobResult, write_json
 from okc.jobs.folder import create_job
 
@@ -338,10 +338,10 @@ def run_sweep(lab, name: str, on: str | None = None, emit: int | None = None, gp
         if on_message:
             on_message(f"run {latest.run_id} is finished; emitting its winners")
     else:
+        slots = slots_meeting(experiment.needs, lab, on, gpus, f"sweep {name}")  # before anything is written
         run, why = open_run(lab, experiment)
         if on_message:
             on_message(why)
-        slots = slots_for(lab, on, gpus)
         result = Sweep(lab, experiment, run, slots, on_progress).execute()
     if emit is not None:
         result = dataclasses.replace(result, emitted=emit_winners(lab, experiment, result, emit))

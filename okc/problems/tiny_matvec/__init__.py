@@ -1,7 +1,9 @@
 """tiny_matvec: two small projections that the whole check runs through on a CPU in about a second.
 
-It exists to keep the harness honest (nothing in okc.judge may know muse_bf16_proj) and to
-serve the test suite: the same rules, on shapes small enough for any machine.
+It exists to keep the harness honest (nothing in okc.judge may know muse_bf16_proj), to
+serve the test suite, and to give a laptop a lab where every command runs (`okc init DIR
+--problem tiny_matvec`; its bench is a CPU timing there): the same rules, on shapes small
+enough for any machine.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ class TinyMatvec(ProjectionProblem):
     check_ms = CHECK_MS
     weight_seeds = 2
     replays = 3
+    bench_devices = ("cuda", "cpu")  # meant for a laptop: benched on the CPU when there is no GPU
     peak_bytes_per_s = 1e11  # a modest CPU: the floor only has to be finite and positive
     peak_flops = 1e11
 

@@ -1,0 +1,189 @@
+"""okc init: a new lab, ready to run, for one of the built-in problems.
+
+A lab is a folder whose pyproject.toml has a ``[tool.okc]`` table; nothing else in that file
+matters to okc, so a new lab's pyproject.toml holds only that table (a lab is not a Python
+package: no ``[project]``), and ``okc init`` in an existing project adds the table to its
+pyproject.toml. The lab starts with the problem's reference baseline as candidate 000
+(byte for byte), one of its correct solutions as 001, the problem's example sweep under
+experiments/, a commented pod.yaml.example (okc reads only pod.yaml, so the lab runs
+everything on this machine until one exists) and a .gitignore for results/.
+
+A folder that already holds a lab, or any file the lab would write, is refused before
+anything is written; a write that fails half-way is undone.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import okc
+from okc.errors import ConfigError
+from okc.lab.config import Lab, load_lab
+
+SKELETON = Path(__file__).with_name("skeleton")
+PROBLEMS = Path(okc.__file__).parent / "problems"
+PYPROJECT = "pyproject.toml"
+GITIGNORE = ".gitignore"
+SWEEPS = "sweeps"  # a problem's example sweeps: <problem>/sweeps/NAME.yaml and their templates
+
+
+@dataclass(frozen=True)
+class Starter:
+    """What a new lab of one problem starts with, and the first command worth running in it."""
+
+    second: str  # the file under the problem's solutions/correct/ that becomes candidate 001
+    first_check: str
+
+
+STARTERS = {
+    "muse_bf16_proj": Starter("matmul.py", "okc check 000 --quick"),  # the judge's full check takes 13 min on a CPU
+    "tiny_matvec": Starter("matmul.py", "okc check 000"),
+}
+DEFAULT_PROBLEM = "muse_bf16_proj"
+SETTING_NOTES = {
+    "problem": "the judge contract: tiny_matvec (sized for a laptop CPU) or muse_bf16_proj",
+    "baseline": "the candidate every score is relative to",
+    "candidates_dir": "numbered candidates: 000_baseline.py, 001_matmul.py, ...",
+    "experiments_dir": "sweep definitions: okc sweep NAME",
+    "results_dir": "job folders, ledger.db and plots (kept out of git)",
+    "prepare_timeout_s": "seconds a candidate's prepare() may take",
+    "job_timeout_s": "seconds a whole job may take",
+}
+
+
+@dataclass(frozen=True)
+class Created:
+    """A lab made by :func:`init_lab`: its folder and the files written or added to, in order."""
+
+    root: Path
+    problem: str
+    written: tuple[str, ...]
+    extended: tuple[str, ...]  # files that existed and got okc's lines appended
+
+    @property
+    def next_step(self) -> str:
+        return STARTERS[self.problem].first_check
+
+
+def okc_table(problem: str) -> str:
+    """The ``[tool.okc]`` table of a new lab: every setting, at its default, with what it means."""
+    lab = Lab(root=Path("."), problem=problem)
+    lines = ["[tool.okc]"]
+    for field in fields(Lab):
+        if field.name == "root":
+            continue
+        value = getattr(lab, field.name)
+        text = json.dumps(value) if isinstance(value, str) else f"{value:g}"  # a JSON string is a TOML string
+        lines.append(f"{field.name} = {text}  # {SETTING_NOTES[field.name]}")
+    return "\n".join(lines) + "\n"
+
+
+def lab_files(problem: str) -> dict[str, bytes]:
+    """Every file a new lab of ``problem`` starts with, except pyproject.toml and .gitignore."""
+    folder = PROBLEMS / problem
+    starter = STARTERS[problem]
+    files = {
+        "candidates/000_baseline.py": (folder / "baseline.py").read_bytes(),
+        f"candidates/001_{Path(starter.second).stem}.py": (folder / "solutions" / "correct" / starter.second).read_bytes(),
+    }
+    for path in sorted((folder / SWEEPS).rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts:
+            files[f"experiments/{path.relative_to(folder / SWEEPS).as_posix()}"] = path.read_bytes()
+    files["pod.yaml.example"] = (SKELETON / "pod.yaml.example").read_bytes()
+    return files
+
+
+def _pyproject(root: Path, problem: str) -> tuple[str, bool]:
+    """pyproject.toml's new text, and whether it extends a file that was there; refuses a lab."""
+    path = root / PYPROJECT
+    table = okc_table(problem)
+    if not path.is_file():
+        return ("# An okc lab: okc finds it by the [tool.okc] table below, from this folder or any folder in it.\n"
+                "# A lab is not a Python package, so nothing else belongs here.\n" + table), False
+    try:
+        existing = path.read_text(encoding="utf-8")
+        data = tomllib.loads(existing)
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"{path} cannot be read as TOML ({exc}); nothing written") from None
+    if "okc" in (data.get("tool") or {}):
+        raise ConfigError(f"{root} holds an okc lab already (its pyproject.toml has a tool.okc table); nothing written")
+    text = existing + ("" if existing.endswith("\n") or not existing else "\n") + "\n# okc's lab settings\n" + table
+    try:
+        load_lab(root, tomllib.loads(text)["tool"]["okc"])
+    except (tomllib.TOMLDecodeError, KeyError, TypeError) as exc:
+        raise ConfigError(f"{path}: a tool.okc table cannot be appended to it ({exc}); add it by hand") from None
+    return text, True
+
+
+def _gitignore(root: Path) -> tuple[str, bool]:
+    """.gitignore's new text (okc's lines appended to one that was there), and whether one was there."""
+    path = root / GITIGNORE
+    ours = (SKELETON / "gitignore").read_text(encoding="utf-8")
+    if not path.is_file():
+        return ours, False
+    existing = path.read_text(encoding="utf-8")
+    present = {line.strip() for line in existing.splitlines()}
+    missing = [line for line in ours.splitlines() if line and not line.startswith("#") and line not in present]
+    if not missing:
+        return existing, True
+    return existing + ("" if existing.endswith("\n") or not existing else "\n") + "\n".join(missing) + "\n", True
+
+
+class _Writes:
+    """Files written so far, so that a failure half-way leaves the folder as it was."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.created: list[Path] = []  # files and folders, in the order they came to be
+        self.replaced: dict[Path, bytes] = {}
+
+    def write(self, rel: str, data: bytes) -> None:
+        path = self.root / rel
+        missing = [p for p in (path.parent, *path.parent.parents) if not p.exists()]
+        for folder in reversed(missing):
+            folder.mkdir()
+            self.created.append(folder)
+        if path.exists():
+            self.replaced[path] = path.read_bytes()
+        else:
+            self.created.append(path)
+        path.write_bytes(data)
+
+    def undo(self) -> None:
+        for path, data in self.replaced.items():
+            path.write_bytes(data)
+        for path in reversed(self.created):
+            if path.is_dir():
+                path.rmdir()
+            else:
+                path.unlink(missing_ok=True)
+
+
+def init_lab(root: Path, problem: str = DEFAULT_PROBLEM) -> Created:
+    """Make a new lab of ``problem`` at ``root`` (created if need be); ConfigError before any write if it cannot."""
+    if problem not in STARTERS:
+        raise ConfigError(f"unknown problem {problem!r}; okc init knows {', '.join(sorted(STARTERS))}")
+    root = Path(root).expanduser().absolute()
+    if root.exists() and not root.is_dir():
+        raise ConfigError(f"{root} is a file, not a folder; nothing written")
+    pyproject, had_pyproject = _pyproject(root, problem)
+    gitignore, had_gitignore = _gitignore(root)
+    files = lab_files(problem)
+    taken = [rel for rel in files if (root / rel).exists()]
+    if taken:
+        raise ConfigError(f"{root} has {', '.join(taken)} already; nothing written (okc init never overwrites a file)")
+    writes = _Writes(root)
+    try:
+        for rel, data in files.items():
+            writes.write(rel, data)
+        writes.write(PYPROJECT, pyproject.encode())
+        writes.write(GITIGNORE, gitignore.encode())
+    except OSError as exc:
+        writes.undo()
+        raise ConfigError(f"cannot write the lab in {root}: {exc}; nothing left behind") from None
+    extended = tuple(name for name, had in ((PYPROJECT, had_pyproject), (GITIGNORE, had_gitignore)) if had)
+    written = tuple(rel for rel in (PYPROJECT, *files, GITIGNORE) if rel not in extended)
+    return Created(root, problem, written, extended)
