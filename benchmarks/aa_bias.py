@@ -41,12 +41,15 @@ VARIANTS = {
     "shared-1": ("shared x/out, 1 copy per side", {"copies": 1, "captures": 1}, None),
     "shared-1-sw": ("shared x/out, one weight copy for both sides", {"copies": 1, "captures": 1}, "shared_weights"),
     "shared-4cap": ("shared x/out, 1 copy x 4 captures per side", {"copies": 1, "captures": 4}, None),
-    "shared-4": ("shared x/out, 4 copies per side (default)", {"copies": 4, "captures": 1}, None),
+    "shared-4": ("shared x/out, 4 copies per side", {"copies": 4, "captures": 1}, None),
+    "shared-4x2": ("shared x/out, 4 copies x 2 captures per side", {"copies": 4, "captures": 2}, None),
     "shared-8": ("shared x/out, 8 copies per side", {"copies": 8, "captures": 1}, None),
+    "shared-8x2": ("shared x/out, 8 copies x 2 captures per side", {"copies": 8, "captures": 2}, None),
+    "shared-16": ("shared x/out, 16 copies per side", {"copies": 16, "captures": 1}, None),
     "shared-4-f512": ("shared x/out, 4 copies, 512 MB flush", {"copies": 4, "captures": 1}, "flush512"),
 }
-DEFAULT_VARIANTS = ["main-4cap", "main-4cap", "main-self", "shared-1", "shared-1-sw", "shared-4cap", "shared-4",
-                    "shared-4-f512"]
+DEFAULT_VARIANTS = ["main-4cap", "main-self", "shared-1", "shared-1-sw", "shared-4cap", "shared-4", "shared-8",
+                    "shared-8x2"]
 
 
 def one(name: str, pairs_wanted: int) -> None:
@@ -79,6 +82,16 @@ def one(name: str, pairs_wanted: int) -> None:
     table, _ = bench.measure()
     pairs_s = time.monotonic() - started
     ratios = pairs.load_ratios(table, bench.runner.matrix, PROBLEM.judge_overhead_us)
+    if os.environ.get("OUT"):  # raw times and the slots each pair used, for a closer look afterwards
+        raw = Path(os.environ["OUT"]) / "raw"
+        raw.mkdir(exist_ok=True)
+        sides = getattr(bench.sides, "slots", None)
+        used = ([[pairs.slots(bench.sides.seed, p, sides)[n] for n in pairs.SIDES] for p in range(table.complete)]
+                if sides else [])
+        np.savez_compressed(raw / f"{name}-{os.getpid()}.npz", candidate=table.side("candidate"),
+                            baseline=table.side("baseline"), overhead=table.overheads(), slots=np.array(used),
+                            loads=np.array([load.name for load in bench.loads]),
+                            cases=np.array([case.key for case in bench.cases]))
     score = stats.bootstrap_score(ratios)
     loads = stats.load_speedups(ratios)
     half = ratios.shape[1] // 2
@@ -99,7 +112,8 @@ def run_variant(name: str, pairs_wanted: int, tree: Path | None) -> None:
     if root is None:
         print(f"{name:<14} skipped: needs --tree", flush=True)
         return
-    env = {**os.environ, "PYTHONPATH": str(root), "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]),
+           "PYTHONUNBUFFERED": "1"}
     try:
         done = subprocess.run([sys.executable, __file__, "--one", name, "--pairs", str(pairs_wanted)], env=env,
                               capture_output=True, text=True, timeout=VARIANT_TIMEOUT_S)
@@ -117,21 +131,23 @@ def newest_result(before: set[Path]) -> dict | None:
 
 def cli_runs(runs: int) -> None:
     print(f"\ntarget check: {runs} fresh runs of `python3 -m okc bench 000 --aa --target 0.002`", flush=True)
-    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+           "PYTHONUNBUFFERED": "1"}
     rows = []
     for run in range(1, runs + 1):
         before = set((REPO / "results").glob("*/result.json"))
         started = time.monotonic()
         try:
-            subprocess.run([sys.executable, "-m", "okc", "bench", "000", "--aa", "--target", "0.002"], cwd=REPO,
-                           env=env, capture_output=True, text=True, timeout=CLI_TIMEOUT_S)
+            done = subprocess.run([sys.executable, "-m", "okc", "bench", "000", "--aa", "--target", "0.002"], cwd=REPO,
+                                  env=env, capture_output=True, text=True, timeout=CLI_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             print(f"run {run}: timed out after {CLI_TIMEOUT_S} s", flush=True)
             continue
         wall = time.monotonic() - started
         result = newest_result(before)
         if not result or result.get("status") != "ok":
-            print(f"run {run}: no ok result ({(result or {}).get('reason')})", flush=True)
+            print(f"run {run}: no ok result ({(result or {}).get('reason')}): {(done.stdout + done.stderr)[-800:]}",
+                  flush=True)
             continue
         loads = {load["name"]: (load["speedup"], load["ci"]) for load in result["loads"]}
         rows.append((run, result, loads, wall))
