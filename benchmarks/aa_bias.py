@@ -64,6 +64,18 @@ def one(name: str, pairs_wanted: int) -> None:
     label, options, rig = VARIANTS[name]
     if rig == "flush512":
         timing.FLUSH_MIN_BYTES = 512 * 2**20
+    outputs: dict = {}
+    if hasattr(bench_module, "Sides"):  # record where each capture's output lands, before it is let go
+        from okc.judge import sides as sides_module
+
+        real_capture = sides_module.capture
+
+        def recording(fn, x, **options):
+            captured = real_capture(fn, x, **options)
+            outputs.setdefault(x.data_ptr(), set()).add(captured.out.data_ptr())
+            return captured
+
+        sides_module.capture = recording
     if rig == "shared_weights":
         bench_module.Side.prepare = lambda side, problem, copy, weights: problem.prepare(side.modules[copy], dict(weights))
     fields = bench_module.BenchSettings.__dataclass_fields__
@@ -101,6 +113,12 @@ def one(name: str, pairs_wanted: int) -> None:
     text = "  ".join(f"{load.name} {s.value:.4f}[{s.lo:.4f},{s.hi:.4f}]{'*' if not s.lo <= 1 <= s.hi else ' '}"
                      for load, s in zip(bench.loads, loads))
     worst = max(abs(s.value - 1) for s in loads)
+    pp = stats.load_speedups(np.sqrt(ratios[:, 0:half * 2:2] * ratios[:, 1:half * 2:2]))  # order cancelled per pair-pair
+    text += "\n    pair-pair geomean: " + "  ".join(
+        f"{load.name} {s.value:.4f}[{s.lo:.4f},{s.hi:.4f}]{'*' if not s.lo <= 1 <= s.hi else ' '}"
+        for load, s in zip(bench.loads, pp))
+    if outputs:
+        text += f"\n    distinct output addresses per case: {sorted({len(v) for v in outputs.values()})}"
     print(f"{name:<14} {label}\n    score {score.value:.4f} [{score.lo:.4f}, {score.hi:.4f}]  worst load {worst:.2%}  "
           f"excluding 1: {sum(not s.lo <= 1 <= s.hi for s in loads)}/6  halves differ <= {drift:.2%}  "
           f"clocks sm/mem {clocks[0]} -> {clocks[1]}  setup {setup_s:.1f} s, {table.complete} pairs {pairs_s:.1f} s\n"

@@ -68,6 +68,18 @@ def test_slot_schedule_is_seeded_and_random_per_side_and_block():
         pairs.slot_block(1, 0, 0)
 
 
+@pytest.mark.parametrize("count", [1, 2, 5, 8, 16])
+def test_placement_order_gives_each_side_the_first_place_half_the_time_seeded(count):
+    orders = pairs.placement_order(9, 0, count)
+    assert all(sorted(order) == sorted(pairs.SIDES) for order in orders)
+    assert sum(order[0] == "candidate" for order in orders) == (count + 1) // 2
+    assert orders == pairs.placement_order(9, 0, count)
+    if count >= 8:  # another seed or stream, another order: no position belongs to one side every run
+        assert orders != pairs.placement_order(10, 0, count) or orders != pairs.placement_order(9, 1, count)
+    draws = {tuple(o[0] for o in pairs.placement_order(seed, 0, 8)) for seed in range(40)}
+    assert len(draws) > 20
+
+
 def test_flush_is_at_least_256_mb_and_twice_l2():
     assert timing.flush_bytes(50 * 2**20) == 256 * 2**20
     assert timing.flush_bytes(200 * 2**20) >= 400 * 2**20
@@ -387,7 +399,7 @@ def test_sides_share_each_case_input_and_pool_and_interleave_their_copies(monkey
     both.setup(TINY, cases, weights, first, lambda name, **info: events.append((name, info.get("side"))),
                after_prepare=lambda name: None)
     prepares = [event[1] for event in events if event[0] == "prepare"]
-    assert prepares == ["candidate", "baseline", "baseline", "candidate"]  # neither side always first
+    assert prepares == [name for order in pairs.placement_order(3, 0, 2) for name in order]  # the seeded order
     assert all(len(side.modules) == 2 and len(set(map(id, side.modules))) == 2 for side in both.by_name.values())
     captures = [event for event in events if event[0] == "graph"]
     assert len(captures) == len(cases) * 2 * 4

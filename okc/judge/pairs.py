@@ -62,6 +62,19 @@ def slot_block(seed: int, block: int, slots: int) -> dict[str, tuple[int, ...]]:
             for index, side in enumerate(SIDES)}
 
 
+def placement_order(seed: int, stream: int, count: int) -> list[tuple[str, str]]:
+    """For each of ``count`` allocations made for both sides, which side allocates first.
+
+    A seeded draw with each side first in half of them (one more for the candidate when
+    ``count`` is odd): neither side owns a fixed position in memory, so whatever luck comes
+    with a position differs from run to run instead of favouring one side every time.
+    ``stream`` keeps the draws for different things (copies, each case's captures) apart.
+    """
+    firsts = np.arange(count) % 2
+    np.random.default_rng([seed, stream, 2**32 - 1]).shuffle(firsts)
+    return [SIDES if first == 0 else SIDES[::-1] for first in firsts]
+
+
 def slots(seed: int, pair: int, count: int) -> dict[str, int]:
     """Which of its ``count`` graph slots each side replays in ``pair`` (see :func:`slot_block`)."""
     block, position = divmod(pair, 2 * count)

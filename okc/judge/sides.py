@@ -13,8 +13,9 @@ placement they can, and average over the one they cannot:
   both sides write their outputs, and keep their intermediates, in the same place;
 - the weights cannot be shared (a candidate repacks its own), so each side holds ``copies``
   imports of its candidate, each prepared with its own clone of the weights, loaded and
-  prepared alternately with the other side's so that neither side always gets the lower
-  addresses; each copy has ``captures`` graphs per case.
+  prepared interleaved with the other side's in a seeded order (each side first in half of
+  them), so that no memory position belongs to one side in every run; each copy has
+  ``captures`` graphs per case, captured in a seeded interleaved order too.
 
 A side's graph slots (copy-major: copy k, capture j is slot k * captures + j) are replayed on
 the seeded schedule of :func:`okc.judge.pairs.slots`. Every module, weight and graph stays
@@ -98,30 +99,30 @@ class Sides:
     def slots(self) -> int:
         return self.copies * self.captures
 
-    def alternating(self, index: int) -> list[tuple[str, Side]]:
-        """Both sides, the candidate first for even ``index``: neither side always goes first."""
-        ordered = [(name, self.by_name[name]) for name in pairs.SIDES]
-        return ordered if index % 2 == 0 else ordered[::-1]
+    def ordered(self, stream: int, count: int) -> list[list[tuple[str, Side]]]:
+        """For each of ``count`` allocations, both sides in the seeded order of :func:`pairs.placement_order`."""
+        return [[(name, self.by_name[name]) for name in order] for order in pairs.placement_order(self.seed, stream, count)]
 
     def setup(self, problem: Problem, cases: list[Case], weights: dict[str, torch.Tensor],
               first_inputs: list[torch.Tensor], phase: Callable[..., None], after_prepare: Callable[[str], None]) -> None:
         """Import, prepare and capture every copy of both sides, interleaved."""
         phase("import")
-        for copy in range(self.copies):
-            for _, side in self.alternating(copy):
+        copy_orders = self.ordered(0, self.copies)
+        for order in copy_orders:
+            for _, side in order:
                 side.load()
-        for copy in range(self.copies):
-            for name, side in self.alternating(copy):
+        for copy, order in enumerate(copy_orders):
+            for name, side in order:
                 phase("prepare", side=name, copy=copy)
                 side.prepare(problem, copy, weights)
                 phase("capture", side=name, copy=copy)
                 after_prepare(name)
         self.inputs = [x.clone() for x in first_inputs]
-        for case, x in zip(cases, self.inputs):
+        for index, (case, x) in enumerate(zip(cases, self.inputs)):
             pool = torch.cuda.graph_pool_handle()
             per_side: dict[str, list[Captured]] = {name: [] for name in self.by_name}
-            for slot in range(self.slots):
-                for name, side in self.alternating(slot):
+            for slot, order in enumerate(self.ordered(1 + index, self.slots)):
+                for name, side in order:
                     per_side[name].append(side.capture(problem, slot // self.captures, case, x, pool))
             for name, side in self.by_name.items():
                 side.captured.append(per_side[name])
