@@ -1,68 +1,210 @@
-"""Where does the A/A position bias come from? Baseline against itself, 1000 pairs, several ways.
+"""Where does the A/A position bias come from, and is it gone? (issue 15)
 
-1. two separate setups (own weight clones per side), three seeds: is the per-load bias the
-   same every time (something systematic) or different per setup (placement luck)?
-2. the same with 4 captures per case and side, rotated;
-3. both sides sharing one weight copy (so only the graphs and buffers differ);
-4. one side against itself (the same graphs on both sides): pure order/position effects.
-Prints per-load medians with CIs and the score for each. Usage: python benchmarks/aa_bias.py
+Every variant benches the baseline against a second import of itself for a fixed number of
+pairs, in a fresh process (a fresh process allocates the same sequence as `okc bench` does),
+and prints one line: the score with its CI, each load's median ratio with its CI (* = the CI
+excludes 1), how far apart the first and second halves' load medians are (drift), and the SM
+and memory clocks before and after the pairs. Then the target check: `python3 -m okc bench 000
+--aa --target 0.002` in fresh processes, each load's median, whether its CI covers 1, pairs and
+wall time. Target: every load within +-0.3% of 1 in every run, each load's CI covering 1 in at
+least 4 of 5 runs, each run <= 15 s.
+
+Variants whose name starts with "main" import okc from ``--tree`` (an older checkout, for the
+numbers before the fix); the others from this repository.
+
+Usage:
+  python3 benchmarks/aa_bias.py [--pairs 600] [--runs 5] [--tree DIR] [VARIANT ...]
+  python3 benchmarks/aa_bias.py --one VARIANT [--pairs 600]   (one variant in this process)
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import os
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+SEED = 11
+VARIANT_TIMEOUT_S = 60
+CLI_TIMEOUT_S = 45
+TARGET = {"median": 0.003, "covering": 4, "wall_s": 15.0}
 
-import torch  # noqa: E402
+# name -> (what it is, settings, how the sides are rigged)
+VARIANTS = {
+    "main-4cap": ("main: own x/out per graph, 4 captures per side rotated (before)", {"captures": 4}, None),
+    "main-1cap": ("main: own x/out per graph, 1 capture per side", {"captures": 1}, None),
+    "main-self": ("main: one side against itself (same graphs both sides)", {"captures": 1}, "self"),
+    "shared-1": ("shared x/out, 1 copy per side", {"copies": 1, "captures": 1}, None),
+    "shared-1-sw": ("shared x/out, one weight copy for both sides", {"copies": 1, "captures": 1}, "shared_weights"),
+    "shared-4cap": ("shared x/out, 1 copy x 4 captures per side", {"copies": 1, "captures": 4}, None),
+    "shared-4": ("shared x/out, 4 copies per side", {"copies": 4, "captures": 1}, None),
+    "shared-4x2": ("shared x/out, 4 copies x 2 captures per side", {"copies": 4, "captures": 2}, None),
+    "shared-8": ("shared x/out, 8 copies per side", {"copies": 8, "captures": 1}, None),
+    "shared-8x2": ("shared x/out, 8 copies x 2 captures per side", {"copies": 8, "captures": 2}, None),
+    "shared-16": ("shared x/out, 16 copies per side", {"copies": 16, "captures": 1}, None),
+    "shared-4-f512": ("shared x/out, 4 copies, 512 MB flush", {"copies": 4, "captures": 1}, "flush512"),
+}
+DEFAULT_VARIANTS = ["main-4cap", "main-self", "shared-1", "shared-1-sw", "shared-4cap", "shared-4", "shared-8",
+                    "shared-8x2"]
 
-from okc.judge import bench as bench_module  # noqa: E402  (binds torch's timing objects first)
-from okc.judge import pairs, stats  # noqa: E402
-from okc.judge.bench import Bench, BenchSettings  # noqa: E402
-from okc.problems.muse_bf16_proj import PROBLEM  # noqa: E402
 
-PAIRS = 1000
-SEEDS = (11, 22, 33)
-alive: list = []  # keep every bench (and its graphs) alive to the end
+def one(name: str, pairs_wanted: int) -> None:
+    """Run one variant here and print its line (okc is imported from sys.path as set up by the caller)."""
+    import numpy as np
+    import torch
 
+    from okc.judge import bench as bench_module  # binds torch's timing objects first
+    from okc.judge import pairs, stats, timing
+    from okc.problems.muse_bf16_proj import PROBLEM
 
-def run(label: str, seed: int, captures: int = 1, shared_weights: bool = False, same_side: bool = False) -> None:
-    rule = stats.StoppingRule(min_pairs=PAIRS, max_pairs=PAIRS)
-    settings = BenchSettings(rule=rule, judge_overhead_us=PROBLEM.judge_overhead_us, captures=captures)
+    label, options, rig = VARIANTS[name]
+    if rig == "flush512":
+        timing.FLUSH_MIN_BYTES = 512 * 2**20
+    outputs: dict = {}
+    if hasattr(bench_module, "Sides"):  # record where each capture's output lands, before it is let go
+        from okc.judge import sides as sides_module
+
+        real_capture = sides_module.capture
+
+        def recording(fn, x, **options):
+            captured = real_capture(fn, x, **options)
+            outputs.setdefault(x.data_ptr(), set()).add(captured.out.data_ptr())
+            return captured
+
+        sides_module.capture = recording
+    if rig == "shared_weights":
+        bench_module.Side.prepare = lambda side, problem, copy, weights: problem.prepare(side.modules[copy], dict(weights))
+    fields = bench_module.BenchSettings.__dataclass_fields__
+    options = {key: value for key, value in options.items() if key in fields}
+    rule = stats.StoppingRule(min_pairs=pairs_wanted, max_pairs=pairs_wanted)
+    settings = bench_module.BenchSettings(rule=rule, judge_overhead_us=PROBLEM.judge_overhead_us, **options)
     baseline = PROBLEM.baseline_source
-    bench = Bench(PROBLEM, baseline, baseline, device=torch.device("cuda"), seed=seed, settings=settings,
-                  log=lambda text: None)
-    alive.append(bench)
-    original_prepare = bench_module.Side.prepare
-    if shared_weights:
-        bench_module.Side.prepare = lambda side, problem, weights: problem.prepare(side.module, dict(weights))
-    try:
-        bench.setup()
-    finally:
-        bench_module.Side.prepare = original_prepare
-    if same_side:  # the runner reads this dict: both sides now replay the very same graphs
+    started = time.monotonic()
+    bench = bench_module.Bench(PROBLEM, baseline, baseline, device=torch.device("cuda"), seed=SEED,
+                               settings=settings, log=lambda text: None)
+    bench.setup()
+    if rig == "self":  # main's runner reads this dict: both sides replay the very same graphs
         bench.sides["baseline"] = bench.sides["candidate"]
+    setup_s = time.monotonic() - started
     started = time.monotonic()
     table, _ = bench.measure()
+    pairs_s = time.monotonic() - started
     ratios = pairs.load_ratios(table, bench.runner.matrix, PROBLEM.judge_overhead_us)
+    if os.environ.get("OUT"):  # raw times and the slots each pair used, for a closer look afterwards
+        raw = Path(os.environ["OUT"]) / "raw"
+        raw.mkdir(exist_ok=True)
+        sides = getattr(bench.sides, "slots", None)
+        used = ([[pairs.slots(bench.sides.seed, p, sides)[n] for n in pairs.SIDES] for p in range(table.complete)]
+                if sides else [])
+        np.savez_compressed(raw / f"{name}-{os.getpid()}.npz", candidate=table.side("candidate"),
+                            baseline=table.side("baseline"), overhead=table.overheads(), slots=np.array(used),
+                            loads=np.array([load.name for load in bench.loads]),
+                            cases=np.array([case.key for case in bench.cases]))
     score = stats.bootstrap_score(ratios)
-    loads = "  ".join(f"{load.name} {s.value:.4f}[{s.lo:.3f},{s.hi:.3f}]"
-                      for load, s in zip(bench.loads, stats.load_speedups(ratios)))
-    print(f"{label:<34} score {score.value:.4f} [{score.lo:.4f}, {score.hi:.4f}]  {loads}  ({time.monotonic() - started:.1f} s)",
+    loads = stats.load_speedups(ratios)
+    half = ratios.shape[1] // 2
+    drift = max(abs(np.median(row[:half]) / np.median(row[half:]) - 1) for row in ratios)
+    clocks = [f"{r.get('clocks.sm')}/{r.get('clocks.mem')}" if r else "?"
+              for r in (bench.readings.get("before"), bench.readings.get("after"))]
+    text = "  ".join(f"{load.name} {s.value:.4f}[{s.lo:.4f},{s.hi:.4f}]{'*' if not s.lo <= 1 <= s.hi else ' '}"
+                     for load, s in zip(bench.loads, loads))
+    worst = max(abs(s.value - 1) for s in loads)
+    pp = stats.load_speedups(np.sqrt(ratios[:, 0:half * 2:2] * ratios[:, 1:half * 2:2]))  # order cancelled per pair-pair
+    text += "\n    pair-pair geomean: " + "  ".join(
+        f"{load.name} {s.value:.4f}[{s.lo:.4f},{s.hi:.4f}]{'*' if not s.lo <= 1 <= s.hi else ' '}"
+        for load, s in zip(bench.loads, pp))
+    if outputs:
+        text += f"\n    distinct output addresses per case: {sorted({len(v) for v in outputs.values()})}"
+    print(f"{name:<14} {label}\n    score {score.value:.4f} [{score.lo:.4f}, {score.hi:.4f}]  worst load {worst:.2%}  "
+          f"excluding 1: {sum(not s.lo <= 1 <= s.hi for s in loads)}/6  halves differ <= {drift:.2%}  "
+          f"clocks sm/mem {clocks[0]} -> {clocks[1]}  setup {setup_s:.1f} s, {table.complete} pairs {pairs_s:.1f} s\n"
+          f"    {text}", flush=True)
+
+
+def run_variant(name: str, pairs_wanted: int, tree: Path | None) -> None:
+    root = tree if name.startswith("main") else REPO
+    if root is None:
+        print(f"{name:<14} skipped: needs --tree", flush=True)
+        return
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]),
+           "PYTHONUNBUFFERED": "1"}
+    try:
+        done = subprocess.run([sys.executable, __file__, "--one", name, "--pairs", str(pairs_wanted)], env=env,
+                              capture_output=True, text=True, timeout=VARIANT_TIMEOUT_S)
+        if done.returncode:
+            print(f"{name:<14} failed (exit {done.returncode}): {done.stderr.strip()[-600:]}", flush=True)
+        print(done.stdout.strip(), flush=True)
+    except subprocess.TimeoutExpired:
+        print(f"{name:<14} timed out after {VARIANT_TIMEOUT_S} s", flush=True)
+
+
+def newest_result(before: set[Path]) -> dict | None:
+    found = [path for path in (REPO / "results").glob("*/result.json") if path not in before]
+    return json.loads(max(found, key=lambda p: p.stat().st_mtime).read_text()) if found else None
+
+
+def cli_runs(runs: int) -> None:
+    print(f"\ntarget check: {runs} fresh runs of `python3 -m okc bench 000 --aa --target 0.002`", flush=True)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+           "PYTHONUNBUFFERED": "1"}
+    rows = []
+    for run in range(1, runs + 1):
+        before = set((REPO / "results").glob("*/result.json"))
+        started = time.monotonic()
+        try:
+            done = subprocess.run([sys.executable, "-m", "okc", "bench", "000", "--aa", "--target", "0.002"], cwd=REPO,
+                                  env=env, capture_output=True, text=True, timeout=CLI_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            print(f"run {run}: timed out after {CLI_TIMEOUT_S} s", flush=True)
+            continue
+        wall = time.monotonic() - started
+        result = newest_result(before)
+        if not result or result.get("status") != "ok":
+            print(f"run {run}: no ok result ({(result or {}).get('reason')}): {(done.stdout + done.stderr)[-800:]}",
+                  flush=True)
+            continue
+        loads = {load["name"]: (load["speedup"], load["ci"]) for load in result["loads"]}
+        rows.append((run, result, loads, wall))
+        cells = " | ".join(f"{v:.4f}{'*' if not lo <= 1 <= hi else ''}" for v, (lo, hi) in loads.values())
+        lo, hi = result["score_ci"]
+        print(f"| {run} | {result['score']:.4f} [{lo:.4f}, {hi:.4f}] | {cells} | {result['pairs']} | "
+              f"{result['duration_s']:.1f} | {wall:.1f} |", flush=True)
+    if not rows:
+        return
+    names = list(rows[0][2])
+    within = all(abs(v - 1) <= TARGET["median"] for _, _, loads, _ in rows for v, _ in loads.values())
+    covering = {name: sum(lo <= 1 <= hi for _, _, loads, _ in rows for n, (_, (lo, hi)) in loads.items() if n == name)
+                for name in names}
+    walls = [wall for *_, wall in rows]
+    print(f"columns: run | score [CI] | {' | '.join(names)} | pairs | job s | wall s   (* = CI excludes 1)")
+    print(f"every median within +-0.3%: {within}; CI covers 1 (of {len(rows)}): {covering}; "
+          f"wall {min(walls):.1f}-{max(walls):.1f} s; target met: "
+          f"{within and len(rows) == runs and min(covering.values()) >= TARGET['covering'] and max(walls) <= TARGET['wall_s']}",
           flush=True)
 
 
 def main() -> None:
-    print(f"A/A position bias, {PAIRS} pairs each, {torch.cuda.get_device_name()}", flush=True)
-    for seed in SEEDS:
-        run(f"own weights, 1 capture, seed {seed}", seed)
-    run(f"own weights, 4 captures, seed {SEEDS[0]}", SEEDS[0], captures=4)
-    run(f"shared weights, 1 capture, seed {SEEDS[0]}", SEEDS[0], shared_weights=True)
-    run(f"shared weights, 1 capture, seed {SEEDS[1]}", SEEDS[1], shared_weights=True)
-    run(f"one side against itself, seed {SEEDS[0]}", SEEDS[0], same_side=True)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("variants", nargs="*", help=f"from {', '.join(VARIANTS)}")
+    parser.add_argument("--one", help="run this one variant in this process")
+    parser.add_argument("--pairs", type=int, default=600)
+    parser.add_argument("--runs", type=int, default=5, help="fresh `okc bench 000 --aa` runs (0: none)")
+    parser.add_argument("--tree", type=Path, help="an older checkout for the main-* variants")
+    args = parser.parse_args()
+    if args.one:
+        one(args.one, args.pairs)
+        return
+    import torch
+
+    print(f"A/A position bias, {args.pairs} pairs per variant, seed {SEED}, {torch.cuda.get_device_name()}", flush=True)
+    for name in args.variants or DEFAULT_VARIANTS:
+        run_variant(name, args.pairs, args.tree.resolve() if args.tree else None)
+    if args.runs:
+        cli_runs(args.runs)
 
 
 if __name__ == "__main__":

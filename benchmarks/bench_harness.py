@@ -1,7 +1,7 @@
 """Measures okc's paired bench itself on a GPU (written for the H200): noise, speed, robustness.
 
 1. A/A (the baseline against a second import of itself): score, CI and half-width after
-   50, 200 and 1000 pairs of one run; then 1000 pairs rotating four captures per side.
+   50, 200 and 1000 pairs of one run with one copy per side; then 1000 pairs with the default copies.
 2. Wall time of a whole `okc bench 001` job (worker process, import, prepare, capture,
    pairs) to reach +-0.5% on the 30 shapes. Target: <= 60 s.
 3. The same job with every host CPU busy. Target: score within 1% of the idle one.
@@ -37,7 +37,6 @@ from okc.problems.muse_bf16_proj import PROBLEM
 
 AA_PAIRS = 1000
 AA_CHECKPOINTS = (50, 200, 1000)
-ROTATED_CAPTURES = 4  # SPEC 4.7: rotating four captures per side brought a 0.995 A/A to 0.998
 FLUSH_PAIRS = 200
 FLUSH_CASE = "pooler/m=1"
 WALL_TARGET_S = 60.0
@@ -74,10 +73,10 @@ def in_process(candidate: Path, against: Path, rule: stats.StoppingRule, **optio
 
 
 def aa_noise() -> None:
-    say(f"1. A/A: {PROBLEM.baseline_source.name} against a second import of itself, {AA_PAIRS} pairs, one capture per side")
+    say(f"1. A/A: {PROBLEM.baseline_source.name} against a second import of itself, {AA_PAIRS} pairs, one copy per side")
     baseline = PROBLEM.baseline_source
     bench, table, seconds = in_process(baseline, baseline, stats.StoppingRule(min_pairs=AA_PAIRS, max_pairs=AA_PAIRS),
-                                       settings={"captures": 1})
+                                       settings={"copies": 1})
     ratios = pairs.load_ratios(table, bench.runner.matrix, PROBLEM.judge_overhead_us)
     say(f"   {'pairs':>6} {'score':>8} {'CI lo':>8} {'CI hi':>8} {'+-':>7}")
     for count in AA_CHECKPOINTS:
@@ -88,9 +87,9 @@ def aa_noise() -> None:
     overhead = float(sorted(table.overheads())[len(table.overheads()) // 2])
     say(f"   {AA_PAIRS} pairs of 30 shapes x 2 sides in {seconds:.1f} s; measured fixed replay cost {overhead:.2f} us")
     rule = stats.StoppingRule(min_pairs=AA_PAIRS, max_pairs=AA_PAIRS)
-    bench, table, _ = in_process(baseline, baseline, rule, settings={"captures": ROTATED_CAPTURES})
+    bench, table, _ = in_process(baseline, baseline, rule)
     estimate = stats.bootstrap_score(pairs.load_ratios(table, bench.runner.matrix, PROBLEM.judge_overhead_us))
-    say(f"   the same with {ROTATED_CAPTURES} captures per case and side, rotated: {estimate.value:.4f} "
+    say(f"   the same with {bench.settings.copies} copies per side (the default): {estimate.value:.4f} "
         f"[{estimate.lo:.4f}, {estimate.hi:.4f}] +-{estimate.half_width:.2%}")
 
 

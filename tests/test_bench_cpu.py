@@ -3,16 +3,19 @@ GPU, result assembly, settings, and the refusal of bench and floor jobs on a CUD
 
 import json
 import math
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import torch
 from conftest import cuda_available, write_lab
 
 from okc.jobs import runner
 from okc.lab.candidates import resolve
 from okc.judge import envinfo, pairs, stats, timing
 from okc.judge.bench import BenchSettings, Runner
+from okc.judge.sides import Side, Sides
 from okc.judge.pairs import PairTable, Unit
 from okc.judge.timing import HoldTimeout
 from okc.lab.config import find_lab
@@ -40,6 +43,41 @@ def test_order_swaps_every_pair():
     assert pairs.order(0) == ("candidate", "baseline")
     assert pairs.order(1) == ("baseline", "candidate")
     assert pairs.order(6) == pairs.order(0)
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 4, 7])
+def test_slot_schedule_is_balanced_per_block_and_each_slot_sees_both_orders(count):
+    for seed in (0, 1, 2**62 + 5):
+        for side in pairs.SIDES:
+            chosen = [pairs.slots(seed, pair, count)[side] for pair in range(6 * count)]
+            assert chosen[0::2] == chosen[1::2]  # pairs 2j and 2j+1: the same slot, in both orders
+            for block in range(3):
+                assert sorted(chosen[2 * count * block:2 * count * (block + 1)]) == sorted(list(range(count)) * 2)
+
+
+def test_slot_schedule_is_seeded_and_random_per_side_and_block():
+    def sequence(seed, side):
+        return [pairs.slots(seed, pair, 4)[side] for pair in range(0, 400, 2)]
+
+    assert sequence(7, "candidate") == sequence(7, "candidate")
+    assert sequence(7, "candidate") != sequence(8, "candidate")
+    assert sequence(7, "candidate") != sequence(7, "baseline")  # no slot always meets the same slot
+    blocks = {tuple(sequence(7, "candidate")[4 * b:4 * (b + 1)]) for b in range(50)}
+    assert len(blocks) > 10  # re-drawn every block, not one order repeated
+    with pytest.raises(ValueError, match="at least one"):
+        pairs.slot_block(1, 0, 0)
+
+
+@pytest.mark.parametrize("count", [1, 2, 5, 8, 16])
+def test_placement_order_gives_each_side_the_first_place_half_the_time_seeded(count):
+    orders = pairs.placement_order(9, 0, count)
+    assert all(sorted(order) == sorted(pairs.SIDES) for order in orders)
+    assert sum(order[0] == "candidate" for order in orders) == (count + 1) // 2
+    assert orders == pairs.placement_order(9, 0, count)
+    if count >= 8:  # another seed or stream, another order: no position belongs to one side every run
+        assert orders != pairs.placement_order(10, 0, count) or orders != pairs.placement_order(9, 1, count)
+    draws = {tuple(o[0] for o in pairs.placement_order(seed, 0, 8)) for seed in range(40)}
+    assert len(draws) > 20
 
 
 def test_flush_is_at_least_256_mb_and_twice_l2():
@@ -150,11 +188,16 @@ class SimulatedGPU:
 
 
 def simulated_runner(gpu, candidate_costs, baseline_costs, case_loads, settings, log=None):
-    def side(costs):
-        return SimpleNamespace(captured=[[SimpleNamespace(graph=SimpleNamespace(cost=c), x=f"x{i}/{k}")
-                                          for k in range(settings.captures)] for i, c in enumerate(costs)])
+    def side(name, costs):
+        made = Side(name, Path(f"{name}.py"))
+        slots = settings.copies * settings.captures
+        made.captured = [[SimpleNamespace(graph=SimpleNamespace(cost=c, slot=k)) for k in range(slots)]
+                         for c in costs]
+        return made
 
-    sides = {"candidate": side(candidate_costs), "baseline": side(baseline_costs)}
+    sides = Sides(side("candidate", candidate_costs), side("against", baseline_costs), copies=settings.copies,
+                  captures=settings.captures, seed=5)
+    sides.inputs = [f"x{i}" for i in range(len(candidate_costs))]
     pool = [[f"input{s}/{c}" for c in range(len(candidate_costs))] for s in range(4)]
     matrix = pairs.load_matrix(case_loads, max(case_loads) + 1)
     messages = log if log is not None else []
@@ -162,8 +205,9 @@ def simulated_runner(gpu, candidate_costs, baseline_costs, case_loads, settings,
                   messages.append)
 
 
-def settings(captures: int = 1, **rule) -> BenchSettings:
-    return BenchSettings(rule=stats.StoppingRule(**rule), judge_overhead_us=4.0, batch_ops=64, captures=captures)
+def settings(copies: int = 1, captures: int = 1, **rule) -> BenchSettings:
+    return BenchSettings(rule=stats.StoppingRule(**rule), judge_overhead_us=4.0, batch_ops=64, copies=copies,
+                         captures=captures)
 
 
 CANDIDATE = [14.0, 14.0, 24.0, 24.0]  # 10 and 20 us of work over a 4 us fixed cost
@@ -194,18 +238,24 @@ def test_inputs_and_order_per_pair():
     assert len(steps) == 6 * 4
     for index, step in enumerate(steps):
         pair, case = divmod(index, 4)
-        assert step.copies == ((f"x{case}/0", f"input{pair % 4}/{case}"),) * 2  # same fresh input, both sides
+        assert step.copies == ((f"x{case}", f"input{pair % 4}/{case}"),)  # one fresh input, one buffer for both sides
         first = step.timed[0].cost == CANDIDATE[case]
         if CANDIDATE[case] != BASELINE[case]:
             assert first == (pair % 2 == 0)
 
 
-def test_captures_rotate_every_two_pairs_so_each_sees_both_orders():
+def test_slots_follow_the_schedule_each_seen_in_both_orders():
     gpu = SimulatedGPU()
-    simulated_runner(gpu, CANDIDATE, BASELINE, LOADS, settings(captures=3, min_pairs=12, max_pairs=12)).run()
+    simulated_runner(gpu, CANDIDATE, BASELINE, LOADS, settings(copies=3, min_pairs=12, max_pairs=12)).run()
     steps = [step for batch in gpu.submitted for step in batch if step.copies]
-    used = [step.copies[0][0] for index, step in enumerate(steps) if index % 4 == 0]  # case 0 of every pair
-    assert used == ["x0/0", "x0/0", "x0/1", "x0/1", "x0/2", "x0/2"] * 2
+    for index, step in enumerate(steps):
+        pair, case = divmod(index, 4)
+        first, second = (graph.slot for graph in step.timed)
+        chosen = pairs.slots(5, pair, 3)
+        assert (first, second) == tuple(chosen[name] for name in pairs.order(pair))
+    candidate_slots = [pairs.slots(5, pair, 3)["candidate"] for pair in range(12)]
+    assert candidate_slots[0::2] == candidate_slots[1::2]  # a slot runs two pairs in a row: both orders
+    assert sorted(candidate_slots[:6]) == sorted(candidate_slots[6:]) == [0, 0, 1, 1, 2, 2]
 
 
 def test_swapping_the_order_cancels_a_first_position_penalty():
@@ -253,6 +303,9 @@ def test_settings_from_job_options():
     ({"batch_ops": 5}, "batch_ops"),
     ({"aa_floor": 2}, "aa_floor"),
     ({"captures": 0}, "captures"),
+    ({"copies": 0}, "copies"),
+    ({"copies": 2.0}, "copies"),
+    ({"copies": 4, "captures": 5}, "copies x captures"),
 ])
 def test_settings_refuse_bad_options(options, message):
     with pytest.raises(ValueError, match=message):
@@ -319,3 +372,45 @@ def test_a_run_stopped_by_the_target_reports_a_half_width_under_it(seed):
     estimate = pairs.score(table, pairs.load_matrix(LOADS, 2), 4.0)
     assert stopped_by == "target"
     assert estimate.half_width < rule["target_half_width"]
+
+
+# --- placement: the sides' setup, with the capture stood in for (no GPU needed) -----------------
+
+
+def test_sides_share_each_case_input_and_pool_and_interleave_their_copies(monkeypatch):
+    from okc.judge import capture as capture_module
+    from okc.judge import sides as sides_module
+
+    events, pools = [], iter(range(100))
+    monkeypatch.setattr(sides_module.torch.cuda, "graph_pool_handle", lambda: ("pool", next(pools)))
+    monkeypatch.setattr(sides_module.timing, "is_graph", lambda graph: True)
+    monkeypatch.setattr(sides_module.timing, "synchronize", lambda: None)
+
+    def fake_capture(fn, x, *, pool=None, own_input=True):
+        out = fn(x)  # the candidate's real call, eagerly, on the CPU
+        events.append(("graph", x, pool, own_input))
+        return capture_module.Captured(graph=object(), x=x, out=out)
+
+    monkeypatch.setattr(sides_module, "capture", fake_capture)
+    cases = TINY.scored_cases()
+    weights = TINY.make_weights(1, "cpu")
+    first = [TINY.make_input(case, 2, "normal", "cpu").x for case in cases]
+    both = Sides(Side("candidate", TINY.baseline_source), Side("against", TINY.baseline_source), copies=2,
+                 captures=2, seed=3)
+    both.setup(TINY, cases, weights, first, lambda name, **info: events.append((name, info.get("side"))),
+               after_prepare=lambda name: None)
+    prepares = [event[1] for event in events if event[0] == "prepare"]
+    assert prepares == [name for order in pairs.placement_order(3, 0, 2) for name in order]  # the seeded order
+    assert all(len(side.modules) == 2 and len(set(map(id, side.modules))) == 2 for side in both.by_name.values())
+    captures = [event for event in events if event[0] == "graph"]
+    assert len(captures) == len(cases) * 2 * 4
+    for index, case_captures in enumerate(zip(*[iter(captures)] * 8)):
+        assert all(x is both.inputs[index] and not own for _, x, _, own in case_captures)  # one input buffer
+        assert len({pool for _, _, pool, _ in case_captures}) == 1  # one pool per case ...
+    assert len({pool for _, _, pool, _ in captures}) == len(cases)  # ... and not shared across cases
+    for side in both.by_name.values():
+        assert [len(slots) for slots in side.captured] == [4] * len(cases)
+        assert all(graph.out is None for slots in side.captured for graph in slots)  # outputs let go
+    assert all(torch.equal(buffer, x) for buffer, x in zip(both.inputs, first))
+    with pytest.raises(ValueError, match="copies x captures"):
+        Sides(Side("a", Path("a.py")), Side("b", Path("b.py")), copies=4, captures=5)

@@ -1,11 +1,12 @@
 """The paired benchmark (SPEC 4.5): the score the official judge would give, with its 95% CI.
 
 Both sides (the candidate, and the baseline or another candidate) get the same weights
-(each its own clone), every scored case of each is captured once into a CUDA graph, and
-pairs of replays run under the protocol of :mod:`okc.judge.timing` until the score's CI is
-narrow enough. A/A mode benchmarks a candidate against a second import of itself: its
-score shows the position bias and its CI the noise floor. Without a GPU, a problem meant for
-a CPU is benched by :mod:`okc.judge.cpu_timing` instead (the same pairs and statistics).
+(each copy its own clone), every scored case of each is captured into CUDA graphs placed as
+:mod:`okc.judge.sides` says, and pairs of replays run under the protocol of
+:mod:`okc.judge.timing` until the score's CI is narrow enough. A/A mode benchmarks a
+candidate against a second import of itself: its score shows the position bias and its CI
+the noise floor. Without a GPU, a problem meant for a CPU is benched by :mod:`okc.judge.cpu_timing`
+instead (the same pairs and statistics).
 """
 
 from __future__ import annotations
@@ -21,22 +22,21 @@ import torch
 # Importing timing binds torch's timing objects, before any candidate module is imported.
 from okc.judge import cpu_timing, envinfo, pairs, stats, timing
 from okc.judge.benchcases import INPUT_SETS, BenchFailed, error_result, make_inputs, scored_cases, shape_rows
-from okc.judge.capture import CaptureError, capture
-from okc.judge.loader import CandidateLoadError, load_candidate
 from okc.judge.pairs import PairTable
-from okc.judge.problem import Case, Problem
+from okc.judge.problem import Problem
 from okc.judge.seeds import derive_seed
+from okc.judge.sides import MAX_SLOTS, Side, Sides
 from okc.judge.timing import HoldTimeout, Step, TimingError
 
 NEEDS_CUDA = ("okc bench needs a CUDA GPU; this machine has none (torch.cuda.is_available() is False). "
               "Run it on a pod: okc bench NNN --on POD")
 WARMUP_PAIRS = 3  # pairs run and thrown away first: clocks ramp up, first replays are slow
 MAX_HOLD_RETRIES = 3  # voided batches tolerated (each halves the batch) before giving up
-MAX_CAPTURES = 8  # graphs per case and side at most (each holds its own memory pool)
-# Graphs per case and side, rotated over the pairs. Measured on an H200 (2026-11-29, 1000 A/A
-# pairs, benchmarks/aa_bias.py): with one capture a load's A/A median sat up to 2.5% off 1 and
-# moved from setup to setup (placement of the graph's buffers); rotating 4 kept every load within 0.9%.
-DEFAULT_CAPTURES = 4
+# Imports of each side's candidate (own weights each) and graphs per copy and case, replayed on
+# a seeded balanced schedule: they average the placement of what the sides cannot share
+# (okc.judge.sides; measured in benchmarks/NOTES.md, issue 15).
+DEFAULT_COPIES = 8
+DEFAULT_CAPTURES = 1
 PROGRESS_INTERVAL_S = 0.2  # progress.json is rewritten at most this often (the CLI polls at that pace)
 
 Log = Callable[[str], None]
@@ -52,13 +52,14 @@ class BenchSettings:
     aa_floor: float = stats.DEFAULT_AA_FLOOR
     batch_ops: int = pairs.BATCH_OPS
     warmup_pairs: int = WARMUP_PAIRS
-    captures: int = DEFAULT_CAPTURES  # rotated over the pairs (SPEC 4.7: evens out placement luck)
+    copies: int = DEFAULT_COPIES  # imports per side, each with its own weights (okc.judge.sides)
+    captures: int = DEFAULT_CAPTURES  # graphs per copy and case
 
     @classmethod
     def from_options(cls, options: dict, problem: Problem) -> BenchSettings:
         """Parse ``options``; ValueError names the bad one."""
         known = {"target_half_width", "min_pairs", "max_pairs", "overhead_us", "flush", "aa_floor", "batch_ops",
-                 "warmup_pairs", "captures"}
+                 "warmup_pairs", "copies", "captures"}
         unknown = sorted(set(options) - known)
         if unknown:
             raise ValueError(f"unknown bench setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
@@ -77,51 +78,15 @@ class BenchSettings:
         warmup = options.get("warmup_pairs", WARMUP_PAIRS)
         if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
             raise ValueError(f"warmup_pairs must be an integer >= 0, got {warmup!r}")
-        captures = options.get("captures", DEFAULT_CAPTURES)
-        if isinstance(captures, bool) or not isinstance(captures, int) or not 1 <= captures <= MAX_CAPTURES:
-            raise ValueError(f"captures must be an integer from 1 to {MAX_CAPTURES}, got {captures!r}")
+        copies, captures = options.get("copies", DEFAULT_COPIES), options.get("captures", DEFAULT_CAPTURES)
+        for name, value in (("copies", copies), ("captures", captures)):
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SLOTS:
+                raise ValueError(f"{name} must be an integer from 1 to {MAX_SLOTS}, got {value!r}")
+        if copies * captures > MAX_SLOTS:
+            raise ValueError(f"copies x captures must be at most {MAX_SLOTS}, got {copies} x {captures}")
         return cls(rule=stats.StoppingRule(**rule_options), judge_overhead_us=float(overhead),
                    flush=options.get("flush", "read"), aa_floor=float(aa_floor), batch_ops=batch_ops,
-                   warmup_pairs=warmup, captures=captures)
-
-
-class Side:
-    """One side of the bench: its module and its captured graphs (per case, one or more), alive for the whole job."""
-
-    def __init__(self, name: str, source: Path) -> None:
-        self.name, self.source = name, source
-        self.module = None
-        self.captured: list = []
-
-    def load(self) -> None:
-        try:
-            self.module = load_candidate(self.source)
-        except CandidateLoadError as exc:
-            raise BenchFailed(f"{self.name}: {exc}".splitlines()[0], self.name) from None
-
-    def prepare(self, problem: Problem, weights: dict[str, torch.Tensor]) -> None:
-        try:
-            problem.prepare(self.module, {name: tensor.clone() for name, tensor in weights.items()})
-            timing.synchronize()
-        except Exception as exc:
-            raise BenchFailed(f"{self.name}: prepare raised {type(exc).__name__}: {exc}".splitlines()[0],
-                              self.name) from None
-
-    def capture(self, problem: Problem, cases: list[Case], first_inputs: list[torch.Tensor], copies: int = 1) -> None:
-        for case, x in zip(cases, first_inputs):
-            self.captured.append([self._capture_one(problem, case, x) for _ in range(copies)])
-
-    def _capture_one(self, problem: Problem, case: Case, x: torch.Tensor):
-        try:
-            captured = capture(lambda x_buf: problem.call(self.module, x_buf, case), x)
-        except CaptureError as exc:
-            raise BenchFailed(f"{self.name} {case.key}: {exc}", self.name) from None
-        except Exception as exc:
-            raise BenchFailed(f"{self.name} {case.key}: kernel_fn raised {type(exc).__name__}: {exc}"
-                              .splitlines()[0], self.name) from None
-        if not timing.is_graph(captured.graph):
-            raise BenchFailed(f"{self.name} {case.key}: the capture did not produce a torch CUDA graph", self.name)
-        return captured
+                   warmup_pairs=warmup, copies=copies, captures=captures)
 
 
 class PersistingReport:
@@ -148,12 +113,12 @@ class PersistingReport:
 class Runner:
     """The timed part: pairs of replays, pipelined, until the stopping rule says enough."""
 
-    def __init__(self, protocol: timing.Protocol, sides: dict[str, Side], overhead: tuple, pool: list[list[torch.Tensor]],
+    def __init__(self, protocol: timing.Protocol, sides: Sides, overhead: tuple, pool: list[list[torch.Tensor]],
                  matrix, settings: BenchSettings, progress: Callable[[dict], None], log: Log) -> None:
         self.protocol, self.sides, self.pool = protocol, sides, pool
         self.overhead_graph, self._overhead_memory = overhead  # the trivial graph, and the tensor it writes
         self.matrix, self.settings, self.progress, self.log = matrix, settings, progress, log
-        self.cases = len(sides["candidate"].captured)
+        self.cases = len(sides.inputs)
 
     def steps(self, units: list[pairs.Unit]) -> list[Step]:
         steps = []
@@ -162,11 +127,9 @@ class Runner:
                 steps.append(Step(timed=(self.overhead_graph,)))
                 continue
             fresh = self.pool[unit.pair % len(self.pool)][unit.case]
-            # Pairs 2j and 2j+1 (both orders) use the same capture; the next two the next one.
-            copy = (unit.pair // 2) % self.settings.captures
-            graphs = {name: side.captured[unit.case][copy] for name, side in self.sides.items()}
-            copies = tuple((graphs[name].x, fresh) for name in pairs.SIDES)
-            steps.append(Step(timed=tuple(graphs[name].graph for name in pairs.order(unit.pair)), copies=copies))
+            graphs = self.sides.graphs(unit.pair, unit.case)
+            steps.append(Step(timed=tuple(graphs[name].graph for name in pairs.order(unit.pair)),
+                              copies=((self.sides.inputs[unit.case], fresh),)))
         return steps
 
     def warm_up(self) -> None:
@@ -252,7 +215,8 @@ class Bench:
         self.progress = progress or (lambda state: None)
         self.cases = scored_cases(problem, cases)
         self.loads = [load for load in problem.loads if any(case.load == load.name for case in self.cases)]
-        self.sides = {"candidate": Side("candidate", candidate), "baseline": Side("against", against)}
+        self.sides = Sides(Side("candidate", candidate), Side("against", against), copies=settings.copies,
+                           captures=settings.captures, seed=derive_seed(seed, "slots"))
         self.persisting: PersistingReport | None = None
         self.flush: timing.Flush | None = None
         self.runner: Runner | None = None
@@ -263,20 +227,12 @@ class Bench:
         problem, device, phase = self.problem, self.device, self.phase
         torch.cuda.init()
         self.persisting = PersistingReport(device)
-        phase("import")
-        for side in self.sides.values():
-            side.load()
         weights = problem.make_weights(derive_seed(self.seed, "weights"), device)
-        for name, side in self.sides.items():
-            phase("prepare", side=name)
-            side.prepare(problem, weights)
-            phase("capture", side=name)
-            self.persisting.check(f"after_prepare_{name}")
-        del weights
         first = make_inputs(problem, self.cases, self.seed, "capture", 1, device)[0]
         self.shape_rows = shape_rows(problem, self.cases, first)
-        for side in self.sides.values():
-            side.capture(problem, self.cases, first, self.settings.captures)
+        self.sides.setup(problem, self.cases, weights, first, phase,
+                         after_prepare=lambda name: self.persisting.check(f"after_prepare_{name}"))
+        del weights, first
         self.persisting.check("after_capture")
         phase("bench")
         self.flush = timing.make_flush(device, self.settings.flush)
@@ -333,6 +289,7 @@ def run_bench(problem: Problem, candidate: Path, against: Path, *, device: torch
         "kind": "bench", "status": "ok", "reason": None, **identity, **summary,
         "target_half_width": settings.rule.target_half_width, "stopped_by": stopped_by,
         "flush": bench.flush.describe(), "persisting_l2": bench.persisting.done(),
+        "placement": {"copies": settings.copies, "captures": settings.captures, "shared_io": True},
         "gpu_readings": {"before": before, "after": after},
         "throttled": envinfo.is_throttled(before) or envinfo.is_throttled(after),
         "duration_s": round(time.monotonic() - started, 3),

@@ -62,15 +62,17 @@ def capture(
     *,
     warmup: int = WARMUP_CALLS,
     pool: tuple | None = None,
+    own_input: bool = True,
 ) -> Captured:
     """Warm ``fn`` up on a side stream, then capture ``fn(x_buf)`` into a CUDA graph.
 
-    ``x`` is copied into a fresh input buffer the graph reads from. An exception the
+    ``x`` is copied into a fresh input buffer the graph reads from (``own_input=False``:
+    ``x`` itself is the buffer, so several graphs can read the same one). An exception the
     candidate raises during warm-up propagates unchanged; a failure of the capture
     itself becomes a :class:`CaptureError`. ``pool`` (``torch.cuda.graph_pool_handle()``)
     lets several graphs share one memory pool when they are replayed one after another.
     """
-    x_buf = x.clone()
+    x_buf = x.clone() if own_input else x
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):

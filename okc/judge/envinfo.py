@@ -166,5 +166,5 @@ def add_bench_readings(job_dir, result: dict[str, Any]) -> None:
     except (OSError, json.JSONDecodeError):
         env = {}
     env["bench"] = {key: result.get(key) for key in ("gpu_readings", "throttled", "flush", "overhead_us",
-                                                       "persisting_l2", "seed", "bootstrap")}
+                                                       "persisting_l2", "placement", "seed", "bootstrap")}
     write_json(path, env)

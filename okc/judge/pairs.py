@@ -3,12 +3,15 @@
 Pure Python and numpy, so the planning and the arithmetic are tested without a GPU.
 
 A pair runs every scored case once on each side, on one fresh input per case copied into
-both sides' input buffers, then one sample of the fixed replay cost. Within a pair the
-sides alternate case by case; which side goes first swaps from one pair to the next.
+the input buffer both sides' graphs read, then one sample of the fixed replay cost. Within
+a pair the sides alternate case by case; which side goes first swaps from one pair to the
+next. Which of a side's graph slots (copies of its candidate, captures of each) replays in
+a pair comes from a seeded schedule that is balanced over every block of pairs.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,7 +23,7 @@ SIDES = ("candidate", "baseline")
 # per stream before the host blocks; a host blocked behind a held stream would deadlock
 # until the hold times out, so a batch stays well below that, a graph replay counted once.
 BATCH_OPS = 256
-OPS_PER_CASE = 2 + 2 * 4  # two input copies, then per side: flush, event, replay, event
+OPS_PER_CASE = 1 + 2 * 4  # the input copy, then per side: flush, event, replay, event
 OPS_PER_OVERHEAD = 4  # flush, event, trivial replay, event
 
 
@@ -43,6 +46,39 @@ class Unit:
 def order(pair: int) -> tuple[str, str]:
     """Which side replays first in ``pair``: the candidate in even pairs, the baseline in odd ones."""
     return SIDES if pair % 2 == 0 else SIDES[::-1]
+
+
+@functools.lru_cache(maxsize=64)
+def slot_block(seed: int, block: int, slots: int) -> dict[str, tuple[int, ...]]:
+    """Per side, the slot each pair-pair of block ``block`` (``2 * slots`` pairs) replays.
+
+    Each side gets its own seeded random order of its slots: within a block every slot
+    runs two pairs in a row (once in each order), so each side's slots weigh the same in
+    every complete block, and no slot of one side is always met by the same slot of the other.
+    """
+    if slots < 1:
+        raise ValueError(f"a side needs at least one graph slot, got {slots}")
+    return {side: tuple(int(s) for s in np.random.default_rng([seed, block, index]).permutation(slots))
+            for index, side in enumerate(SIDES)}
+
+
+def placement_order(seed: int, stream: int, count: int) -> list[tuple[str, str]]:
+    """For each of ``count`` allocations made for both sides, which side allocates first.
+
+    A seeded draw with each side first in half of them (one more for the candidate when
+    ``count`` is odd): neither side owns a fixed position in memory, so whatever luck comes
+    with a position differs from run to run instead of favouring one side every time.
+    ``stream`` keeps the draws for different things (copies, each case's captures) apart.
+    """
+    firsts = np.arange(count) % 2
+    np.random.default_rng([seed, stream, 2**32 - 1]).shuffle(firsts)
+    return [SIDES if first == 0 else SIDES[::-1] for first in firsts]
+
+
+def slots(seed: int, pair: int, count: int) -> dict[str, int]:
+    """Which of its ``count`` graph slots each side replays in ``pair`` (see :func:`slot_block`)."""
+    block, position = divmod(pair, 2 * count)
+    return {side: order[position // 2] for side, order in slot_block(seed, block, count).items()}
 
 
 def plan(first_pair: int, pairs: int, cases: int, budget: int = BATCH_OPS) -> list[list[Unit]]:
