@@ -22,12 +22,13 @@ from typer.testing import CliRunner
 
 from okc.cli.app import app
 from okc.errors import ConfigError, PodError, UnreachableError
-from okc.jobs import job as jobs
+from okc.jobs.folder import create_job
 from okc.lab.candidates import resolve
 from okc.lab.config import find_lab
 from okc.lab.costs import job_costs
 from okc.lab.ledger import open_ledger, runs
-from okc.pods import remote, runpod, watchdog
+from okc.pods import runpod, watchdog
+from okc.pods.target import PodTarget
 from okc.pods.config import load_pod_file
 from okc.pods.hostkeys import KNOWN_HOSTS_ENV, HostKeyPins
 from runpod_fake import FakeRunpod
@@ -116,7 +117,7 @@ class RunpodLab:
 def _stop_watchdog(remote_dir: Path) -> None:
     """The watchdog outlives okc by design: the tests end the ones they started."""
     try:
-        marker = json.loads((remote_dir / watchdog.PID_FILE).read_text())
+        marker = json.loads((remote_dir / watchdog.WATCHDOG_PID).read_text())
     except (OSError, ValueError):
         return
     if watchdog.process_alive(marker["pid"], marker["start"]):
@@ -132,7 +133,7 @@ def _ledger(lab):
 
 
 def _watchdog_log(lab) -> str:
-    path = lab.remote_dir / watchdog.LOG_FILE
+    path = lab.remote_dir / watchdog.WATCHDOG_LOG
     return path.read_text() if path.exists() else ""
 
 
@@ -166,7 +167,7 @@ def test_up_from_stopped_finds_the_new_port_and_sync_and_check_need_no_edit(rp):
     checked = invoke("check", "0", "--on", NAME)
     assert checked.exit_code == 0, checked.output
     assert rp.pod_file.read_text() == pod_yaml  # nothing was edited for the new address
-    marker = json.loads((rp.remote_dir / watchdog.PID_FILE).read_text())
+    marker = json.loads((rp.remote_dir / watchdog.WATCHDOG_PID).read_text())
     rp.write_pod_yaml(idle_minutes=0)  # idle stop off: the next okc call that reaches the pod ends the watchdog
     assert "off" in json.loads(invoke("pod", "status", NAME, "--json").output)["watchdog"]["watchdog"]
     assert not watchdog.process_alive(marker["pid"], marker["start"])
@@ -216,7 +217,7 @@ def test_stop_closes_the_pod_and_later_connections_say_it_is_stopped(rp):
 
 
 def test_terminate_is_refused_while_jobs_are_not_pulled(rp):
-    job_dir = jobs.create_job(rp.lab, "check", resolve(rp.candidates, "0"), target=NAME)
+    job_dir = create_job(rp.lab, "check", resolve(rp.candidates, "0"), target=NAME)
     refused = invoke("pod", "terminate", NAME, "--yes")
     assert refused.exit_code == 2 and job_dir.name in refused.output and "--force" in refused.output
     assert rp.fake.pods[POD_ID].status == "EXITED" and not rp.fake.calls("DELETE")
@@ -230,10 +231,10 @@ def test_terminate_is_refused_while_jobs_are_not_pulled(rp):
 
 def test_terminate_asks_the_running_pod_for_jobs_only_it_knows(rp):
     rp.fake.start(rp.fake.pods[POD_ID])
-    job_dir = jobs.create_job(rp.lab, "check", resolve(rp.candidates, "0"), target=NAME)
-    with remote.open_target(rp.lab, load_pod_file(rp.pod_file).pods[NAME]) as target:
-        remote.sync(rp.lab, target)
-        remote.upload_job(target, job_dir)  # uploaded but never started: the connection dropped, say
+    assert invoke("sync", "--on", NAME).exit_code == 0
+    job_dir = create_job(rp.lab, "check", resolve(rp.candidates, "0"), target=NAME)
+    # uploaded but never started (the connection dropped, say); the "pod" is this machine
+    shutil.copytree(job_dir, rp.remote_dir / "results" / job_dir.name)
     shutil.rmtree(job_dir)  # and this machine no longer has it: only the pod does
     refused = invoke("pod", "terminate", NAME, "--yes")
     assert refused.exit_code == 2 and f"not pulled here ({job_dir.name})" in refused.output
@@ -322,7 +323,7 @@ def test_the_watchdog_stops_an_idle_pod_through_the_api(rp):
     assert [auth for _, _, auth in stops] == [f"Bearer {KEY}"]  # the pod's own key, from its environment
     log = wait_for(lambda: "stop requested through Runpod's REST API" in _watchdog_log(rp) and _watchdog_log(rp), "the log")
     assert "stopping this pod: no okc job or okc use for 0.02 min" in log and KEY not in log
-    marker = json.loads((rp.remote_dir / watchdog.PID_FILE).read_text())
+    marker = json.loads((rp.remote_dir / watchdog.WATCHDOG_PID).read_text())
     wait_for(lambda: not watchdog.process_alive(marker["pid"], marker["start"]), "the watchdog to end")
 
 
@@ -339,11 +340,10 @@ def test_the_watchdog_never_stops_a_busy_pod_nor_one_holding_unpulled_results(rp
     rp.write_pod_yaml(idle_minutes=IDLE_MINUTES)
     rp.fake.start(rp.fake.pods[POD_ID])
     pod = load_pod_file(rp.pod_file).pods[NAME]
-    job_dir = jobs.create_job(rp.lab, "check", _slow_candidate(rp), target=NAME)
-    with remote.open_target(rp.lab, pod) as target:
-        remote.sync(rp.lab, target)  # the watchdog starts here, the job right after
-        remote.upload_job(target, job_dir)
-        remote.call_agent(target, "start", job_dir.name, "1")
+    job_dir = create_job(rp.lab, "check", _slow_candidate(rp), target=NAME)
+    with PodTarget(rp.lab, pod) as target:
+        target.prepare()  # the sync starts the watchdog; the job starts right after
+        target.start(job_dir, "0")
     remote_job = rp.remote_dir / "results" / job_dir.name
     wait_for(lambda: (remote_job / "exit_code").exists(), "the job to finish")
     assert rp.fake.pods[POD_ID].status == "RUNNING"  # it ran for longer than the idle period
@@ -376,14 +376,15 @@ def test_the_watchdog_decides_by_the_volume_and_the_pulled_markers(tmp_path):
     assert watchdog.on_volume("/workspace/okc") and not watchdog.on_volume("/workspaces/okc")
 
 
-def test_the_watchdog_imports_only_the_standard_library_and_the_agent():
+def test_the_watchdog_imports_only_the_standard_library_and_the_launcher():
     import ast
 
     tree = ast.parse(Path(watchdog.__file__).read_text())
-    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    imported |= {n.module.split(".")[0] + ("" if n.module != "okc.pods" else ".pods") for n in ast.walk(tree)
-                 if isinstance(n, ast.ImportFrom) and n.module}
-    assert imported - sys.stdlib_module_names == {"okc.pods"}
+    modules = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    modules |= {f"{n.module}.{a.name}" if n.module == "okc.pods" else n.module
+                for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
+    ours = {m for m in modules if m.split(".")[0] not in sys.stdlib_module_names}
+    assert ours == {"okc.contract", "okc.pods.launcher"}  # both standard library only, like the agent they serve
 
 
 # -- pod.yaml and costs ----------------------------------------------------------------

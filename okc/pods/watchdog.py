@@ -94,7 +94,8 @@ def decide(remote_dir: str, idle_s: float, persistent: bool, started: float, now
         return Decision(False, f"idle since {_clock(last)}; stopping at {_clock(last + idle_s)} unless okc is used")
     if not persistent:
         pulled = os.path.join(remote_dir, PULLED_DIR)
-        unpulled = [j["job"] for j in jobs if j["state"] == "finished" and not os.path.exists(os.path.join(pulled, j["job"]))]
+        unpulled = [j["job"] for j in jobs
+                    if j["state"] in ("finished", "lost") and not os.path.exists(os.path.join(pulled, j["job"]))]
         if unpulled:
             return Decision(False, f"idle, but NOT stopping: {len(unpulled)} finished job(s) not pulled "
                                    f"({', '.join(unpulled)}) and remote_dir {remote_dir} is on the container disk, "
