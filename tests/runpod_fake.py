@@ -184,7 +184,7 @@ class FakeRunpod:
                         return self._send(200, [p.as_api(False) for p in fake.pods.values()])
                     if method == "POST":
                         return self._create(body)
-                if rest == ["redirect"]:
+                if rest[:1] == ["redirect"]:  # a redirect elsewhere: a client must not follow it with the key
                     return self._send(302, {}, {"Location": f"{fake.url}/pods/leak"})
                 pod = fake.pods.get(rest[0])
                 if pod is None:

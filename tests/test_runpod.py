@@ -304,7 +304,10 @@ def test_the_api_down_or_failing_is_one_line_and_exit_3(rp, monkeypatch):
 def test_a_redirect_is_refused_so_the_key_goes_nowhere_else(rp):
     with pytest.raises(PodError, match="HTTP 302"):
         runpod.RunpodClient().get_pod("redirect")
-    assert not [r for r in rp.fake.requests if r[1].endswith("/leak")]
+    pod_env = {"RUNPOD_POD_ID": "redirect", "RUNPOD_API_KEY": KEY, runpod.API_URL_ENV: rp.fake.url}
+    with pytest.raises(watchdog.StopFailed, match="HTTP 302"):
+        watchdog.stop_pod(pod_env)
+    assert len(rp.fake.requests) == 2 and not [r for r in rp.fake.requests if r[1].endswith("/leak")]
 
 
 # -- the watchdog ----------------------------------------------------------------------

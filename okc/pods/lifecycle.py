@@ -17,7 +17,7 @@ from typing import Callable
 from okc.errors import ConfigError, OkcError, PodError, UnreachableError
 from okc.pods.config import Pod, load_pod_file
 from okc.pods.hostkeys import HostKeyPins, fingerprint, pins_path
-from okc.pods.runpod import TERMINATED, RunpodClient, RunpodPod, connectable, note_rate
+from okc.pods.runpod import TERMINATED, RunpodClient, RunpodPod, connectable, require_reachable
 from okc.pods.ssh import SSHTarget
 from okc.reports.tables import Table
 
@@ -237,8 +237,10 @@ def status(lab, pod: Pod) -> dict:
             "started_at": info.last_started_at.isoformat(timespec="seconds") if info.last_started_at else None,
             "ssh": f"{info.public_ip}:{info.ssh_port}" if info.reachable else None, "image": info.image,
         }
-        if info.cost_per_hr is not None:
-            note_rate(lab, pod, info.cost_per_hr, info.gpu_count, "runpod", info)
+        try:
+            require_reachable(pod, info)
+        except OkcError as exc:  # stopped, starting or terminated: Runpod's word is the status
+            return {**answer, "reachable": False, "error": str(exc)}
     try:
         with remote.open_target(lab, connectable(lab, pod, info)) as target:
             answer.update(reachable=True, **call_agent(target, "status", pod.remote_dir))
@@ -298,13 +300,10 @@ def status_tables(status: dict) -> list[Table]:
 def cost_report(lab) -> tuple[list[Table], list[str]]:
     """``okc cost``: spend per candidate, day and pod; a running Runpod pod's idle hours from its uptime."""
     from okc.lab.costs import Session, cost_tables, job_costs
-    from okc.lab.ledger import open_ledger
+    from okc.lab.ledger import ledger
 
-    conn = open_ledger(lab.ledger_path)
-    try:
+    with ledger(lab.ledger_path) as conn:
         costs = job_costs(conn)
-    finally:
-        conn.close()
     sessions, notes = [], []
     pods = load_pod_file(lab.pod_file).pods.values() if lab.pod_file.exists() else []
     for pod in [p for p in pods if p.runpod_id is not None]:

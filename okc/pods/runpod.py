@@ -267,13 +267,10 @@ def require_reachable(pod, info: RunpodPod) -> None:
 
 def note_rate(lab, pod, usd_per_hour: float, gpus: int, source: str, info: RunpodPod | None = None) -> None:
     from okc.lab.costs import PodRate, note_pod_rate
-    from okc.lab.ledger import open_ledger
+    from okc.lab.ledger import ledger
 
     started = info.last_started_at.isoformat(timespec="seconds") if info and info.last_started_at else None
     rate = PodRate(pod=pod.name, usd_per_hour=usd_per_hour, gpus=gpus, source=source,
                    runpod_id=pod.runpod_id, started_at=started)
-    conn = open_ledger(lab.ledger_path)
-    try:
+    with ledger(lab.ledger_path) as conn:
         note_pod_rate(conn, rate)
-    finally:
-        conn.close()

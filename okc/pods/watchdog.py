@@ -124,6 +124,13 @@ def pod_environment() -> dict:
     return env
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A redirect would carry the key's Authorization header to wherever it points: refused."""
+
+    def redirect_request(self, *args, **kwargs):
+        return None  # urllib then raises the 3xx as an HTTPError
+
+
 def stop_pod(env) -> str:
     """Ask Runpod to stop this pod; how it was asked. The key is never logged."""
     pod_id, key = env.get("RUNPOD_POD_ID"), env.get("RUNPOD_API_KEY")
@@ -135,7 +142,7 @@ def stop_pod(env) -> str:
         request = urllib.request.Request(url, data=b"", method="POST")
         request.add_header("Authorization", f"Bearer {key}")
         try:
-            with urllib.request.urlopen(request, timeout=STOP_TIMEOUT_S):
+            with urllib.request.build_opener(_NoRedirect()).open(request, timeout=STOP_TIMEOUT_S):
                 return "Runpod's REST API"
         except urllib.error.HTTPError as exc:
             failures.append(f"REST API answered HTTP {exc.code}")
