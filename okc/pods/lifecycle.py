@@ -124,7 +124,7 @@ def unpulled_jobs(lab, pod: Pod, info: RunpodPod) -> list[str]:
     if info.running:
         try:
             with PodTarget(lab, connectable(lab, pod, info)) as target:
-                found |= {j["job"] for j in list_jobs(lab, target) if not j["pulled"]}
+                found |= {entry.job for entry, pulled in list_jobs(lab, target) if not pulled}
         except OkcError as exc:
             raise PodError(f"cannot list pod {pod.name}'s jobs before terminating it ({exc}); --force terminates anyway") from None
     return sorted(found)
