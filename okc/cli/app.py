@@ -25,7 +25,8 @@ app = typer.Typer(
     rich_markup_mode=None,  # plain help: rendering it through rich doubled `okc --help`'s start-up time
 )
 pod_app = typer.Typer(
-    help="Pods (targets) from pod.yaml: status and host-key pinning.\n\nExample: okc pod status h200",
+    help="Pods (targets) from pod.yaml: status, host-key pinning, and Runpod pods' up, stop, terminate, create."
+         "\n\nExample: okc pod up h200",
     no_args_is_help=True,
 )
 app.add_typer(pod_app, name="pod")

@@ -53,6 +53,9 @@ def sync(
         out.print(f"{verb[1]} {name}", markup=False, soft_wrap=True)
     out.print(f"{pod.name}: {len(report.sent)} {verb[0]}, {len(report.deleted)} {verb[1]}, {report.unchanged} unchanged"
               f" ({report.bytes_sent} bytes in {report.seconds:.2f} s)", markup=False)
+    if report.watchdog is not None and report.watchdog["watchdog"] != "off":
+        out.print(f"idle stop: {pod.name} stops itself after {report.watchdog['idle_stop_minutes']:g} min without an okc job",
+                  markup=False)
 
 
 @pod_app.command("status")
@@ -64,22 +67,149 @@ def pod_status(
 ) -> None:
     """Is the pod reachable; its GPU, memory, SM clock, utilisation, running okc jobs and free disk.
 
+    A Runpod pod also shows its state, $/h and uptime, and its idle-stop watchdog with its log.
+
     Example: okc pod status h200
     """
     import json
 
-    from okc.pods import remote
     from okc.errors import EXIT_UNREACHABLE
+    from okc.pods import lifecycle
 
     fmt = output_format(fmt, as_json)
     lab, pod = _pod(name)
-    status = remote.pod_status(lab, pod)
+    status = lifecycle.status(lab, pod)
     if fmt == "json":
         out.print(json.dumps(status, indent=2), markup=False, soft_wrap=True)
     else:
-        show([remote.status_table(status)], fmt)
+        show(lifecycle.status_tables(status), fmt)
     if not status["reachable"]:
         raise typer.Exit(EXIT_UNREACHABLE)
+
+
+@pod_app.command("up")
+@handles_errors
+def pod_up(
+    name: str = typer.Argument(..., help="A Runpod pod from pod.yaml (one with runpod_id)."),
+    timeout: float = typer.Option(600.0, "--timeout", help="Seconds to wait for the pod and its SSH server."),
+) -> None:
+    """Start or resume a Runpod pod, wait until SSH answers, then sync it (which starts its idle stop).
+
+    Its new IP and port are read from Runpod's API; pod.yaml needs no edit. On first
+    contact it shows the host key's fingerprint to pin with okc pod trust.
+
+    Example: okc pod up h200
+    """
+    from okc.pods import lifecycle
+
+    lab, pod = _pod(name)
+    report = lifecycle.up(lab, pod, timeout=timeout, on_wait=lambda text: err.print(text, markup=False, soft_wrap=True))
+    info = report.runpod
+    rate = f", ${info.cost_per_hr:.3f}/h" if info.cost_per_hr is not None else ""
+    out.print(f"pod {pod.name} {'started' if report.started else 'running'} (Runpod {info.id}{rate}) "
+              f"at {info.public_ip}:{info.ssh_port} in {report.seconds:.0f} s", markup=False, soft_wrap=True)
+    if report.pinned == "changed":
+        raise ConfigError(f"pod {pod.name} ({report.pin_name}) now offers a different host key {report.key_type} "
+                          f"{report.fingerprint}; check it (Runpod images may make new keys when a pod restarts: "
+                          f"see the pod's log) and pin it with: okc pod trust {pod.name}")
+    if report.pinned == "no":
+        out.print(f"first contact: pod {pod.name} offers {report.key_type} {report.fingerprint}", markup=False, soft_wrap=True)
+        out.print(f"pin it with: okc pod trust {pod.name}   (the first okc sync or check after that starts its idle stop)",
+                  markup=False, soft_wrap=True)
+        return
+    synced, watchdog = report.sync, report.sync.watchdog
+    out.print(f"synced: {len(synced.sent)} sent, {len(synced.deleted)} deleted, {synced.unchanged} unchanged", markup=False, soft_wrap=True)
+    if watchdog is not None and watchdog["watchdog"] != "off":
+        out.print(f"idle stop: the pod stops itself after {watchdog['idle_stop_minutes']:g} min without an okc job "
+                  f"(watchdog {watchdog['watchdog']}, pid {watchdog['pid']})", markup=False, soft_wrap=True)
+    else:
+        out.print("idle stop: off (idle_stop_minutes: 0 in pod.yaml)", markup=False, soft_wrap=True)
+
+
+@pod_app.command("stop")
+@handles_errors
+def pod_stop(name: str = typer.Argument(..., help="A Runpod pod from pod.yaml.")) -> None:
+    """Stop a Runpod pod: billing for its GPU stops; its volume (and remote_dir on it) stays.
+
+    Example: okc pod stop h200
+    """
+    from okc.pods import lifecycle
+
+    lab, pod = _pod(name)
+    info = lifecycle.stop(lab, pod)
+    out.print(f"pod {pod.name} (Runpod {info.id}) is {info.desired_status.lower()}; start it again with: okc pod up {pod.name}",
+              markup=False)
+
+
+@pod_app.command("terminate")
+@handles_errors
+def pod_terminate(
+    name: str = typer.Argument(..., help="A Runpod pod from pod.yaml."),
+    yes: bool = typer.Option(False, "--yes", help="Do not ask."),
+    force: bool = typer.Option(False, "--force", help="Terminate even with jobs not pulled here (they are lost)."),
+) -> None:
+    """Delete a Runpod pod and its volume for good; refused while its jobs are not pulled here.
+
+    Example: okc pod terminate h200
+    """
+    from okc.pods import lifecycle
+
+    lab, pod = _pod(name)
+    info = lifecycle.check_terminate(lab, pod, force)
+    if not yes and not typer.confirm(f"Terminate pod {pod.name} (Runpod {info.id}) and delete its volume?", default=False):
+        raise ConfigError(f"pod {pod.name} not terminated")
+    lifecycle.terminate(pod)
+    out.print(f"pod {pod.name} (Runpod {info.id}) terminated; remove its entry from {lab.pod_file}", markup=False, soft_wrap=True)
+
+
+@pod_app.command("create")
+@handles_errors
+def pod_create(
+    name: str = typer.Argument(..., help="The name to give it in pod.yaml."),
+    gpu: str = typer.Option(..., "--gpu", help='Runpod GPU type, e.g. "NVIDIA H200".'),
+    image: str = typer.Option(..., "--image", help="Container image with PyTorch, e.g. runpod/pytorch:2.8.0-py3.11-cuda12.8.1-cudnn-devel-ubuntu22.04."),
+    volume_gb: int = typer.Option(50, "--volume-gb", min=1, help="Volume at /workspace (kept across stops), GB."),
+    disk_gb: int = typer.Option(30, "--disk-gb", min=1, help="Container disk (wiped at every stop), GB."),
+    gpus: int = typer.Option(1, "--gpus", min=1, help="GPUs."),
+    cloud: str = typer.Option("SECURE", "--cloud", help="SECURE or COMMUNITY."),
+    key: Optional[str] = typer.Option(None, "--public-key", help="SSH public key to install (default: ~/.ssh/id_ed25519.pub, ...)."),
+    idle_stop_minutes: Optional[float] = typer.Option(None, "--idle-stop-minutes", min=0, help="Write this idle stop into pod.yaml (default 30)."),
+) -> None:
+    """Create a Runpod pod with your SSH key and port 22 exposed, and add it to pod.yaml (comments kept).
+
+    Example: okc pod create h200 --gpu "NVIDIA H200" --image runpod/pytorch:2.8.0-py3.11-cuda12.8.1-cudnn-devel-ubuntu22.04
+    """
+    from okc.pods import lifecycle
+    from okc.pods.config import POD_NAME, LOCAL_TARGET
+
+    if not POD_NAME.match(name) or name == LOCAL_TARGET:
+        raise ConfigError(f"pod name {name!r} is not usable: letters, digits, '_', '.', '-' (and not 'local')")
+    if cloud.upper() not in ("SECURE", "COMMUNITY"):
+        raise ConfigError(f"--cloud must be SECURE or COMMUNITY, got {cloud!r}")
+    lab = load_lab()
+    public = lifecycle.public_key(key)
+    spec = lifecycle.pod_spec(name, gpu, image, public, volume_gb, disk_gb, gpus, cloud.upper())
+    info, path = lifecycle.create(lab, name, spec, public, idle_stop_minutes)
+    out.print(f"created Runpod pod {info.id} ({gpus} x {gpu}) with the key {public.path}; added {name} to {path}",
+              markup=False, soft_wrap=True)
+    out.print(f"next: okc pod up {name}", markup=False)
+
+
+@app.command("cost")
+@handles_errors
+def cost(
+    fmt: str = typer.Option("table", "--format", help=FORMAT_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Same as --format json."),
+) -> None:
+    """GPU hours and dollars per candidate, per day and per pod; a running Runpod pod's idle hours.
+
+    Example: okc cost --json
+    """
+    from okc.pods import lifecycle
+
+    fmt = output_format(fmt, as_json)
+    tables, notes = lifecycle.cost_report(load_lab())
+    show(tables, fmt, *notes)
 
 
 @pod_app.command("trust")

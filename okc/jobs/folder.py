@@ -202,7 +202,13 @@ def run_for(job_dir: Path) -> Run | None:
 
 
 def record_job(conn, job_dir: Path) -> bool:
-    """Record a finished job in the ledger (a floor job in floors); False if already there or nothing to record."""
+    """Record a finished job in the ledger (a floor job in floors); False if already there or nothing to record.
+
+    Every job also gets its cost row: GPU seconds, and dollars where its pod's $/h is known.
+    """
+    from okc.lab.costs import record_job_cost
+
+    record_job_cost(conn, job_dir)
     floor = floor_for(job_dir)
     if floor is not None:
         return record_floor(conn, floor)

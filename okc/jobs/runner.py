@@ -55,8 +55,10 @@ def pod_for(lab: Lab, on: str | None):
     if on == "local" or (on is None and not lab.pod_file.exists()):
         return None
     from okc.pods.config import resolve_pod  # paramiko-free parsing, but only needed with pods
+    from okc.pods.runpod import connectable
 
-    return resolve_pod(lab, on)
+    # A Runpod pod's address, read from its API once here (a sweep's jobs share it); stopped: refused.
+    return connectable(lab, resolve_pod(lab, on))
 
 
 def open_target(lab: Lab, on: str | None = None, pod=None) -> Target:

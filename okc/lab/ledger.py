@@ -76,6 +76,37 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         """CREATE TRIGGER floors_append_only BEFORE UPDATE ON floors
            BEGIN SELECT RAISE(ABORT, 'ledger floors are append-only: measure again for a new row'); END""",
     ),
+    (
+        # What GPU time cost: each job's GPU seconds and dollars (okc.lab.costs), and each pod's
+        # $/h as okc last saw it (Runpod's API, or cost_per_hour in pod.yaml).
+        """CREATE TABLE pod_rates (
+            id INTEGER PRIMARY KEY,
+            pod TEXT NOT NULL,
+            runpod_id TEXT,
+            usd_per_hour REAL NOT NULL,
+            gpus INTEGER NOT NULL,
+            source TEXT NOT NULL,
+            started_at TEXT,
+            observed_at TEXT NOT NULL
+        )""",
+        "CREATE INDEX pod_rates_by_pod ON pod_rates (pod, id)",
+        """CREATE TABLE job_costs (
+            id INTEGER PRIMARY KEY,
+            job_id TEXT NOT NULL UNIQUE,
+            kind TEXT NOT NULL,
+            target TEXT NOT NULL,
+            candidate_number INTEGER,
+            candidate_name TEXT,
+            gpu_seconds REAL,
+            usd_per_gpu_hour REAL,
+            usd REAL,
+            created_at TEXT NOT NULL
+        )""",
+        """CREATE TRIGGER pod_rates_append_only BEFORE UPDATE ON pod_rates
+           BEGIN SELECT RAISE(ABORT, 'ledger pod rates are append-only'); END""",
+        """CREATE TRIGGER job_costs_append_only BEFORE UPDATE ON job_costs
+           BEGIN SELECT RAISE(ABORT, 'ledger job costs are append-only'); END""",
+    ),
 )
 
 

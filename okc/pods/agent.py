@@ -14,6 +14,9 @@ Each verb prints one JSON document. Verbs:
 - ``cancel RESULTS JOB_ID``: stop a running job (its launcher kills the worker's process group).
 - ``jobs RESULTS``: every job under RESULTS with its state.
 - ``status REMOTE_DIR``: GPU (nvidia-smi), free disk, running jobs.
+- ``watchdog REMOTE_DIR MINUTES active|report``: make sure the pod's idle-stop watchdog
+  (okc.pods.watchdog, from the synced copy) runs with these settings, once; MINUTES 0 stops
+  it; ``active`` restarts its idle period. Its log's tail.
 """
 
 from __future__ import annotations
@@ -133,7 +136,25 @@ def status(remote_dir: str) -> dict:
             "python": sys.version.split()[0], "synced": os.path.exists(os.path.join(remote_dir, MANIFEST))}
 
 
-VERBS = {"apply": apply, "start": start, "run": run, "cancel": cancel_job, "jobs": jobs, "status": status}
+# -- idle stop -------------------------------------------------------------------------
+
+
+def watchdog(remote_dir: str, minutes: str, use: str) -> dict:
+    """Run the synced copy of okc.pods.watchdog's ``ensure``: it starts the watchdog once, and reports.
+
+    ``use`` is ``active`` (okc is about to use the pod) or ``report`` (only asking)."""
+    if not os.path.isfile(os.path.join(remote_dir, "okc", "pods", "watchdog.py")):
+        fail(f"okc is not synced to {remote_dir} yet: okc sync")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (remote_dir, os.environ.get("PYTHONPATH")) if p))
+    done = subprocess.run([sys.executable, "-S", "-m", "okc.pods.watchdog", "ensure", remote_dir, minutes, use],
+                          cwd=remote_dir, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    if done.returncode != 0:
+        fail(f"starting the watchdog failed: {(done.stderr.strip().splitlines() or ['no message'])[-1]}")
+    return json.loads(done.stdout)
+
+
+VERBS = {"apply": apply, "start": start, "run": run, "cancel": cancel_job, "jobs": jobs, "status": status,
+         "watchdog": watchdog}
 
 
 def main(argv: list) -> None:

@@ -21,6 +21,7 @@ import paramiko
 import yaml
 
 from okc.errors import ConfigError
+from okc.pods.runpod import RUNPOD_ID
 
 SSH_CONFIG_ENV = "OKC_SSH_CONFIG"  # which ssh config to honour (tests point it at an empty file)
 DEFAULT_SSH_CONFIG = "~/.ssh/config"
@@ -29,6 +30,9 @@ LOCAL_TARGET = "local"  # `--on local`: run on this machine even when pod.yaml n
 POD_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 MAX_PORT = 65535
+RUNPOD_REMOTE_DIR = "/workspace/okc"  # Runpod's volume: the container disk is wiped at every stop
+RUNPOD_USER = "root"
+DEFAULT_IDLE_STOP_MINUTES = 30.0
 
 POD_YAML_HINT = """\
 a minimal pod.yaml:
@@ -43,11 +47,16 @@ a minimal pod.yaml:
 
 @dataclass(frozen=True)
 class Pod:
-    """One pod.yaml entry. ``port``/``user``/``identity_file`` may come from ~/.ssh/config."""
+    """One pod.yaml entry. ``port``/``user``/``identity_file`` may come from ~/.ssh/config.
+
+    A Runpod pod may give ``runpod_id`` instead of ``host``: its address is then read from
+    Runpod's API at each connection (see okc.pods.runpod.connectable), and remote_dir
+    defaults to the pod's volume.
+    """
 
     name: str
-    host: str
-    remote_dir: str
+    host: str | None = None
+    remote_dir: str | None = None
     port: int | None = None
     user: str | None = None
     identity_file: str | None = None
@@ -55,14 +64,29 @@ class Pod:
     env: Mapping[str, str] = field(default_factory=dict)
     gpus: int = 1
     runpod_id: str | None = None
+    idle_stop_minutes: float = DEFAULT_IDLE_STOP_MINUTES  # a Runpod pod stops itself after this long without a job; 0: never
+    cost_per_hour: float | None = None  # $/h of the whole host, for hosts whose price no API tells
+    resolved: bool = field(default=False, compare=False, repr=False)  # host/port/state already read from the API
 
     def __post_init__(self) -> None:
         where = f"pod {self.name!r}"
         if not isinstance(self.name, str) or not POD_NAME.match(self.name) or self.name == LOCAL_TARGET:
             raise ConfigError(f"pod name {self.name!r} is not usable: letters, digits, '_', '.', '-' (and not 'local')")
-        _require_str(where, "host", self.host)
-        if self.host.startswith("-") or any(c.isspace() for c in self.host):
-            raise ConfigError(f"{where}: host must be a host name or address, got {self.host!r}")
+        if self.runpod_id is not None:
+            if not isinstance(self.runpod_id, str) or not RUNPOD_ID.match(self.runpod_id):
+                raise ConfigError(f"{where}: runpod_id must be a Runpod pod id (letters and digits), got {self.runpod_id!r}")
+            if self.remote_dir is None:
+                object.__setattr__(self, "remote_dir", RUNPOD_REMOTE_DIR)
+            if self.user is None:
+                object.__setattr__(self, "user", RUNPOD_USER)
+        if self.host is None and self.runpod_id is None:
+            raise ConfigError(f"{where}: missing host (or runpod_id for a Runpod pod)")
+        if self.host is not None:
+            _require_str(where, "host", self.host)
+            if self.host.startswith("-") or any(c.isspace() for c in self.host):
+                raise ConfigError(f"{where}: host must be a host name or address, got {self.host!r}")
+        if self.remote_dir is None:
+            raise ConfigError(f"{where}: missing remote_dir")
         _require_str(where, "remote_dir", self.remote_dir)
         remote = PurePosixPath(self.remote_dir)
         if not remote.is_absolute() or ".." in remote.parts or remote == PurePosixPath("/"):
@@ -73,10 +97,17 @@ class Pod:
                 raise ConfigError(f"{where}: port must be an integer, got {self.port!r}")
             if not 1 <= self.port <= MAX_PORT:
                 raise ConfigError(f"{where}: port must be between 1 and {MAX_PORT}, got {self.port}")
-        for name in ("user", "identity_file", "runpod_id"):
+        for name in ("user", "identity_file"):
             value = getattr(self, name)
             if value is not None:
                 _require_str(where, name, value)
+        minutes = self.idle_stop_minutes
+        if isinstance(minutes, bool) or not isinstance(minutes, (int, float)) or not 0 <= minutes < float("inf"):
+            raise ConfigError(f"{where}: idle_stop_minutes must be a number of minutes >= 0 (0: never), got {minutes!r}")
+        object.__setattr__(self, "idle_stop_minutes", float(minutes))
+        rate = self.cost_per_hour
+        if rate is not None and (isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate < float("inf")):
+            raise ConfigError(f"{where}: cost_per_hour must be dollars per hour (a number >= 0), got {rate!r}")
         _require_str(where, "python", self.python)
         if isinstance(self.gpus, bool) or not isinstance(self.gpus, int) or self.gpus < 1:
             raise ConfigError(f"{where}: gpus must be a positive integer, got {self.gpus!r}")
@@ -167,7 +198,7 @@ def parse_pod_file(data: Any, source: str = "pod.yaml") -> PodFile:
     raw_pods = data.get("pods") or {}
     if not isinstance(raw_pods, dict):
         raise ConfigError(f"{source}: 'pods' must be a mapping of pod name to settings")
-    known = [f for f in Pod.__dataclass_fields__ if f != "name"]
+    known = [f for f in Pod.__dataclass_fields__ if f not in ("name", "resolved")]
     pods = {}
     for name, settings in raw_pods.items():
         name = str(name)
@@ -176,9 +207,10 @@ def parse_pod_file(data: Any, source: str = "pod.yaml") -> PodFile:
         bad = sorted(set(map(str, settings)) - set(known))
         if bad:
             raise ConfigError(f"pod {name!r}: unknown key(s) {', '.join(bad)} (known: {', '.join(known)})")
-        missing = [key for key in ("host", "remote_dir") if key not in settings]
-        if missing:
-            raise ConfigError(f"pod {name!r}: missing {', '.join(missing)}")
+        if "runpod_id" not in settings:
+            missing = [key for key in ("host", "remote_dir") if key not in settings]
+            if missing:
+                raise ConfigError(f"pod {name!r}: missing {', '.join(missing)}")
         if settings.get("env") is None:
             settings = {**settings, "env": {}}
         pods[name] = Pod(name=name, **settings)
@@ -228,6 +260,8 @@ def ssh_config_path() -> Path:
 def resolve_endpoint(pod: Pod, config_path: Path | None = None) -> Endpoint:
     """Apply ~/.ssh/config (or ``config_path``) under the pod's explicit settings."""
     config_path = config_path or ssh_config_path()
+    if pod.host is None:
+        raise ConfigError(f"pod {pod.name!r}: its address comes from Runpod's API; resolve it first (okc.pods.runpod.connectable)")
     config = paramiko.SSHConfig()
     if config_path.is_file():
         try:

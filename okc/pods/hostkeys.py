@@ -30,6 +30,14 @@ def fingerprint(key: paramiko.PKey) -> str:
     return key.fingerprint
 
 
+def pin_name(pod, endpoint) -> str:
+    """The name a pod's key is pinned under: a Runpod pod by its id, since its public IP and
+    port change at every start (and are reused by other pods); any other pod by host:port."""
+    if pod.runpod_id is not None:
+        return f"runpod:{pod.runpod_id}"
+    return endpoint.known_hosts_name
+
+
 def describe(key: paramiko.PKey) -> str:
     return f"{key.get_name()} {fingerprint(key)}"
 
@@ -83,8 +91,11 @@ class RefuseUnknownHost(paramiko.MissingHostKeyPolicy):
 
 
 def changed_key_error(pod_name: str, host_name: str, pinned: paramiko.PKey, offered: paramiko.PKey) -> PodError:
+    rebuilt = "if the pod was rebuilt"
+    if host_name.startswith("runpod:"):  # the container disk, /etc/ssh with it, is new after a stop
+        rebuilt = "a Runpod image may make new host keys when the pod restarts: compare with the pod's log"
     return PodError(
         f"pod {pod_name!r} ({host_name}): host key CHANGED: pinned {describe(pinned)}, "
-        f"now offered {describe(offered)}; refusing to connect (if the pod was rebuilt, "
+        f"now offered {describe(offered)}; refusing to connect ({rebuilt}, "
         f"check the new key and run: okc pod trust {pod_name})"
     )

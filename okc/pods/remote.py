@@ -19,7 +19,9 @@ from okc.reports.tables import Table
 
 
 def open_target(lab, pod: Pod) -> SSHTarget:
-    return SSHTarget(pod, HostKeyPins(pins_path(lab)))
+    from okc.pods.runpod import connectable  # a Runpod pod's address is read from its API
+
+    return SSHTarget(connectable(lab, pod), HostKeyPins(pins_path(lab)))
 
 
 def pod_status(lab, pod: Pod) -> dict:

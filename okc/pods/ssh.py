@@ -24,7 +24,7 @@ from typing import Callable, Iterator, Sequence
 import paramiko
 
 from okc.errors import ConfigError, PodError, UnreachableError
-from okc.pods.hostkeys import HostKeyPins, RefuseUnknownHost, changed_key_error
+from okc.pods.hostkeys import HostKeyPins, RefuseUnknownHost, changed_key_error, pin_name
 from okc.pods.config import Endpoint, Pod, resolve_endpoint
 
 CONNECT_TIMEOUT_S = 10.0  # TCP connect (and the proxy's first bytes)
@@ -147,9 +147,9 @@ class SSHTarget:
         endpoint = self.endpoint
         identities = self._identity_files(endpoint)
         client = paramiko.SSHClient()
-        host_name = endpoint.known_hosts_name
-        for key_type, key in self.pins.lookup(host_name).items():
-            client.get_host_keys().add(host_name, key_type, key)
+        host_name = pin_name(self.pod, endpoint)
+        for key_type, key in self.pins.lookup(host_name).items():  # paramiko checks them under host:port
+            client.get_host_keys().add(endpoint.known_hosts_name, key_type, key)
         client.set_missing_host_key_policy(RefuseUnknownHost(self.pod.name))
         sock = self._socket(endpoint)
         try:
@@ -195,14 +195,14 @@ class SSHTarget:
         return self
 
     def offered_host_key(self) -> tuple[str, paramiko.PKey]:
-        """The pod's host-key name and the key it offers, without authenticating or trusting it."""
+        """The name the pod's key is pinned under and the key it offers, without authenticating or trusting it."""
         endpoint = self.endpoint
         sock = self._socket(endpoint)
         transport = paramiko.Transport(sock)
         transport.banner_timeout = BANNER_TIMEOUT_S
         try:
             transport.start_client(timeout=CONNECT_TIMEOUT_S)
-            return endpoint.known_hosts_name, transport.get_remote_server_key()
+            return pin_name(self.pod, endpoint), transport.get_remote_server_key()
         except (paramiko.SSHException, OSError, EOFError) as exc:
             raise UnreachableError(f"{self._where(endpoint)}: SSH handshake failed ({exc or type(exc).__name__})") from None
         finally:

@@ -18,7 +18,7 @@ import io
 import json
 import tarfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -32,6 +32,7 @@ SKIPPED_DIRS = {"__pycache__", ".git", ".ipynb_checkpoints"}
 SKIPPED_SUFFIXES = (".pyc", ".pyo", ".swp")
 NEVER_SYNCED = ("results/", ".okc/")  # remote folders a sync must leave alone whatever a manifest says
 APPLY_TIMEOUT_S = 600.0
+WATCHDOG_TIMEOUT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,7 @@ class SyncReport:
     bytes_sent: int
     seconds: float
     dry_run: bool = False
+    watchdog: dict | None = None  # a Runpod pod's idle-stop watchdog, as the pod reported it
 
     @property
     def changed(self) -> bool:
@@ -147,7 +149,32 @@ def _tar_stream(files: dict[str, Path], send: list[str], manifest: dict, delete:
 
 
 def sync(lab, target: SSHTarget, dry_run: bool = False, progress: Callable[[SyncProgress], None] | None = None) -> SyncReport:
-    """Make the pod's copy of the lab match this one; only differences travel."""
+    """Make the pod's copy of the lab match this one; only differences travel.
+
+    A Runpod pod's idle-stop watchdog runs from this copy, so it is (re)started right after.
+    """
+    report = _push(lab, target, dry_run, progress)
+    if dry_run:
+        return report
+    return replace(report, watchdog=ensure_watchdog(target))
+
+
+def ensure_watchdog(target: SSHTarget, active: bool = True) -> dict | None:
+    """A Runpod pod stops itself when idle: make sure its watchdog runs, with pod.yaml's
+    idle_stop_minutes (0 stops it); ``active`` (a sync before jobs) restarts the idle period.
+    Its state and log tail; None for other hosts, which cannot stop themselves."""
+    pod = target.pod
+    if pod.runpod_id is None:
+        return None
+    argv = agent_argv(target, "watchdog", pod.remote_dir, repr(pod.idle_stop_minutes), "active" if active else "report")
+    result = target.run(argv, timeout=WATCHDOG_TIMEOUT_S).check("starting the idle-stop watchdog")
+    try:
+        return json.loads(result.stdout)
+    except ValueError:
+        raise PodError(f"the watchdog verb on pod {pod.name!r} answered something that is not JSON") from None
+
+
+def _push(lab, target: SSHTarget, dry_run: bool, progress: Callable[[SyncProgress], None] | None) -> SyncReport:
     started = time.monotonic()
     files = local_files(lab)
     local = local_manifest(files)
@@ -176,8 +203,9 @@ def sync(lab, target: SSHTarget, dry_run: bool = False, progress: Callable[[Sync
 def sync_lab(lab, pod, dry_run: bool = False, progress: Callable[[SyncProgress], None] | None = None) -> SyncReport:
     """:func:`sync` over a fresh connection to ``pod`` (what ``okc sync`` does)."""
     from okc.pods.hostkeys import HostKeyPins, pins_path
+    from okc.pods.runpod import connectable
 
-    with SSHTarget(pod, HostKeyPins(pins_path(lab))) as target:
+    with SSHTarget(connectable(lab, pod), HostKeyPins(pins_path(lab))) as target:
         return sync(lab, target, dry_run=dry_run, progress=progress)
 
 

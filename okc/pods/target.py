@@ -53,6 +53,9 @@ class PodTarget:
     poll_s = 0.5
 
     def __init__(self, lab, pod: Pod) -> None:
+        from okc.pods.runpod import connectable  # a Runpod pod's address is read from its API; stopped: refused here
+
+        pod = connectable(lab, pod)
         self.lab, self.pod, self.name = lab, pod, pod.name
         self.gpus = ",".join(str(index) for index in range(pod.gpus))
         self.ssh = SSHTarget(pod, HostKeyPins(pins_path(lab)))
@@ -136,6 +139,7 @@ class PodTarget:
                 continue  # the same file okc uploaded or streamed; a finished folder is not rewritten
             local.parent.mkdir(parents=True, exist_ok=True)
             self.ssh.get(f"{remote}/{relative}", local)
+        mark_pulled(self.ssh, job_id)
 
     def _remote_files(self, folder: str) -> list[tuple[str, int]]:
         """(path relative to ``folder``, size) of every file below it."""
@@ -150,3 +154,20 @@ class PodTarget:
                     elif stat.S_ISREG(attrs.st_mode):
                         found.append((relative, attrs.st_size))
         return found
+
+
+def mark_pulled(ssh: SSHTarget, job_id: str) -> None:
+    """Tell the pod the job is safe here: its watchdog may then stop a pod whose container disk it is on."""
+    from okc.pods.watchdog import PULLED_DIR, STATE_DIR
+
+    marker = ssh.pod.remote_path(f"{PULLED_DIR}/{job_id}")
+    with ssh.network_errors("marking a job pulled"):
+        try:
+            ssh.sftp.open(marker, "w").close()
+        except FileNotFoundError:  # the first pull from this pod: make the folder (one round trip less per job after)
+            for folder in (STATE_DIR, PULLED_DIR):
+                try:
+                    ssh.sftp.mkdir(ssh.pod.remote_path(folder))
+                except OSError:
+                    pass  # exists already
+            ssh.sftp.open(marker, "w").close()
