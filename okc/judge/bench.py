@@ -21,7 +21,9 @@ import torch
 
 # Importing timing binds torch's timing objects, before any candidate module is imported.
 from okc.judge import cpu_timing, envinfo, pairs, stats, timing
-from okc.judge.benchcases import INPUT_SETS, BenchFailed, error_result, make_inputs, scored_cases, shape_rows
+from okc.judge.benchcases import (
+    INPUT_SETS, BenchFailed, error_result, make_inputs, scored_cases, scored_loads, shape_rows, summarize,
+)
 from okc.judge.pairs import PairTable
 from okc.judge.problem import Problem
 from okc.judge.seeds import derive_seed
@@ -214,7 +216,7 @@ class Bench:
         self.phase = phase or (lambda *args, **info: None)
         self.progress = progress or (lambda state: None)
         self.cases = scored_cases(problem, cases)
-        self.loads = [load for load in problem.loads if any(case.load == load.name for case in self.cases)]
+        self.loads = scored_loads(problem, self.cases)
         self.sides = Sides(Side("candidate", candidate), Side("against", against), copies=settings.copies,
                            captures=settings.captures, seed=derive_seed(seed, "slots"))
         self.persisting: PersistingReport | None = None
@@ -253,11 +255,7 @@ class Bench:
         return table, stopped_by
 
     def summary(self, table: PairTable) -> dict:
-        try:
-            return pairs.summarize(table, self.shape_rows, [load.name for load in self.loads],
-                                   [load.m for load in self.loads], self.settings.judge_overhead_us)
-        except ValueError as exc:
-            raise BenchFailed(str(exc)) from None
+        return summarize(table, self.shape_rows, self.loads, self.settings.judge_overhead_us)
 
 
 def run_bench(problem: Problem, candidate: Path, against: Path, *, device: torch.device, seed: int,

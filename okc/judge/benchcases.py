@@ -54,3 +54,18 @@ def shape_rows(problem: Problem, cases: list[Case], inputs: list[torch.Tensor]) 
         rows.append({"layer": case.layer, "m": case.m, "load": case.load, "n": problem.output_spec(case)[0][-1],
                      "k": x.shape[-1], "floor_us": problem.floor_us(case), "bytes": nbytes, "flops": flops})
     return rows
+
+
+def scored_loads(problem: Problem, cases: list[Case]) -> list:
+    """The problem's loads that ``cases`` touch, in the problem's order."""
+    return [load for load in problem.loads if any(case.load == load.name for case in cases)]
+
+
+def summarize(table, shape_rows: list[dict], loads: list, overhead_us: float) -> dict:
+    """result.json's per-shape, per-load and score fields from a finished pair table (both benches)."""
+    from okc.judge import pairs
+
+    try:
+        return pairs.summarize(table, shape_rows, [load.name for load in loads], [load.m for load in loads], overhead_us)
+    except ValueError as exc:
+        raise BenchFailed(str(exc)) from None

@@ -31,7 +31,9 @@ import numpy as np
 import torch
 
 from okc.judge import pairs, stats
-from okc.judge.benchcases import INPUT_SETS, BenchFailed, error_result, make_inputs, scored_cases, shape_rows
+from okc.judge.benchcases import (
+    INPUT_SETS, BenchFailed, error_result, make_inputs, scored_cases, scored_loads, shape_rows, summarize,
+)
 from okc.judge.loader import CandidateLoadError, load_candidate
 from okc.judge.pairs import PairTable, Unit
 from okc.judge.problem import Case, Problem
@@ -111,7 +113,7 @@ class CpuBench:
         self.phase = phase or (lambda *args, **info: None)
         self.progress = progress or (lambda state: None)
         self.cases = scored_cases(problem, cases)
-        self.loads = [load for load in problem.loads if any(case.load == load.name for case in self.cases)]
+        self.loads = scored_loads(problem, self.cases)
         self.sides = {"candidate": CpuSide("candidate", candidate), "baseline": CpuSide("against", against)}
         names = [load.name for load in self.loads]
         self.matrix = pairs.load_matrix([names.index(case.load) for case in self.cases], len(names))
@@ -183,11 +185,7 @@ class CpuBench:
         return table, stopped_by
 
     def summary(self, table: PairTable) -> dict:
-        try:
-            return pairs.summarize(table, self.shape_rows, [load.name for load in self.loads],
-                                   [load.m for load in self.loads], self.settings.judge_overhead_us)
-        except ValueError as exc:
-            raise BenchFailed(str(exc)) from None
+        return summarize(table, self.shape_rows, self.loads, self.settings.judge_overhead_us)
 
 
 def run_cpu_bench(problem: Problem, candidate: Path, against: Path, *, seed: int, settings,
