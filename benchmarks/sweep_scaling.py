@@ -7,8 +7,9 @@ Run from the lab root on a machine with GPUs (the repository itself is a muse_bf
 Each pass starts a new run of the sweep's screen stage (every point timed on every shape)
 with its own empty Triton cache, so neither pass inherits the other's compiled kernels; one
 point is screened first and thrown away, so both passes start with warm file caches. Prints
-points/s per pass and their ratio (target: >= 1.9 on two GPUs); with $OUT set, the report
-is also written to $OUT/sweep_scaling.txt.
+points/s per pass and their ratio (target: >= 1.9 on two GPUs), and where each pass's time
+went (from its screen jobs' lines: compile, prepare+capture, timing, idle GPU); with $OUT
+set, the report is also written to $OUT/sweep_scaling.txt.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from okc.judge.ahead import AHEAD_DIR
+from okc.judge.batch import read_lines
+from okc.contract import read_json
 from okc.sweeps.experiments import load_experiment
 from okc.sweeps.fanout import local_gpu_count, slots_for
 from okc.sweeps.funnel import Sweep, open_run
@@ -29,8 +33,8 @@ from okc.lab.config import find_lab
 TRITON_CACHE = "TRITON_CACHE_DIR"
 
 
-def screen(lab, experiment, gpus: int) -> tuple[float, int, int]:
-    """Screen every point on ``gpus`` GPUs in a new run; (seconds, points, failed points)."""
+def screen(lab, experiment, gpus: int) -> tuple[float, int, int, Path]:
+    """Screen every point on ``gpus`` GPUs in a new run; (seconds, points, failed points, run folder)."""
     with tempfile.TemporaryDirectory(prefix="okc-triton-") as cache:
         os.environ[TRITON_CACHE] = cache  # the workers inherit it: nothing compiled by an earlier pass
         run, _ = open_run(lab, experiment, new=True)
@@ -39,7 +43,41 @@ def screen(lab, experiment, gpus: int) -> tuple[float, int, int]:
         sweep.screen()
         seconds = time.monotonic() - started
     failed = {row["point"] for row in run.rows if row["status"] != "ok"}
-    return seconds, len(experiment.points), len(failed)
+    return seconds, len(experiment.points), len(failed), run.path
+
+
+def time_split(run_path: Path, wall: float, gpus: int) -> str:
+    """Where the pass's GPU-seconds went, summed over its screen jobs' per-point lines."""
+    jobs = [d for d in sorted((run_path / "jobs").iterdir()) if "-screen-" in d.name]
+    lines = [line for job in jobs for line in read_lines(job)]
+    spent = {}
+    for line in lines:
+        for step, seconds in (line.get("seconds") or {}).items():
+            spent[step] = spent.get(step, 0.0) + seconds
+    in_worker = sum((line.get("compile") or {}).get("seconds", 0.0) for line in lines)
+    markers = [read_json(path) or {} for job in jobs for path in (job / AHEAD_DIR).glob("*.json")]
+    ahead_s = sum(marker.get("seconds", 0.0) for marker in markers)
+    kernels = sum(marker.get("kernels", 0) for marker in markers)
+    results = [read_json(job / "result.json") or {} for job in jobs]
+    worker_s = sum(result.get("duration_s") or 0.0 for result in results)
+    setup_s = sum(result.get("setup_s") or 0.0 for result in results)
+    prepare = spent.get("load", 0.0) + spent.get("prepare", 0.0) + spent.get("capture", 0.0)
+    timing = spent.get("time", 0.0)
+    gpu_s = wall * gpus
+    return "\n".join([
+        f"  {len(jobs)} screen job(s); GPU-seconds {gpu_s:.2f} ({gpus} GPU x {wall:.2f} s wall), of which:",
+        f"  compile: {ahead_s:.2f} CPU-s ahead in compile processes ({kernels} kernels, off the GPU's path); "
+        f"on the GPU's path {spent.get('wait_compile', 0.0):.2f} s waiting for them + {in_worker:.2f} s "
+        f"compiling/loading in the worker (inside capture)",
+        f"  worker start (python, torch, CUDA) and baseline ready: {worker_s - sum(spent.values()):.2f} s "
+        f"(baseline setup {setup_s:.2f} s)",
+        f"  prepare+capture (import, prepare, {len(lines)} points' graphs): {prepare:.2f} s",
+        f"  timing (warm-up and screen pairs): {timing:.2f} s",
+        f"  release and context check: {spent.get('release', 0.0) + spent.get('check', 0.0):.2f} s",
+        f"  launcher (process start, job files, between jobs): {gpu_s - worker_s:.2f} s",
+        f"  idle GPU (all but prepare+capture and timing): {gpu_s - prepare - timing:.2f} s "
+        f"({(gpu_s - prepare - timing) / gpu_s:.0%})",
+    ])
 
 
 def main() -> None:
@@ -58,10 +96,11 @@ def main() -> None:
              f"screen of {experiment.funnel.screen_pairs} pairs"]
     rates = {}
     for count in sorted({1, gpus}):
-        seconds, points, failed = screen(lab, experiment, count)
+        seconds, points, failed, run_path = screen(lab, experiment, count)
         rates[count] = points / seconds
         lines.append(f"{count} GPU(s): {points} points in {seconds:.1f} s = {rates[count]:.3f} points/s "
                      f"({failed} failed)")
+        lines.append(time_split(run_path, seconds, count))
     if gpus > 1:
         lines.append(f"throughput ratio {gpus} GPUs / 1 GPU: {rates[gpus] / rates[1]:.2f}x (target >= 1.9x on 2)")
     report = "\n".join(lines)

@@ -29,6 +29,7 @@ KINDS = {
     "bench": "okc.judge.bench:run_job",
     "floor": "okc.judge.floor:run_job",
     "time": "okc.judge.sweep:run_job",
+    "screen": "okc.judge.screen:run_job",
 }
 
 

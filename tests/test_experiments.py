@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -19,6 +20,8 @@ from okc.errors import CandidateError, ConfigError
 from okc.sweeps.experiments import Point, load_experiment, materialise
 from okc.sweeps.funnel import TABLE_FILE, RunFolder, latest_run, run_sweep
 from okc.lab.config import find_lab
+from okc.lab.ledger import open_ledger
+from okc.lab.sweep_ledger import sweep_rows
 from okc.problems.tiny_matvec import PROBLEM as TINY
 
 from conftest import REPO, write_lab
@@ -65,6 +68,7 @@ def kernel_fn(x, layer):
 
 FAST = {"MODE": "right", "DELAY_MS": 1}
 SLOW = {"MODE": "right", "DELAY_MS": 4}
+SLOWEST = {"MODE": "right", "DELAY_MS": 150}  # screened last, for long enough that a Ctrl-C lands on it
 WRONG = {"MODE": "wrong", "DELAY_MS": 0}  # the fastest of all: screened first, caught by the check
 BROKEN = {"MODE": "broken", "DELAY_MS": 0}
 SHAPES = ["proj/m=1", "gate/m=8"]
@@ -167,30 +171,34 @@ def test_the_shipped_sweeps_parse(name, points):
 # -- running ---------------------------------------------------------------------------
 
 
-def interrupt_after_first_job(lab, name: str) -> tuple[Path, list[dict]]:
-    """Start `okc sweep NAME` as a process, Ctrl-C it once the first job is in the table; (run folder, table)."""
+def interrupt_after_first_rows(lab, name: str) -> tuple[Path, list[dict], str]:
+    """Start `okc sweep NAME` as a process, Ctrl-C it once rows are in the table; (run folder, table, stderr)."""
     proc = subprocess.Popen([sys.executable, "-m", "okc", "sweep", name], cwd=lab.root,
-                            env={**os.environ, "OKC_LAB": str(lab.root)},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            env={**os.environ, "OKC_LAB": str(lab.root), "COLUMNS": "300"},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     runs = lab.results / "experiments" / name
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not list(runs.glob(f"*/{TABLE_FILE}")):
         time.sleep(0.1)
     proc.send_signal(signal.SIGINT)
-    proc.wait(timeout=30)
+    _, stderr = proc.communicate(timeout=30)
     assert proc.returncode != 0
     (run_dir,) = runs.iterdir()
     before = [json.loads(line) for line in (run_dir / TABLE_FILE).read_text().splitlines()]
-    return run_dir, before
+    return run_dir, before, stderr
 
 
 def test_an_interrupted_sweep_resumes_funnels_to_the_winners_skips_failing_points_and_emits(tiny_lab):
     # One sweep serves every stage of the story, because each job costs a process start and a torch import.
-    write_sweep(tiny_lab, "demo", definition([FAST, WRONG, BROKEN]))
-    run_dir, before = interrupt_after_first_job(tiny_lab, "demo")
-    # The job in flight was stopped with the sweep, not left running: its folder says so.
-    assert all((job / "result.json").is_file() for job in (run_dir / "jobs").iterdir())
-    assert len({(r["point"], r["stage"]) for r in before}) == 1, "the interrupt came too late to test a resume"
+    write_sweep(tiny_lab, "demo", definition([FAST, WRONG, BROKEN, SLOWEST]))
+    run_dir, before, stderr = interrupt_after_first_rows(tiny_lab, "demo")
+    # The screen job in flight was stopped with the sweep, not left running: its folder says so.
+    (interrupted,) = (run_dir / "jobs").iterdir()
+    assert (interrupted / "result.json").is_file()
+    assert "resume with: okc sweep demo" in " ".join(stderr.split())
+    screened_before = {r["point"] for r in before}
+    assert {r["stage"] for r in before} == {"screen"}
+    assert Point.of(SLOWEST).id not in screened_before, "the interrupt came too late to test a resume"
 
     result = run_sweep(tiny_lab, "demo", emit=7)
     assert result.run.path == run_dir
@@ -200,11 +208,15 @@ def test_an_interrupted_sweep_resumes_funnels_to_the_winners_skips_failing_point
     for row in rows:
         jobs_per_stage.setdefault((row["point"], row["stage"]), set()).add(row["job"])
     assert all(len(jobs) == 1 for jobs in jobs_per_stage.values()), jobs_per_stage  # nothing finished ran twice
+    # The resumed screen job was given exactly the points the table lacked.
+    resumed = sorted(job for job in (run_dir / "jobs").iterdir() if "-screen-" in job.name and job != interrupted)
+    given = {p["id"] for job in resumed for p in json.loads((job / "job.json").read_text())["points"]}
+    assert given == {Point.of(p).id for p in (FAST, WRONG, BROKEN, SLOWEST)} - screened_before
 
     ids = {name: Point.of(params).id for name, params in (("fast", FAST), ("wrong", WRONG), ("broken", BROKEN))}
     assert {shape: win["point"] for shape, win in result.winners.items()} == {s: ids["fast"] for s in SHAPES}
     screen = {(r["point"], r["shape"]): r for r in rows if r["stage"] == "screen"}
-    assert len(screen) == 3 * len(SHAPES)
+    assert len(screen) == 4 * len(SHAPES)
     assert screen[ids["broken"], "proj/m=1"]["status"] == "fail"
     assert "this point does not compile" in screen[ids["broken"], "proj/m=1"]["reason"]
     assert screen[ids["wrong"], "gate/m=8"]["speedup"] > screen[ids["fast"], "gate/m=8"]["speedup"]
@@ -223,6 +235,18 @@ def test_an_interrupted_sweep_resumes_funnels_to_the_winners_skips_failing_point
     runner = CliRunner()
     checked = runner.invoke(app, ["check", "7"])
     assert checked.exit_code == 0, checked.output
+    # The ledger has every row of the table once, and the winners with the candidate emitted from them.
+    shown = runner.invoke(app, ["ledger", "--sweep", "demo", "--json"])
+    assert shown.exit_code == 0, shown.output
+    winners = {w["shape"]: w for w in json.loads(shown.output)}
+    assert set(winners) == set(SHAPES)
+    sha = hashlib.sha256(emitted.read_bytes()).hexdigest()
+    for win in winners.values():
+        assert (win["point"], win["params"], win["check"], win["emitted"]) == (ids["fast"], FAST, "pass", "007")
+        assert sha.startswith(win["emitted_sha256"]) and win["speedup_ci"][0] <= win["speedup"] <= win["speedup_ci"][1]
+    conn = open_ledger(tiny_lab.ledger_path)
+    assert len(sweep_rows(conn, "demo", run_dir.name)) == len(rows)
+    conn.close()
     again = runner.invoke(app, ["sweep", "demo", "--emit", "7"])  # the finished run is not redone
     assert again.exit_code == 2 and "candidate 007 exists already" in again.output
     assert len(list(run_dir.parent.iterdir())) == 1

@@ -20,10 +20,11 @@ def ledger(
     as_json: bool = typer.Option(False, "--json", help="Same as --format json."),
     calibration: bool = typer.Option(
         False, "--calibration", help="Official/local score ratios, and predicted official scores once 3 pairs exist."),
+    sweep: Optional[str] = typer.Option(None, "--sweep", help="A sweep's winners per shape (its latest finished run)."),
 ) -> None:
     """Every candidate: hash, local check, best local bench (CI), official check and scored results.
 
-    Example: okc ledger --format markdown
+    Example: okc ledger --format markdown (or: okc ledger --sweep gemv_decode)
     """
     from okc.lab import ledger as ledger_db
     from okc.lab import candidates
@@ -31,6 +32,13 @@ def ledger(
 
     fmt = output_format(fmt, as_json)
     lab = load_lab()
+    if sweep is not None:
+        from okc.lab.sweep_ledger import latest_winners
+
+        with ledger_db.ledger(lab.ledger_path) as conn:
+            table = views.sweep_winners_table(sweep, latest_winners(conn, sweep))
+        show([table], fmt)
+        return
     if calibration:
         from okc.reports.calibration import calibrate
 

@@ -107,6 +107,55 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         """CREATE TRIGGER job_costs_append_only BEFORE UPDATE ON job_costs
            BEGIN SELECT RAISE(ABORT, 'ledger job costs are append-only'); END""",
     ),
+    (
+        # Sweeps (okc sweep): one row per point, stage and shape ('' for a check), and each run's winners,
+        # again with the candidate a run emitted (okc.lab.sweep_ledger).
+        """CREATE TABLE sweep_rows (
+            id INTEGER PRIMARY KEY,
+            sweep TEXT NOT NULL,
+            run_id TEXT NOT NULL,
+            point TEXT NOT NULL,
+            params TEXT NOT NULL,
+            point_sha256 TEXT NOT NULL,
+            stage TEXT NOT NULL CHECK (stage IN ('screen', 'check', 'measure')),
+            shape TEXT NOT NULL,
+            status TEXT NOT NULL,
+            reason TEXT,
+            time_us REAL,
+            speedup REAL,
+            speedup_lo REAL,
+            speedup_hi REAL,
+            pairs INTEGER,
+            job_id TEXT,
+            slot TEXT,
+            created_at TEXT NOT NULL,
+            UNIQUE (run_id, point, stage, shape)
+        )""",
+        "CREATE INDEX sweep_rows_by_sweep ON sweep_rows (sweep, run_id)",
+        """CREATE TABLE sweep_winners (
+            id INTEGER PRIMARY KEY,
+            sweep TEXT NOT NULL,
+            run_id TEXT NOT NULL,
+            shape TEXT NOT NULL,
+            point TEXT NOT NULL,
+            params TEXT NOT NULL,
+            point_sha256 TEXT NOT NULL,
+            time_us REAL,
+            speedup REAL,
+            speedup_lo REAL,
+            speedup_hi REAL,
+            job_id TEXT,
+            emitted_number INTEGER,
+            emitted_name TEXT,
+            emitted_sha256 TEXT NOT NULL DEFAULT '',
+            created_at TEXT NOT NULL,
+            UNIQUE (run_id, shape, emitted_sha256)
+        )""",
+        """CREATE TRIGGER sweep_rows_append_only BEFORE UPDATE ON sweep_rows
+           BEGIN SELECT RAISE(ABORT, 'ledger sweep rows are append-only'); END""",
+        """CREATE TRIGGER sweep_winners_append_only BEFORE UPDATE ON sweep_winners
+           BEGIN SELECT RAISE(ABORT, 'ledger sweep winners are append-only'); END""",
+    ),
 )
 
 

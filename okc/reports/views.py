@@ -50,6 +50,18 @@ def ledger_table(summaries: list[Summary]) -> Table:
     return Table("okc ledger", columns, rows, highlight={i for i, s in enumerate(summaries) if s.changed})
 
 
+def sweep_winners_table(sweep: str, winners: list) -> Table:
+    """``okc ledger --sweep NAME``: per shape the winning point, its numbers, its check and the candidate emitted."""
+    rows = [(w.shape, w.point, w.params, w.time_us, w.speedup,
+             [w.speedup_lo, w.speedup_hi] if w.speedup_lo is not None else None, w.check,
+             f"{w.emitted_number:03d}" if w.emitted_number is not None else None,
+             w.emitted_sha256[:SHORT_HASH] or None, w.run_id) for w in winners]
+    columns = ("shape", "point", "params", "time_us", "speedup", "speedup_ci", "check", "emitted", "emitted_sha256",
+               "run_id")
+    title = f"sweep {sweep}: winners" if winners else f"sweep {sweep}: no finished run in the ledger"
+    return Table(title, columns, rows)
+
+
 def check_table(result: JobResult) -> Table:
     """Failing checks one per row; when all pass, one row per case with its tightest margin."""
     failing = [c for c in result.cases if not c.passed]

@@ -43,6 +43,7 @@ class Funnel:
     min_pairs: int = 50
     max_pairs: int = 2000
     neighbours: tuple[int, ...] = ()  # extra m values every kept point is checked at
+    point_timeout_s: float = 120.0  # one point's deadline in the screen (import, prepare, capture, pairs)
 
     def __post_init__(self) -> None:
         for name in ("screen_pairs", "keep", "min_pairs", "max_pairs"):
@@ -54,6 +55,9 @@ class Funnel:
         value = self.target_half_width
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
             raise ConfigError(f"funnel.target_half_width is relative (0.01 = 1%), got {value!r}")
+        value = self.point_timeout_s
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise ConfigError(f"funnel.point_timeout_s must be a positive number of seconds, got {value!r}")
         if not all(isinstance(m, int) and not isinstance(m, bool) and m > 0 for m in self.neighbours):
             raise ConfigError(f"funnel.neighbours must be a list of positive m values, got {list(self.neighbours)!r}")
 
@@ -339,3 +343,15 @@ def emit_candidate(candidates_dir: Path, number: int, name: str, source: str) ->
     path = candidates_dir / f"{number:03d}_{slug}.py"
     path.write_text(source, encoding="utf-8")
     return path
+
+
+def emit_winners(candidates_dir: Path, experiment: Experiment, run_path: Path, winners: dict[str, dict],
+                 number: int) -> Path:
+    """candidates/NNN_<sweep>.py from a finished run: the template with each shape's winning parameters."""
+    params = json.loads((run_path / "run.json").read_text())["points"]
+    table: dict[tuple[str, int], dict[str, Any]] = {}
+    for shape, win in winners.items():
+        layer, m = shape.split("/m=")
+        table[(layer, int(m))] = params[win["point"]]
+    note = f"written by okc sweep {experiment.name} --emit {number:03d} from run {run_path.name}: the winner per shape"
+    return emit_candidate(candidates_dir, number, experiment.name, emit_source(experiment.template, table, note))

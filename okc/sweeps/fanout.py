@@ -105,11 +105,17 @@ def run_on(lab, slot: Slot, job_dir: Path, cancel: threading.Event) -> JobResult
         return runner.execute(target, job_dir, cancel=cancel)
 
 
-def execute(slots: list[Slot], tasks: Iterable, run_one: Callable[[Slot, Any], None], cancel: threading.Event) -> None:
+class Detached(Exception):
+    """A second Ctrl-C: stop waiting for the jobs the first one is stopping."""
+
+
+def execute(slots: list[Slot], tasks: Iterable, run_one: Callable[[Slot, Any], None], cancel: threading.Event,
+            on_interrupt: Callable[[], None] | None = None) -> None:
     """Run every task on the first free slot; the first error (or Ctrl-C) stops the rest.
 
-    On Ctrl-C local jobs are killed; a pod's job keeps running there (remote jobs are
-    detached by design) and its result is simply not waited for.
+    On Ctrl-C (``on_interrupt`` is told first) every slot's job is stopped and waited for:
+    local jobs are killed, a screen job on a pod is cancelled there, and another pod job is
+    detached (it keeps running there). A second Ctrl-C stops the wait (:class:`Detached`).
     """
     pending: queue.Queue = queue.Queue()
     for task in tasks:
@@ -118,17 +124,14 @@ def execute(slots: list[Slot], tasks: Iterable, run_one: Callable[[Slot, Any], N
     # Waited on through events, never Thread.join: in Python 3.11 a join interrupted by Ctrl-C
     # marks a still-running thread as stopped, and the wait for it would end at once.
     count_lock = threading.Lock()
-    running = {"all": len(slots), "local": sum(slot.pod is None for slot in slots)}
-    all_done, local_done = threading.Event(), threading.Event()
+    running = [len(slots)]
+    all_done = threading.Event()
 
-    def finished(slot: Slot) -> None:
+    def finished() -> None:
         with count_lock:
-            running["all"] -= 1
-            running["local"] -= slot.pod is None
-            if running["all"] == 0:
+            running[0] -= 1
+            if running[0] == 0:
                 all_done.set()
-            if running["local"] == 0:
-                local_done.set()
 
     def work(slot: Slot) -> None:
         try:
@@ -146,10 +149,8 @@ def execute(slots: list[Slot], tasks: Iterable, run_one: Callable[[Slot, Any], N
                     cancel.set()
                     return
         finally:
-            finished(slot)
+            finished()
 
-    if running["local"] == 0:
-        local_done.set()
     for slot in slots:
         threading.Thread(target=work, args=(slot,), name=slot.label, daemon=True).start()
     try:
@@ -157,7 +158,12 @@ def execute(slots: list[Slot], tasks: Iterable, run_one: Callable[[Slot, Any], N
             pass
     except KeyboardInterrupt:
         cancel.set()
-        local_done.wait()  # local jobs are killed within a poll; a pod's thread follows a detached job
+        if on_interrupt is not None:
+            on_interrupt()
+        try:
+            all_done.wait()  # each slot's thread stops its job (or detaches from it) within moments
+        except KeyboardInterrupt:
+            raise Detached() from None
         raise
     if errors:
         raise errors[0]

@@ -2,7 +2,8 @@
 
 Stages, each a set of jobs spread over the slots (okc.sweeps.fanout):
 
-1. screen: every point timed on all its shapes with ``screen_pairs`` pairs;
+1. screen: every point timed on all its shapes with ``screen_pairs`` pairs, in warm
+   ``screen`` jobs of many points each (okc.sweeps.screen);
 2. check: per shape, walking the screen ranking (best speedup first), points are checked
    for correctness on every shape of the sweep and the neighbour m values until ``keep``
    of them passed (a point that fails is replaced by the next one);
@@ -14,7 +15,9 @@ The run folder results/experiments/NAME/<run-id>/ holds run.json (what was swept
 points/ (each point's materialised candidate), jobs/ (the job folders) and points.jsonl,
 an append-only table with one row per (point, stage, shape). A (point, stage) with rows
 is finished and never redone, so rerunning ``okc sweep NAME`` resumes where a killed
-run stopped; winners.json marks a finished run.
+run stopped; winners.json marks a finished run. Every row is also recorded in the ledger,
+with the point's parameters and source hash, and so are the winners and the candidate
+``--emit`` writes from them (okc.sweeps.record).
 """
 
 from __future__ import annotations
@@ -32,8 +35,10 @@ from typing import Any
 
 from okc.lab.candidates import Candidate, resolve
 from okc.errors import ConfigError, JudgeError
-from okc.sweeps.experiments import Experiment, Point, emit_candidate, emit_source, load_experiment, materialise
-from okc.sweeps.fanout import Slot, execute, run_on, slots_meeting
+from okc.sweeps.experiments import Experiment, Point, emit_winners, load_experiment, materialise
+from okc.sweeps.fanout import Detached, Slot, execute, run_on, slots_meeting
+from okc.sweeps.record import Recorder
+from okc.sweeps.screen import ScreenStage, batches
 from okc.contract import JobResult, write_json
 from okc.jobs.folder import create_job
 
@@ -42,7 +47,7 @@ RUN_FILE = "run.json"
 WINNERS_FILE = "winners.json"
 STAGES = ("screen", "check", "measure")
 PASSED = ("ok", "pass")
-POINT_NUMBER = -1  # a point is not a numbered candidate (nothing here is recorded in the ledger)
+POINT_NUMBER = -1  # a point is not a numbered candidate (the ledger keeps sweeps in tables of their own)
 
 
 # -- the run folder --------------------------------------------------------------------
@@ -212,6 +217,10 @@ class SweepResult:
     emitted: Path | None = None
 
 
+class SweepStopped(JudgeError):
+    """Ctrl-C: the sweep stopped; its table keeps what finished."""
+
+
 class Sweep:
     def __init__(self, lab, experiment: Experiment, run: RunFolder, slots: list[Slot],
                  on_progress: Callable[[Progress], None] | None = None) -> None:
@@ -222,15 +231,25 @@ class Sweep:
         self._count_lock = threading.Lock()
         self.baseline = resolve(lab.candidates, lab.baseline)
         self.jobs_lab = dataclasses.replace(lab, results_dir=str((run.path / "jobs").relative_to(lab.root)))
+        self.recorder = Recorder(lab.ledger_path, experiment.name, run.path,
+                                 {point.id: point.params for point in experiment.points})
+        self.on_interrupt: Callable[[], None] | None = None
 
     def candidate(self, point: Point) -> Candidate:
         path = self.run.path / "points" / f"{point.id}.py"
         return Candidate(number=POINT_NUMBER, name=f"{self.experiment.name}-{point.id}", path=path)
 
-    def _stage(self, stage: str, tasks: list[Task]) -> None:
-        self.progress = dataclasses.replace(self.progress, stage=stage, done=0, total=len(tasks), started=time.monotonic())
+    def _stage(self, stage: str, tasks: list, run_one=None, total: int | None = None) -> None:
+        self.progress = dataclasses.replace(self.progress, stage=stage, done=0, started=time.monotonic(),
+                                            total=len(tasks) if total is None else total)
         self.on_progress(self.progress)
-        execute(self.slots, tasks, self._run_task, self.cancel)
+        execute(self.slots, tasks, run_one or self._run_task, self.cancel, self.on_interrupt)
+
+    def record(self, task: Task, rows: list[dict]) -> None:
+        """One finished task's rows: into the table first (the source of truth), then the ledger."""
+        self.run.append(rows)
+        self.recorder.rows(rows)
+        self._count(task, rows)
 
     def _run_task(self, slot: Slot, task: Task) -> None:
         funnel = self.experiment.funnel
@@ -246,9 +265,7 @@ class Sweep:
         result = run_on(self.lab, slot, job_dir, self.cancel)
         if result.error_kind in ("usage", "harness"):  # the sweep itself is wrong (or okc is), not the point
             raise ConfigError(f"sweep {self.experiment.name}: {result.reason} (job {job_dir.name})")
-        rows = table_rows(task, result, job_dir.name, slot.label)
-        self.run.append(rows)
-        self._count(task, rows)
+        self.record(task, table_rows(task, result, job_dir.name, slot.label))
 
     def _count(self, task: Task, rows: list[dict]) -> None:
         with self._count_lock:  # slot threads finish jobs concurrently
@@ -268,9 +285,11 @@ class Sweep:
         self.on_progress(progress)
 
     def screen(self) -> None:
-        """Stage 1: every point not screened yet, on every shape."""
-        self._stage("screen", [Task(p, "screen", self.experiment.shapes) for p in self.experiment.points
-                               if not self.run.done(p.id, "screen")])
+        """Stage 1: every point not screened yet, on every shape, batched into warm screen jobs."""
+        shapes = self.experiment.shapes
+        pending = [p for p in self.experiment.points if not self.run.done(p.id, "screen")]
+        stage = ScreenStage(self, lambda point, rows: self.record(Task(point, "screen", shapes), rows))
+        self._stage("screen", batches(pending, len(self.slots)), stage.run_batch, total=len(pending))
 
     def execute(self) -> SweepResult:
         experiment, run = self.experiment, self.run
@@ -289,6 +308,7 @@ class Sweep:
         self._stage("measure", [Task(by_id[p], "measure", tuple(shapes)) for p, shapes in sorted(serving.items())
                                 if not run.done(p, "measure")])
         best = winners(run, chosen)
+        self.recorder.winners(best)
         write_json(run.path / WINNERS_FILE, {"winners": best, "kept": chosen,
                                              "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds")})
         return summary(run, experiment, best)
@@ -342,19 +362,30 @@ def run_sweep(lab, name: str, on: str | None = None, emit: int | None = None, gp
         run, why = open_run(lab, experiment)
         if on_message:
             on_message(why)
-        result = Sweep(lab, experiment, run, slots, on_progress).execute()
+        sweep = Sweep(lab, experiment, run, slots, on_progress)
+        sweep.recorder.rows(run.rows)  # a resumed run: the rows the ledger missed, if any (each is kept once)
+        result = _execute(sweep, on_message)
     if emit is not None:
-        result = dataclasses.replace(result, emitted=emit_winners(lab, experiment, result, emit))
+        if not result.winners:
+            raise JudgeError(f"sweep {name} has no winner on any shape (every point failed?); nothing to emit")
+        path = emit_winners(lab.candidates, experiment, result.run.path, result.winners, emit)
+        recorder = Recorder(lab.ledger_path, experiment.name, result.run.path,
+                            json.loads((result.run.path / RUN_FILE).read_text())["points"])
+        recorder.winners(result.winners, emitted=resolve(lab.candidates, str(emit)))
+        result = dataclasses.replace(result, emitted=path)
     return result
 
 
-def emit_winners(lab, experiment: Experiment, result: SweepResult, number: int) -> Path:
-    if not result.winners:
-        raise JudgeError(f"sweep {experiment.name} has no winner on any shape (every point failed?); nothing to emit")
-    params = json.loads((result.run.path / RUN_FILE).read_text())["points"]
-    table: dict[tuple[str, int], dict[str, Any]] = {}
-    for shape, win in result.winners.items():
-        layer, m = shape.split("/m=")
-        table[(layer, int(m))] = params[win["point"]]
-    note = f"written by okc sweep {experiment.name} --emit {number:03d} from run {result.run.run_id}: the winner per shape"
-    return emit_candidate(lab.candidates, number, experiment.name, emit_source(experiment.template, table, note))
+def _execute(sweep: Sweep, on_message: Callable[[str], None] | None) -> SweepResult:
+    """Run the funnel; Ctrl-C stops the sweep's local jobs (a second one stops waiting) and says how to resume."""
+    say = on_message or (lambda line: None)
+    sweep.on_interrupt = lambda: say("stopping the sweep's jobs (Ctrl-C again to stop waiting for them)")
+    pods = sorted({slot.target for slot in sweep.slots if slot.pod is not None})
+    kept = f"the points finished so far are kept in {sweep.run.path}; resume with: okc sweep {sweep.experiment.name}"
+    left = f"; a check or re-measure job on {', '.join(pods)} keeps running there (okc jobs --on POD)" if pods else ""
+    try:
+        return sweep.execute()
+    except KeyboardInterrupt:
+        raise SweepStopped(f"stopped: {kept}{left}") from None
+    except Detached:
+        raise SweepStopped(f"stopped waiting for the sweep's jobs, which may still be ending; {kept}{left}") from None

@@ -1,0 +1,228 @@
+"""Warm screeners: the baseline made ready once, then sweep points timed against it one by one.
+
+A screen job (okc.judge.screen) holds one screener for its whole batch of points. On CUDA
+it is the paired bench of okc.judge.bench taken apart: the baseline side is imported,
+prepared and captured once (its graphs, the flush, the trivial graph, the input pool and
+the timing protocol stay), and each point only brings its own side: import, prepare,
+capture, the same Runner for the pairs, then release. On the CPU it is the CPU bench of
+okc.judge.cpu_timing, its baseline side likewise held. Either way a point's numbers are the
+ones a ``time`` job would report for it: the per-case summary of okc.judge.sweep.
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from okc.judge import pairs, timing
+from okc.judge.bench import BenchSettings, PersistingReport, Runner, Side
+from okc.judge.benchcases import INPUT_SETS, make_inputs, scored_cases, shape_rows
+from okc.judge.problem import Problem
+from okc.judge.seeds import derive_seed
+from okc.judge.sweep import summarize
+
+Step = Callable[[str], None]  # the screener names each step of a point as it starts it
+
+
+class Seconds:
+    """Where a point's time went, step by step (the step names are the phases the worker reports)."""
+
+    def __init__(self, step: Step) -> None:
+        self._step, self.spent, self._current, self._since = step, {}, None, time.monotonic()
+
+    def __call__(self, name: str) -> None:
+        self.stop()
+        self._current, self._since = name, time.monotonic()
+        self._step(name)
+
+    def stop(self) -> None:
+        if self._current is not None:
+            self.spent[self._current] = round(self.spent.get(self._current, 0.0) + time.monotonic() - self._since, 4)
+            self._current = None
+
+
+class CompileClock:
+    """Seconds this process spent in Triton's compile (a cache hit costs milliseconds), through its hooks."""
+
+    def __init__(self) -> None:
+        self.seconds, self.kernels, self._started = 0.0, 0, None
+
+    def install(self) -> None:
+        try:
+            from triton import knobs
+        except ImportError:
+            return
+        knobs.runtime.jit_cache_hook = self._before
+        knobs.runtime.jit_post_compile_hook = self._after
+
+    def _before(self, **_) -> bool:
+        self._started = time.monotonic()
+        return False  # a true answer would tell Triton to skip the compile
+
+    def _after(self, **_) -> None:
+        if self._started is not None:
+            self.seconds += time.monotonic() - self._started
+            self.kernels += 1
+            self._started = None
+
+    def take(self) -> dict:
+        taken = {"seconds": round(self.seconds, 4), "kernels": self.kernels}
+        self.seconds, self.kernels = 0.0, 0
+        return taken
+
+
+def _forget(module) -> None:
+    """Drop a point's module from sys.modules, so it (and its compiled kernels) can be freed."""
+    if module is not None:
+        sys.modules.pop(module.__name__, None)
+
+
+class CudaScreener:
+    """The paired bench's protocol with the baseline side held across points."""
+
+    def __init__(self, problem: Problem, baseline: Path, cases: list[str], settings: BenchSettings,
+                 device: torch.device, seed: int, log: Callable[[str], None]) -> None:
+        self.problem, self.device, self.seed, self.settings, self.log = problem, device, seed, settings, log
+        self.cases = scored_cases(problem, cases)
+        self.baseline = Side("against", baseline)
+        self.compile_clock = CompileClock()
+        self.side: Side | None = None
+
+    def setup(self) -> None:
+        """Import, prepare and capture the baseline; the flush, trivial graph, inputs and protocol. BenchFailed."""
+        problem, device, settings = self.problem, self.device, self.settings
+        torch.cuda.init()
+        self.compile_clock.install()
+        self.persisting = PersistingReport(device)
+        self.baseline.load()
+        self.weights = problem.make_weights(derive_seed(self.seed, "weights"), device)  # every point gets a clone
+        self.baseline.prepare(problem, self.weights)
+        self.persisting.check("after_prepare_baseline")
+        self.first = make_inputs(problem, self.cases, self.seed, "capture", 1, device)[0]
+        self.baseline.capture(problem, self.cases, self.first, settings.captures)
+        self.flush = timing.make_flush(device, settings.flush)
+        self.overhead = timing.trivial_graph(device)
+        self.pool = make_inputs(problem, self.cases, self.seed, "input", INPUT_SETS, device)
+        loads = [load.name for load in problem.loads if any(case.load == load.name for case in self.cases)]
+        self.matrix = pairs.load_matrix([loads.index(case.load) for case in self.cases], len(loads))
+        self.protocol = timing.Protocol(device, self.flush)
+        self.compile_clock.take()
+        # What lives now (torch, Triton, the baseline) lives for the whole job: the collection
+        # after each point then scans only what that point made.
+        gc.collect()
+        gc.freeze()
+
+    def time_point(self, source: Path, step: Step) -> tuple[list[dict], int]:
+        """The point's per-case rows and its pairs. BenchFailed, TimingError or a CUDA error when it fails."""
+        step("load")
+        self.side = side = Side("candidate", source)
+        side.load()
+        step("prepare")
+        side.prepare(self.problem, self.weights)
+        self.persisting.check("after_prepare_point")
+        step("capture")
+        side.capture(self.problem, self.cases, self.first, self.settings.captures)
+        step("time")
+        runner = Runner(self.protocol, {"candidate": side, "baseline": self.baseline}, self.overhead, self.pool,
+                        self.matrix, self.settings, lambda state: None, self.log)
+        runner.warm_up()
+        table, _ = runner.run()
+        rows, _ = summarize(table, self.cases, self.settings.judge_overhead_us)
+        return rows, table.complete
+
+    def release(self) -> None:
+        """Free the point's graphs and memory; cuBLAS forgets the workspaces its captures made."""
+        side, self.side = self.side, None
+        if side is not None:
+            _forget(side.module)
+            side.captured.clear()
+            side.module = None
+        del side
+        gc.collect()
+        timing.synchronize()
+        clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+        if clear is not None:  # a workspace made inside a freed graph's pool must not be used again
+            clear()
+        torch.cuda.empty_cache()
+
+    def healthy(self) -> str | None:
+        """None while the CUDA context still works; else the error that says it is lost."""
+        try:
+            probe = torch.ones(1, device=self.device)
+            probe.add_(1)
+            timing.synchronize()
+            if float(probe.cpu()[0]) != 2.0:
+                return "a probe computed the wrong value"
+        except RuntimeError as exc:
+            return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return None
+
+    def compiled(self) -> dict:
+        return self.compile_clock.take()
+
+    def report(self) -> dict:
+        return {"flush": self.flush.describe(), "persisting_l2": self.persisting.done(),
+                "overhead_us": {"subtracted": self.settings.judge_overhead_us}}
+
+
+class CpuScreener:
+    """The CPU bench (okc.judge.cpu_timing) with the baseline side held across points."""
+
+    def __init__(self, problem: Problem, baseline: Path, cases: list[str], settings: BenchSettings,
+                 device: torch.device, seed: int, log: Callable[[str], None]) -> None:
+        from okc.judge.cpu_timing import CpuBench
+
+        self.problem, self.settings, self.device, self.seed = problem, settings, device, seed
+        self.cases = scored_cases(problem, cases)
+        # The bench's own candidate side is replaced by each point's; its baseline side stays.
+        self.bench = CpuBench(problem, baseline, baseline, seed=seed, settings=settings, cases=cases, log=log)
+        self.side = None
+
+    def setup(self) -> None:
+        """What CpuBench.setup does for the baseline: import, prepare, the input pool. BenchFailed."""
+        from okc.judge.cpu_timing import CPU
+
+        bench, problem = self.bench, self.problem
+        baseline = bench.sides["baseline"]
+        baseline.load()
+        self.weights = problem.make_weights(derive_seed(self.seed, "weights"), CPU)
+        baseline.prepare(problem, self.weights)
+        bench.pool = make_inputs(problem, self.cases, self.seed, "input", INPUT_SETS, CPU)
+        bench.shape_rows = shape_rows(problem, self.cases, bench.pool[0])
+        baseline.inputs = [x.clone() for x in bench.pool[0]]
+
+    def time_point(self, source: Path, step: Step) -> tuple[list[dict], int]:
+        from okc.judge.cpu_timing import CpuSide
+
+        step("load")
+        self.side = side = CpuSide("candidate", source)
+        side.load()
+        step("prepare")
+        side.prepare(self.problem, self.weights)
+        side.inputs = [x.clone() for x in self.bench.pool[0]]
+        self.bench.sides["candidate"] = side
+        step("time")
+        table, _ = self.bench.measure()
+        rows, _ = summarize(table, self.cases, self.settings.judge_overhead_us)
+        return rows, table.complete
+
+    def release(self) -> None:
+        side, self.side = self.side, None
+        if side is not None:
+            _forget(side.module)
+            side.module = None
+        gc.collect()
+
+    def healthy(self) -> str | None:
+        return None
+
+    def compiled(self) -> dict:
+        return {"seconds": 0.0, "kernels": 0}
+
+    def report(self) -> dict:
+        return {}

@@ -1,0 +1,55 @@
+"""Compiling ahead without a GPU (needs Triton, not CUDA): two compile processes share a job's points,
+each point is claimed once, kernels land in the Triton cache, and a kernel that does not compile is
+reported with Triton's own message."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from okc.judge.ahead import AHEAD_DIR, read_marker
+from okc.sweeps.experiments import materialise
+
+from conftest import REPO
+from test_screen_gpu import NO_COMPILE, RIGHT, RIGHT_SMALL, TEMPLATE
+
+triton = pytest.importorskip("triton")
+
+HOPPER_TARGET = ["cuda", 90, 32]
+
+
+def test_two_compile_processes_share_the_points_and_report_a_compile_error(tmp_path):
+    job_dir = tmp_path / "job"
+    (job_dir / "points").mkdir(parents=True)
+    (job_dir / AHEAD_DIR).mkdir()
+    template = tmp_path / "touch.py"
+    template.write_text(TEMPLATE)
+    points = {"right": RIGHT, "small": RIGHT_SMALL, "nocompile": NO_COMPILE}
+    for name, params in points.items():
+        (job_dir / "points" / f"{name}.py").write_text(materialise(template, params, name))
+    job = {"schema_version": 1, "job_id": "j", "kind": "screen", "problem": "tiny_matvec",
+           "against": {"source": "points/right.py"}, "cases": ["proj/m=1", "gate/m=8"], "bench": {"pairs": 3},
+           "points": [{"id": name, "source": f"points/{name}.py"} for name in points],
+           "screen": {"point_timeout_s": 120, "compilers": 2}}
+    (job_dir / "job.json").write_text(json.dumps(job))
+    cache = tmp_path / "triton-cache"
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "TRITON_CACHE_DIR": str(cache),
+           "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    command = [sys.executable, "-m", "okc.judge.ahead", str(job_dir), json.dumps(HOPPER_TARGET)]
+    procs = [subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for _ in range(2)]
+    outputs = [proc.communicate(timeout=300)[0].decode() for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0], outputs
+
+    markers = {name: read_marker(job_dir, name) for name in points}
+    assert markers["right"]["status"] == markers["small"]["status"] == "compiled", markers
+    assert markers["right"]["kernels"] >= 1 and markers["small"]["kernels"] >= 1
+    assert markers["nocompile"]["status"] == "compile_failed"
+    assert "_touch: CompilationError" in markers["nocompile"]["reason"]
+    assert "power of 2" in markers["nocompile"]["reason"]
+    assert {marker["pid"] for marker in markers.values()} <= {proc.pid for proc in procs}
+    assert sorted(p.name for p in (job_dir / AHEAD_DIR).glob("*.claim")) == sorted(f"{n}.claim" for n in points)
+    assert any(cache.rglob("*.cubin")), "nothing was compiled into the cache"
