@@ -43,8 +43,8 @@ for s in $stages; do
         aa) stage aa_bias python3 benchmarks/aa_bias.py ;;
         screen) stage screen_tests python3 -m pytest -q -p no:cacheprovider tests/test_screen_gpu.py tests/test_ahead.py
                 stage scaling_12 python3 benchmarks/sweep_scaling.py --points 12
-                stage screen_compare python3 benchmarks/screen_compare.py --points 6
                 stage scaling_36 python3 benchmarks/sweep_scaling.py --points 36
+                stage screen_compare python3 benchmarks/screen_compare.py --points ${OKC_COMPARE_POINTS:-6}
                 tar czf "$OUT/screen_runs.tgz" results/experiments 2>/dev/null ;;
         *) echo "unknown stage $s" ;;
     esac
