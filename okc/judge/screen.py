@@ -28,8 +28,8 @@ from pathlib import Path
 
 import torch
 
-from okc.judge.batch import POINTS_FILE, ScreenPoint, ScreenSpec, read_spec
 from okc.contract import BadJob
+from okc.judge.batch import POINTS_FILE, ScreenPoint, ScreenSpec, read_spec
 
 SCREEN_RESULT = "screen"
 EXIT_STOPPED = 3  # the worker ended the job at a point (deadline passed): that point's line says why

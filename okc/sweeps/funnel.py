@@ -31,7 +31,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
 
 from okc.lab.candidates import Candidate, resolve
 from okc.errors import ConfigError, JudgeError
