@@ -20,6 +20,7 @@ from okc.errors import CandidateError, ConfigError
 from okc.sweeps.experiments import Point, load_experiment, materialise
 from okc.sweeps.funnel import TABLE_FILE, RunFolder, latest_run, run_sweep
 from okc.lab.config import find_lab
+from okc.judge.batch import read_lines
 from okc.lab.ledger import open_ledger
 from okc.lab.sweep_ledger import sweep_rows
 from okc.problems.tiny_matvec import PROBLEM as TINY
@@ -171,9 +172,9 @@ def test_the_shipped_sweeps_parse(name, points):
 # -- running ---------------------------------------------------------------------------
 
 
-def interrupt_after_first_rows(lab, name: str) -> tuple[Path, list[dict], str]:
+def interrupt_after_first_rows(lab, name: str, *options: str) -> tuple[Path, list[dict], str]:
     """Start `okc sweep NAME` as a process, Ctrl-C it once rows are in the table; (run folder, table, stderr)."""
-    proc = subprocess.Popen([sys.executable, "-m", "okc", "sweep", name], cwd=lab.root,
+    proc = subprocess.Popen([sys.executable, "-m", "okc", "sweep", name, *options], cwd=lab.root,
                             env={**os.environ, "OKC_LAB": str(lab.root), "COLUMNS": "300"},
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     runs = lab.results / "experiments" / name
@@ -291,3 +292,23 @@ def test_a_sweep_through_sshd_spreads_points_over_the_pod_gpus(ssh_lab):
     assert slots == {next(iter(pods["pods"]))}
     assert {row["stage"] for row in result.run.rows} == {"screen", "check", "measure"}
     assert all((Path(result.run.path) / "jobs" / row["job"] / "exit_code").is_file() for row in result.run.rows)
+
+
+@pytest.mark.ssh
+def test_ctrl_c_cancels_a_pod_sweeps_screen_job_there_and_keeps_the_points_it_finished(ssh_lab, tmp_path):
+    (ssh_lab.experiments / "templates").mkdir(parents=True)
+    (ssh_lab.experiments / "templates" / "probe.py").write_text(TEMPLATE)
+    slow = [{"MODE": "right", "DELAY_MS": 300 + i} for i in range(3)]  # seconds each: the Ctrl-C lands on them
+    write_sweep(ssh_lab, "remote", definition([FAST, *slow], shapes=["gate/m=8"]))
+    pod = next(iter(yaml.safe_load(ssh_lab.pod_file.read_text())["pods"]))
+    run_dir, before, stderr = interrupt_after_first_rows(ssh_lab, "remote", "--on", pod)
+    assert "resume with: okc sweep remote" in " ".join(stderr.split())
+    (job,) = (run_dir / "jobs").iterdir()
+    # The job was cancelled on the pod (its launcher says so there, and in the copy that came home),
+    # and what it finished before is in the table; the rest was not screened.
+    remote_launcher = json.loads((tmp_path / "remote" / "results" / job.name / "launcher.json").read_text())
+    assert remote_launcher["cancelled"] is True
+    assert json.loads((job / "result.json").read_text())["error_kind"] == "interrupted"
+    screened = {row["point"] for row in before}
+    assert Point.of(FAST).id in screened and len(screened) < 4
+    assert {line["point"] for line in read_lines(job)} == screened

@@ -102,7 +102,12 @@ def run_on(lab, slot: Slot, job_dir: Path, cancel: threading.Event) -> JobResult
 
     with PodTarget(lab, slot.pod) as target:
         target.prepare()  # syncs once per okc process, not once per job
-        return runner.execute(target, job_dir, cancel=cancel)
+        try:
+            return runner.execute(target, job_dir, cancel=cancel)
+        except runner.JobDetached:
+            if cancel.is_set():  # a stopped sweep stops its jobs on pods too, not only here
+                target.cancel(job_dir.name)
+            raise
 
 
 class Detached(Exception):
@@ -113,9 +118,8 @@ def execute(slots: list[Slot], tasks: Iterable, run_one: Callable[[Slot, Any], N
             on_interrupt: Callable[[], None] | None = None) -> None:
     """Run every task on the first free slot; the first error (or Ctrl-C) stops the rest.
 
-    On Ctrl-C (``on_interrupt`` is told first) every slot's job is stopped and waited for:
-    local jobs are killed, a screen job on a pod is cancelled there, and another pod job is
-    detached (it keeps running there). A second Ctrl-C stops the wait (:class:`Detached`).
+    On Ctrl-C (``on_interrupt`` is told first) every slot's job is stopped and waited for: local
+    jobs are killed, a pod's job is cancelled there. A second Ctrl-C stops the wait (:class:`Detached`).
     """
     pending: queue.Queue = queue.Queue()
     for task in tasks:

@@ -376,15 +376,13 @@ def run_sweep(lab, name: str, on: str | None = None, emit: int | None = None, gp
 
 
 def _execute(sweep: Sweep, on_message: Callable[[str], None] | None) -> SweepResult:
-    """Run the funnel; Ctrl-C stops the sweep's local jobs (a second one stops waiting) and says how to resume."""
+    """Run the funnel; Ctrl-C stops its jobs, here and on pods (a second one stops waiting) and says how to resume."""
     say = on_message or (lambda line: None)
     sweep.on_interrupt = lambda: say("stopping the sweep's jobs (Ctrl-C again to stop waiting for them)")
-    pods = sorted({slot.target for slot in sweep.slots if slot.pod is not None})
     kept = f"the points finished so far are kept in {sweep.run.path}; resume with: okc sweep {sweep.experiment.name}"
-    left = f"; a check or re-measure job on {', '.join(pods)} keeps running there (okc jobs --on POD)" if pods else ""
     try:
         return sweep.execute()
     except KeyboardInterrupt:
-        raise SweepStopped(f"stopped: {kept}{left}") from None
+        raise SweepStopped(f"stopped: {kept}") from None
     except Detached:
-        raise SweepStopped(f"stopped waiting for the sweep's jobs, which may still be ending; {kept}{left}") from None
+        raise SweepStopped(f"stopped waiting for the sweep's jobs, which may still be ending; {kept}") from None
