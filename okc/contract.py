@@ -31,8 +31,7 @@ PID_FILE = "pid.json"  # the launcher's pid and process start time
 LAUNCHER_FILE = "launcher.json"  # the launcher's own account: return code, timeout, cancelled, lost
 EXIT_FILE = "exit_code"  # written last: the job is over once it exists
 
-JOB_KINDS = ("check", "bench", "floor", "time", "screen")
-NO_CANDIDATE_KINDS = ("floor", "screen")  # a screen job carries a batch of points instead (okc.judge.batch)
+JOB_KINDS = ("check", "bench", "floor", "time", "screen")  # a screen job has points, no candidate (okc.judge.batch)
 DEVICES = ("auto", "cpu", "cuda")
 STATUSES = ("pass", "fail", "ok", "error", "timeout")
 PASSING = ("pass", "ok")
@@ -114,7 +113,7 @@ class JobSpec:
             raise BadJob(f"unknown job kind {self.kind!r}; one of {', '.join(JOB_KINDS)}")
         if not isinstance(self.problem, str) or not self.problem:
             raise BadJob(f"problem must be a non-empty string, got {self.problem!r}")
-        if self.kind not in NO_CANDIDATE_KINDS and self.candidate is None:
+        if self.kind not in ("floor", "screen") and self.candidate is None:
             raise BadJob(f"a {self.kind} job needs a candidate")
         if self.device not in DEVICES:
             raise BadJob(f"device must be one of {', '.join(DEVICES)}, got {self.device!r}")
@@ -130,8 +129,6 @@ class JobSpec:
             raise BadJob(f"cases must be a list of 'layer/m=N' strings or null, got {self.cases!r}")
         if not isinstance(self.bench, dict):
             raise BadJob(f"bench must be an object, got {self.bench!r}")
-        if not isinstance(self.screen, dict):
-            raise BadJob(f"screen must be an object, got {self.screen!r}")
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -150,8 +147,7 @@ class JobSpec:
         for side in ("candidate", "against"):
             values[side] = _source(data.get(side), side)
         for name in ("bench", "screen"):
-            if values.get(name) is None:
-                values[name] = {}
+            values[name] = {} if values.get(name) is None else values[name]
         return cls(**values)
 
 

@@ -151,6 +151,7 @@ def test_batches_deal_points_round_robin_one_per_slot_and_never_past_the_cap():
     ([{"id": "a", "source": "a.py"}], {"point_timeout_s": 0}, "point_timeout_s must be a positive number"),
     ([{"id": "a", "source": "a.py"}], {"compilers": -1}, "compilers must be an integer >= 0"),
     ([{"id": "a", "source": "a.py"}], {"share": 0}, "share must be a positive integer"),
+    ([{"id": "a", "source": "a.py"}], [1], "screen must be an object"),
 ])
 def test_a_screen_batch_that_cannot_run_is_refused_naming_the_field(points, screen, message):
     with pytest.raises(BadJob) as caught:

@@ -54,6 +54,8 @@ def read_spec(job: JobSpec) -> ScreenSpec:
     if len({point.id for point in points}) != len(points):
         raise BadJob("points: two points have the same id")
     settings = job.screen
+    if not isinstance(settings, dict):
+        raise BadJob(f"screen must be an object, got {settings!r}")
     timeout = settings.get("point_timeout_s", DEFAULT_POINT_TIMEOUT_S)
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
         raise BadJob(f"screen.point_timeout_s must be a positive number, got {timeout!r}")
