@@ -13,12 +13,7 @@ from pathlib import Path
 
 from okc.lab.candidates import Candidate
 from okc.lab.ledger import ledger
-from okc.lab.sweep_ledger import (
-    SweepWinner,
-    record_sweep_rows,
-    record_winners,
-    sweep_row,
-)
+from okc.lab.sweep_ledger import SweepWinner, record_sweep_rows, record_winners, sweep_row
 
 
 class Recorder:
