@@ -2,7 +2,7 @@
 
 A screen job (okc.judge.screen) holds one screener for its whole batch of points. On CUDA
 it is the paired bench of okc.judge.bench taken apart: the baseline side is imported,
-prepared and captured once (its graphs, the flush, the trivial graph, the input pool and
+prepared and captured once (its copies and graphs, the flush, the trivial graph, the input pool and
 the timing protocol stay), and each point only brings its own side: import, prepare,
 capture, the same Runner for the pairs, then release. On the CPU it is the CPU bench of
 okc.judge.cpu_timing, its baseline side likewise held. Either way a point's numbers are the
@@ -20,10 +20,11 @@ from pathlib import Path
 import torch
 
 from okc.judge import pairs, timing
-from okc.judge.bench import BenchSettings, PersistingReport, Runner, Side
+from okc.judge.bench import BenchSettings, PersistingReport, Runner
 from okc.judge.benchcases import INPUT_SETS, make_inputs, scored_cases, shape_rows
 from okc.judge.problem import Problem
 from okc.judge.seeds import derive_seed
+from okc.judge.sides import Side, Sides
 from okc.judge.sweep import summarize
 
 Step = Callable[[str], None]  # the screener names each step of a point as it starts it
@@ -83,7 +84,15 @@ def _forget(module) -> None:
 
 
 class CudaScreener:
-    """The paired bench's protocol with the baseline side held across points."""
+    """The paired bench's protocol (okc.judge.sides) with the baseline side held across points.
+
+    The baseline's ``copies`` imports, their weights and their graphs are made once, each
+    case's graphs in that case's own memory pool reading that case's one input buffer. A
+    point's copies are then captured into the same pools, reading the same buffers: as in a
+    bench, the two sides write their outputs to the same memory. What the warm screen cannot
+    do is interleave the two sides' allocations (the baseline's come first, every point's
+    after them); the seeded schedule still decides which graph slot each pair replays.
+    """
 
     def __init__(self, problem: Problem, baseline: Path, cases: list[str], settings: BenchSettings,
                  device: torch.device, seed: int, log: Callable[[str], None]) -> None:
@@ -93,24 +102,43 @@ class CudaScreener:
         self.compile_clock = CompileClock()
         self.side: Side | None = None
 
+    @property
+    def slots(self) -> int:
+        return self.settings.copies * self.settings.captures
+
+    def _make_ready(self, side: Side, step: Step = lambda name: None) -> None:
+        """Import, prepare (each copy its own clone of the weights) and capture every copy of ``side``."""
+        problem, copies = self.problem, self.settings.copies
+        step("load")
+        for _ in range(copies):
+            side.load()
+        step("prepare")
+        for copy in range(copies):
+            side.prepare(problem, copy, self.weights)
+        self.persisting.check(f"after_prepare_{side.name}")
+        step("capture")
+        for case, x, pool in zip(self.cases, self.inputs, self.pools):
+            side.captured.append([side.capture(problem, slot // self.settings.captures, case, x, pool)
+                                  for slot in range(self.slots)])
+
     def setup(self) -> None:
-        """Import, prepare and capture the baseline; the flush, trivial graph, inputs and protocol. BenchFailed."""
+        """The baseline made ready; the flush, trivial graph, input pool and protocol. BenchFailed."""
         problem, device, settings = self.problem, self.device, self.settings
         torch.cuda.init()
         self.compile_clock.install()
         self.persisting = PersistingReport(device)
-        self.baseline.load()
-        self.weights = problem.make_weights(derive_seed(self.seed, "weights"), device)  # every point gets a clone
-        self.baseline.prepare(problem, self.weights)
-        self.persisting.check("after_prepare_baseline")
-        self.first = make_inputs(problem, self.cases, self.seed, "capture", 1, device)[0]
-        self.baseline.capture(problem, self.cases, self.first, settings.captures)
+        self.weights = problem.make_weights(derive_seed(self.seed, "weights"), device)  # each copy gets a clone
+        first = make_inputs(problem, self.cases, self.seed, "capture", 1, device)[0]
+        self.inputs = [x.clone() for x in first]  # per case, the one buffer every graph of both sides reads
+        self.pools = [torch.cuda.graph_pool_handle() for _ in self.cases]
+        self._make_ready(self.baseline)
         self.flush = timing.make_flush(device, settings.flush)
         self.overhead = timing.trivial_graph(device)
         self.pool = make_inputs(problem, self.cases, self.seed, "input", INPUT_SETS, device)
         loads = [load.name for load in problem.loads if any(case.load == load.name for case in self.cases)]
         self.matrix = pairs.load_matrix([loads.index(case.load) for case in self.cases], len(loads))
         self.protocol = timing.Protocol(device, self.flush)
+        self.slot_seed = derive_seed(self.seed, "slots")
         self.compile_clock.take()
         # What lives now (torch, Triton, the baseline) lives for the whole job: the collection
         # after each point then scans only what that point made.
@@ -119,17 +147,14 @@ class CudaScreener:
 
     def time_point(self, source: Path, step: Step) -> tuple[list[dict], int]:
         """The point's per-case rows and its pairs. BenchFailed, TimingError or a CUDA error when it fails."""
-        step("load")
         self.side = side = Side("candidate", source)
-        side.load()
-        step("prepare")
-        side.prepare(self.problem, self.weights)
-        self.persisting.check("after_prepare_point")
-        step("capture")
-        side.capture(self.problem, self.cases, self.first, self.settings.captures)
+        self._make_ready(side, step)
         step("time")
-        runner = Runner(self.protocol, {"candidate": side, "baseline": self.baseline}, self.overhead, self.pool,
-                        self.matrix, self.settings, lambda state: None, self.log)
+        sides = Sides(side, self.baseline, copies=self.settings.copies, captures=self.settings.captures,
+                      seed=self.slot_seed)
+        sides.inputs = self.inputs
+        runner = Runner(self.protocol, sides, self.overhead, self.pool, self.matrix, self.settings,
+                        lambda state: None, self.log)
         runner.warm_up()
         table, _ = runner.run()
         rows, _ = summarize(table, self.cases, self.settings.judge_overhead_us)
@@ -139,9 +164,10 @@ class CudaScreener:
         """Free the point's graphs and memory; cuBLAS forgets the workspaces its captures made."""
         side, self.side = self.side, None
         if side is not None:
-            _forget(side.module)
+            for module in side.modules:
+                _forget(module)
             side.captured.clear()
-            side.module = None
+            side.modules.clear()
         del side
         gc.collect()
         timing.synchronize()
