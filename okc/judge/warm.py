@@ -5,8 +5,9 @@ it is the paired bench of okc.judge.bench taken apart: the baseline side is impo
 prepared and captured once (its copies and graphs, the flush, the trivial graph, the input pool and
 the timing protocol stay), and each point only brings its own side: import, prepare,
 capture, the same Runner for the pairs, then release. On the CPU it is the CPU bench of
-okc.judge.cpu_timing, its baseline side likewise held. Either way a point's numbers are the
-ones a ``time`` job would report for it: the per-case summary of okc.judge.sweep.
+okc.judge.cpu_timing, its baseline side likewise held. Either way a point's numbers come
+from the protocol and the per-case summary a ``time`` job uses (okc.judge.sweep); on CUDA
+only the placement of the two sides' allocations differs (see :class:`CudaScreener`).
 """
 
 from __future__ import annotations
