@@ -37,7 +37,8 @@ class LiveView:
         if progress is None:
             table.title = "sweep: starting"
             return table
-        table.title = (f"sweep {progress.stage}: {progress.done}/{progress.total} jobs, {progress.failed} failed, "
+        unit = "points" if progress.stage == "screen" else "jobs"  # a screen job takes many points
+        table.title = (f"sweep {progress.stage}: {progress.done}/{progress.total} {unit}, {progress.failed} failed, "
                        f"ETA {_eta(progress.eta_s)}")
         table.add_column("shape")
         table.add_column("best point")
