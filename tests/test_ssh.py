@@ -13,7 +13,8 @@ import yaml
 
 from okc.errors import EXIT_UNREACHABLE, ConfigError, PodError, UnreachableError
 from okc.pods.hostkeys import HostKeyPins, fingerprint, pins_path
-from okc.pods.config import SSH_CONFIG_ENV, Pod, load_pod_file, parse_pod_file, resolve_endpoint, resolve_pod
+from okc.pods.config import SSH_CONFIG_ENV, Pod, load_pod_file, parse_pod_file, resolve_pod
+from okc.pods.sshconfig import resolve_endpoint
 from okc.pods.ssh import SSHTarget, remote_command
 from sshd import free_port, write_ed25519
 
