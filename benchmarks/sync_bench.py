@@ -88,7 +88,9 @@ lab = find_lab(Path(sys.argv[1]))
 files = local_files(lab)
 names = [name for name in files if name.endswith(sys.argv[4])]
 stream = TarStream(files, names, {}, [], StatCache(Path(os.devnull)))
-proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", WRAP, agent.__file__, "apply", sys.argv[3]],
+program = Path(sys.argv[3]).with_name("agent_program.py")  # what okc sends a pod, as a file
+program.write_text(agent.program())
+proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", WRAP, str(program), "apply", sys.argv[3]],
                         stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 for chunk in stream:
     proc.stdin.write(chunk)

@@ -128,10 +128,10 @@ def test_a_stalled_pod_during_pull(ssh_lab, sshd):
     shutil.move(str(job_dir), served)
     (served / "exit_code").write_text("0\n")
     _write_big(served / "log.txt")
-    partial = ssh_lab.results / job_dir.name / ".log.txt.part"
+    home = ssh_lab.results / job_dir.name
 
-    def mid_download():
-        return partial.is_file() and partial.stat().st_size > 0
+    def mid_download():  # the download's temporary file (.log.txt.<pid>.<thread>.part) is growing
+        return any(p.stat().st_size > 0 for p in home.glob(".log.txt.*part")) if home.is_dir() else False
 
     with Stall(sshd, mid_download) as stall:
         result = runner.invoke(app, ["pull"])
