@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from okc.pods.paths import RefusedPath, checked_job_id, local_path_under
+from okc.errors import UnsafeRemote
+from okc.pods.paths import checked_job_id, local_path_under
 
 
 @pytest.mark.parametrize("job_id", ["../x", "..", "a/b", "/abs", "", "x" * 200, "-rf", "a b", 3, None, "ok..x"])
 def test_checked_job_id_refuses(job_id):
-    with pytest.raises(RefusedPath):
+    with pytest.raises(UnsafeRemote):
         checked_job_id(job_id)
 
 
@@ -19,7 +20,7 @@ def test_checked_job_id_accepts_job_ids():
 
 @pytest.mark.parametrize("name", ["/etc/passwd", "../x", "a/../../x", "a//b", "./a", "a/.", "", "a\x00b", "a\nb", "a\\..\\b"])
 def test_local_path_under_refuses(tmp_path, name):
-    with pytest.raises(RefusedPath):
+    with pytest.raises(UnsafeRemote):
         local_path_under(tmp_path / "job", name)
 
 
@@ -27,7 +28,7 @@ def test_local_path_under_refuses_a_local_symlink_out(tmp_path):
     job = tmp_path / "job"
     job.mkdir()
     (job / "link").symlink_to(tmp_path)
-    with pytest.raises(RefusedPath):
+    with pytest.raises(UnsafeRemote):
         local_path_under(job, "link/x")
 
 

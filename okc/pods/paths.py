@@ -5,7 +5,7 @@ and every file name its SFTP server lists are validated here before anything is 
 or written. A job id is a plain name (letters, digits, '.', '_', '-'; no '..'); a file
 path is plain name components, each not empty, '.', '..', and free of '/', '\\' and
 control characters, that resolves under the job folder even through local symlinks.
-Anything else raises :class:`RefusedPath`, and the caller refuses that job alone.
+Anything else raises :class:`okc.errors.UnsafeRemote`, and the caller refuses that job alone.
 """
 
 from __future__ import annotations
@@ -13,26 +13,22 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from okc.errors import PodError
+from okc.errors import UnsafeRemote
 
 JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 MAX_JOB_FILES = 10_000  # a job folder holds a few dozen; a listing that never ends is refused
 MAX_JOB_DEPTH = 16
 
 
-class RefusedPath(PodError):
-    """A job id or file name from the pod that okc will not turn into a local path."""
-
-
 def checked_job_id(job_id: object) -> str:
-    """``job_id`` if it is a plain job id, else RefusedPath (checked before any mkdir)."""
+    """``job_id`` if it is a plain job id, else UnsafeRemote (checked before any mkdir)."""
     if not isinstance(job_id, str) or not JOB_ID.match(job_id) or ".." in job_id:
-        raise RefusedPath(f"not a job id: {job_id!r}")
+        raise UnsafeRemote(f"not a job id: {job_id!r}")
     return job_id
 
 
 def checked_name(name: object) -> str:
-    """``name`` if it is one plain file-name component, else RefusedPath."""
+    """``name`` if it is one plain file-name component, else UnsafeRemote."""
     if (
         not isinstance(name, str)
         or name in ("", ".", "..")
@@ -40,22 +36,22 @@ def checked_name(name: object) -> str:
         or "\\" in name
         or not name.isprintable()
     ):
-        raise RefusedPath(f"not a plain file name: {name!r}")
+        raise UnsafeRemote(f"not a plain file name: {name!r}")
     return name
 
 
 def local_path_under(job_dir: Path, relative_name: str) -> Path:
     """Where the pod's file ``relative_name`` ('/'-separated) goes under ``job_dir``."""
     if not isinstance(relative_name, str):
-        raise RefusedPath(f"not a file name: {relative_name!r}")
+        raise UnsafeRemote(f"not a file name: {relative_name!r}")
     parts = relative_name.split("/")
     try:
         for part in parts:
             checked_name(part)
-    except RefusedPath:
-        raise RefusedPath(f"not a plain relative file name: {relative_name!r}") from None
+    except UnsafeRemote:
+        raise UnsafeRemote(f"not a plain relative file name: {relative_name!r}") from None
     local = job_dir.joinpath(*parts)
     root = job_dir.resolve()
     if root not in local.resolve().parents:  # a symlink already in the job folder leads out
-        raise RefusedPath(f"{relative_name!r} leads out of {job_dir}")
+        raise UnsafeRemote(f"{relative_name!r} leads out of {job_dir}")
     return local

@@ -15,11 +15,11 @@ import threading
 from pathlib import Path, PurePosixPath
 
 from okc.contract import EXIT_FILE, ContractError, JobState, is_job_id
-from okc.errors import ConfigError, PodError
+from okc.errors import ConfigError, PodError, UnsafeRemote
 from okc.jobs.target import local_job_files
 from okc.pods.config import Pod
 from okc.pods.hostkeys import HostKeyPins, pins_path
-from okc.pods.paths import MAX_JOB_DEPTH, MAX_JOB_FILES, RefusedPath, checked_job_id, checked_name, local_path_under
+from okc.pods.paths import MAX_JOB_DEPTH, MAX_JOB_FILES, checked_job_id, checked_name, local_path_under
 from okc.pods.ssh import SSHTarget
 from okc.pods.sync import agent_argv, sync
 
@@ -131,12 +131,12 @@ class PodTarget:
 
     def fetch(self, job_id: str, job_dir: Path) -> None:
         """Bring the finished remote job folder into ``job_dir``; exit_code comes last. Every
-        name is checked before the folder is made or a byte is written (RefusedPath if not)."""
+        name is checked before the folder is made or a byte is written (UnsafeRemote if not)."""
         remote = remote_job_dir(checked_job_id(job_id))
         files = [(relative, size, local_path_under(job_dir, relative)) for relative, size in self._remote_files(remote)]
         files.sort(key=lambda item: item[0] == EXIT_FILE)
         if not files or files[-1][0] != EXIT_FILE:
-            raise RefusedPath(f"the pod lists no {EXIT_FILE} in {remote}, so the job is not finished there")
+            raise UnsafeRemote(f"the pod lists no {EXIT_FILE} in {remote}, so the job is not finished there")
         job_dir.mkdir(parents=True, exist_ok=True)
         for relative, size, local in files:
             if local.is_file() and local.stat().st_size == size and relative != EXIT_FILE:
@@ -147,7 +147,7 @@ class PodTarget:
 
     def _remote_files(self, folder: str) -> list[tuple[str, int]]:
         """(path relative to ``folder``, size) of every file below it, each name checked
-        (okc.pods.paths): a crafted listing raises RefusedPath before anything is written."""
+        (okc.pods.paths): a crafted listing raises UnsafeRemote before anything is written."""
         found, pending = [], [("", 0)]
         with self.ssh.network_errors("listing a job folder"):
             while pending:
@@ -156,12 +156,12 @@ class PodTarget:
                     relative = f"{sub}/{checked_name(attrs.filename)}" if sub else checked_name(attrs.filename)
                     if stat.S_ISDIR(attrs.st_mode or 0):
                         if depth + 1 > MAX_JOB_DEPTH:
-                            raise RefusedPath(f"folders nested deeper than {MAX_JOB_DEPTH} at {relative!r}")
+                            raise UnsafeRemote(f"folders nested deeper than {MAX_JOB_DEPTH} at {relative!r}")
                         pending.append((relative, depth + 1))
                     elif stat.S_ISREG(attrs.st_mode or 0):
                         found.append((relative, attrs.st_size or 0))
                     if len(found) + len(pending) > MAX_JOB_FILES:
-                        raise RefusedPath(f"more than {MAX_JOB_FILES} files")
+                        raise UnsafeRemote(f"more than {MAX_JOB_FILES} files")
         return found
 
 
