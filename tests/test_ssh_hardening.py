@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from okc.cli.app import app
 from okc.errors import ConfigError
-from okc.pods.config import parse_pod_file
+from okc.pods.config import parse_pod_file, resolve_pod
 from okc.pods.hostkeys import KNOWN_HOSTS_ENV, HostKeyPins, fingerprint, pin_name, pins_path
 from sshd import POD_NAME, write_ed25519
 
@@ -200,13 +200,13 @@ def test_two_pods_on_one_host_port_are_trusted_separately(ssh_lab, sshd, monkeyp
     # The pod behind one name is replaced (say Runpod reused the IP:port): only that pin changes.
     impostor = paramiko.Ed25519Key.from_private_key_file(str(sshd.client_key))
     pins = HostKeyPins(pins_path(ssh_lab))
-    pins.pin(pin_name("other"), impostor)
+    pins.pin(pin_name(resolve_pod(ssh_lab, "other")), impostor)
     changed = invoke("sync", "--on", "other")
     assert changed.exit_code == 2 and "CHANGED" in changed.output
     assert invoke("sync", "--on", POD_NAME).exit_code == 0
     assert invoke("pod", "trust", "other", "--yes").exit_code == 0  # re-trust one ...
     assert invoke("sync", "--on", "other").exit_code == 0
-    assert fingerprint(pins.lookup(pin_name(POD_NAME))["ssh-ed25519"]) == fingerprint(sshd.host_key_public)
+    assert fingerprint(pins.lookup(pin_name(resolve_pod(ssh_lab, POD_NAME)))["ssh-ed25519"]) == fingerprint(sshd.host_key_public)
 
 
 def test_the_pin_file_is_private(ssh_lab, monkeypatch):
@@ -223,4 +223,4 @@ def test_a_pin_file_from_before_per_pod_pins_still_works(ssh_lab, sshd):
     assert path.read_text().startswith(f"{sshd.known_hosts_name} ")
     assert invoke("sync").exit_code == 0
     pins = HostKeyPins(path)
-    assert fingerprint(pins.lookup(pin_name(POD_NAME))["ssh-ed25519"]) == fingerprint(sshd.host_key_public)
+    assert fingerprint(pins.lookup(pin_name(resolve_pod(ssh_lab, POD_NAME)))["ssh-ed25519"]) == fingerprint(sshd.host_key_public)

@@ -226,7 +226,7 @@ def pod_trust(
 
     lab, pod = _pod(name)
     offer = remote.offered_host_key(lab, pod)
-    out.print(f"pod {pod.name} ({offer.host_name}) offers {offer.key.get_name()} {offer.fingerprint}", markup=False)
+    out.print(f"pod {pod.name} ({offer.pin_name}, at {offer.host_name}) offers {offer.key.get_name()} {offer.fingerprint}", markup=False)
     if offer.already_pinned:
         remote.pin(lab, offer)  # a pin filed under [host]:port by an older okc becomes this pod's own
         out.print("already pinned", markup=False)
