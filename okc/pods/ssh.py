@@ -212,7 +212,7 @@ class SSHTarget:
             raise PodError(f"{self._where(endpoint)}: authentication failed ({exc}); check user and identity_file") from None
         except (paramiko.SSHException, OSError, EOFError) as exc:
             transport = client.get_transport()
-            reached = transport is not None and transport.is_active() and transport.initial_kex_done
+            reached = transport is not None and transport.is_active() and transport.remote_version
             failure = handshake_failure(self._where(endpoint), transport, exc, self.timeout)
             client.close()
             if reached:  # the handshake finished: the pod refused us, it is not unreachable
