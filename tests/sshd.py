@@ -12,6 +12,7 @@ import contextlib
 import getpass
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -153,6 +154,48 @@ def sshd(tmp_path_factory) -> Iterator[SSHServer]:
         pytest.skip("OpenSSH server (sshd) is not installed: apt-get install -y openssh-server")
     with running_sshd(tmp_path_factory.mktemp("sshd"), binary) as server:
         yield server
+
+
+def _parents() -> dict[int, tuple[int, str]]:
+    """pid -> (parent pid, command name) of every process, from /proc."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue  # gone meanwhile
+            name = stat[stat.index("(") + 1 : stat.rindex(")")]
+            found[int(entry.name)] = (int(stat[stat.rindex(")") + 2 :].split()[1]), name)
+    return found
+
+
+def session_pids(server: SSHServer) -> list[int]:
+    """The sshd processes serving connections (every sshd below the listening one)."""
+    table = _parents()
+    below, frontier = [], [server.process.pid]
+    while frontier:
+        parent = frontier.pop()
+        for pid, (ppid, name) in table.items():
+            if ppid == parent and name == "sshd":
+                below.append(pid)
+                frontier.append(pid)
+    return below
+
+
+@contextlib.contextmanager
+def stopped_sessions(server: SSHServer) -> Iterator[list[int]]:
+    """SIGSTOP every sshd session process: the pod keeps its TCP connections open and stops
+    answering (a hung pod). They are continued when the block ends."""
+    pids = session_pids(server)
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        yield pids
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
 
 
 TEST_PROBLEM = "tiny_matvec"  # the built-in CPU problem: a remote job runs in seconds

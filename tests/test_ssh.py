@@ -13,7 +13,8 @@ import yaml
 
 from okc.errors import EXIT_UNREACHABLE, ConfigError, PodError, UnreachableError
 from okc.pods.hostkeys import HostKeyPins, fingerprint, pins_path
-from okc.pods.config import SSH_CONFIG_ENV, Pod, load_pod_file, parse_pod_file, resolve_endpoint, resolve_pod
+from okc.pods.config import SSH_CONFIG_ENV, Pod, load_pod_file, parse_pod_file, resolve_pod
+from okc.pods.sshconfig import resolve_endpoint
 from okc.pods.ssh import SSHTarget, remote_command
 from sshd import free_port, write_ed25519
 
@@ -139,7 +140,7 @@ def test_trust_then_connect(ssh_lab, sshd):
     pins.path.unlink()
     with _target(ssh_lab) as target:
         name, key = target.offered_host_key()
-        assert (name, fingerprint(key)) == (sshd.known_hosts_name, fingerprint(sshd.host_key_public))
+        assert (name, fingerprint(key)) == ("pod/testpod", fingerprint(sshd.host_key_public))  # pinned per pod
         pins.pin(name, key)
         assert target.run(["echo", "hi"]).stdout == b"hi\n"
 

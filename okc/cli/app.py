@@ -67,7 +67,9 @@ def handles_errors(command: Callable) -> Callable:
         try:
             return command(*args, **kwargs)
         except OkcError as exc:
-            err.print(f"[red]error:[/red] {exc}", markup=True, soft_wrap=True)
+            from rich.markup import escape  # the message may quote a pod's or a file's text: never markup
+
+            err.print(f"[red]error:[/red] {escape(str(exc))}", markup=True, soft_wrap=True)
             raise typer.Exit(exc.exit_code) from None
 
     return wrapper

@@ -226,15 +226,22 @@ def pod_trust(
 
     lab, pod = _pod(name)
     offer = remote.offered_host_key(lab, pod)
-    out.print(f"pod {pod.name} ({offer.host_name}) offers {offer.key.get_name()} {offer.fingerprint}", markup=False)
+    out.print(f"pod {pod.name} ({offer.pin_name}, at {offer.host_name}) offers {offer.key.get_name()} {offer.fingerprint}", markup=False)
     if offer.already_pinned:
+        remote.pin(lab, offer)  # a pin filed under [host]:port by an older okc becomes this pod's own
         out.print("already pinned", markup=False)
         return
     if offer.pinned:
         err.print("[yellow]warning:[/yellow] this REPLACES a different pinned key: "
                   + ", ".join(k.fingerprint for k in offer.pinned), soft_wrap=True)
-    if not yes and not typer.confirm("Pin this key?", default=False):
-        raise ConfigError("not pinned: okc will refuse this pod until its key is pinned")
+    if not yes:
+        try:
+            confirmed = typer.confirm("Pin this key?", default=False)
+        except typer.Abort:  # end of input: no terminal to ask on (a script, CI)
+            raise ConfigError("not pinned: nobody answered (no terminal?); check the fingerprint above "
+                              "and pass --yes to pin it") from None
+        if not confirmed:
+            raise ConfigError("not pinned: okc will refuse this pod until its key is pinned")
     path = remote.pin(lab, offer)
     out.print(f"pinned in {path}", markup=False, soft_wrap=True)
 
@@ -316,6 +323,9 @@ def pull(
     on: Optional[str] = typer.Option(None, "--on", help="Pod from pod.yaml, or 'local' (default: the default pod)."),
 ) -> None:
     """Bring finished jobs home into results/ and record each in the ledger as it arrives (once, however often run).
+
+    A job whose id or file names could write outside results/ is refused (one line each,
+    exit 2 at the end); the other jobs are still pulled.
 
     Example: okc pull
     """

@@ -279,8 +279,7 @@ def pull(lab: Lab, target: Target, job_id: str | None = None) -> PullReport:
             job_dir = lab.results / name
             if is_home(job_dir) and (job_dir / RESULT_FILE).exists() and not recordable(job_dir):
                 continue  # home, and nothing for the ledger (a sweep's timing, a usage error)
-            job_dir.mkdir(parents=True, exist_ok=True)
-            try:
+            try:  # the target makes the folder once the pod's names are checked: a refused job leaves none
                 recorded += bring_home(target, job_dir, conn)
             except UnsafeRemote as exc:  # this job's files are refused; the others still come home
                 refused.append(f"job {name}: {exc}")

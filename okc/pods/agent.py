@@ -6,8 +6,11 @@ synced and always matches the local okc. On this machine okc runs it as
 ``python -m okc.pods.agent run ...``: one launcher, one lock, one set of files for both.
 Each verb prints one JSON document. Verbs:
 
-- ``apply REMOTE_DIR``: read a sync's tar stream from stdin, put each file in place by
-  rename (never a half-written file), delete what the sync says, write the manifest last.
+- ``apply REMOTE_DIR``: read a sync's tar stream from stdin, staging each file as it
+  arrives (memory stays bounded), then delete what the sync says, put each file in place
+  by rename (never a half-written file), and write the manifest last. Only regular files
+  with plain relative names travel; nothing under .okc/ or results/, and nothing through
+  a symlink that leads out of REMOTE_DIR.
 - ``start RESULTS JOB_ID GPUS CODE_DIR``: launch the job's worker detached (double fork, new
   session, streams redirected), holding one of the GPUS' flocks; the exit code goes to a file.
 - ``run RESULTS JOB_ID GPUS CODE_DIR``: the same in the foreground (SIGTERM or SIGINT cancel it).
@@ -36,6 +39,9 @@ SCHEMA_VERSION = 1
 STATE_DIR = ".okc"
 MANIFEST = ".okc/manifest.json"
 CONTROL_MEMBER = ".okc-sync.json"  # the tar member that carries the new manifest and deletions
+NEVER_SYNCED = (STATE_DIR, "results")
+MAX_CONTROL_BYTES = 256 << 20
+COPY_CHUNK = 1 << 20
 NVIDIA_QUERY = "name,memory.used,memory.total,clocks.sm,utilization.gpu"
 
 
@@ -44,21 +50,34 @@ def fail(message: str) -> None:
     sys.exit(2)
 
 
-def safe_relative(path: str) -> str:
+def safe_relative(path: object) -> str:
     """``path`` if it is a plain relative path that stays inside the folder, else exit."""
-    parts = path.split("/")
-    if not path or path.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\0" in path:
+    if not isinstance(path, str) or not path or path.startswith("/") or "\0" in path:
+        fail(f"refusing unsafe path {path!r}")
+    if any(p in ("", ".", "..") for p in path.split("/")):
         fail(f"refusing unsafe path {path!r}")
     return path
 
 
+def synced_path(remote_dir: str, relative: object) -> str:
+    """Where a synced file goes: a safe relative path, not okc's state or results, whose
+    folder (as it exists now) does not lead out of REMOTE_DIR through a symlink."""
+    relative = safe_relative(relative)
+    if relative.split("/")[0] in NEVER_SYNCED:
+        fail(f"refusing {relative!r}: sync never writes under {relative.split('/')[0]}/")
+    root = os.path.realpath(remote_dir)
+    parent = os.path.realpath(os.path.join(remote_dir, os.path.dirname(relative)))
+    if parent != root and not parent.startswith(root + os.sep):
+        fail(f"refusing {relative!r}: its folder leads out of {remote_dir} through a symlink on the pod")
+    return os.path.join(remote_dir, relative)
 
 
 # -- sync ------------------------------------------------------------------------------
 
 
-def apply(remote_dir: str) -> dict:
-    """Put a sync's files in place: extract to a staging folder, then rename each file."""
+def apply(remote_dir: str, stream=None) -> dict:
+    """Put a sync's files in place: stage the stream's files as they arrive, then delete,
+    then rename each file into place."""
     os.makedirs(os.path.join(remote_dir, STATE_DIR), exist_ok=True)
     lock = open(os.path.join(remote_dir, STATE_DIR, "sync.lock"), "w")
     fcntl.flock(lock, fcntl.LOCK_EX)  # two syncs at once would interleave their renames
@@ -66,34 +85,48 @@ def apply(remote_dir: str) -> dict:
     shutil.rmtree(staging, ignore_errors=True)  # what an interrupted sync left
     os.makedirs(staging)
     control, staged = None, []
-    with tarfile.open(fileobj=sys.stdin.buffer, mode="r|") as stream:
-        for member in stream:
-            if not member.isfile():
-                fail(f"refusing tar member {member.name!r}: not a regular file")
-            data = stream.extractfile(member).read()
-            if member.name == CONTROL_MEMBER:
-                control = json.loads(data)
-                continue
-            staged_path = os.path.join(staging, str(len(staged)))
-            with open(staged_path, "wb") as handle:
-                handle.write(data)
-            staged.append((safe_relative(member.name), staged_path, member.mode & 0o777))
-    if control is None:
+    try:
+        with tarfile.open(fileobj=stream or sys.stdin.buffer, mode="r|") as tar:
+            for member in tar:
+                if not member.isfile():
+                    fail(f"refusing tar member {member.name!r}: not a regular file")
+                if member.name == CONTROL_MEMBER:
+                    if member.size > MAX_CONTROL_BYTES:
+                        fail(f"refusing a sync manifest of {member.size} bytes")
+                    control = json.loads(tar.extractfile(member).read())
+                    continue
+                relative = safe_relative(member.name)
+                staged_path = os.path.join(staging, str(len(staged)))
+                with open(staged_path, "wb") as handle:
+                    shutil.copyfileobj(tar.extractfile(member), handle, COPY_CHUNK)
+                staged.append((relative, staged_path, member.mode & 0o777))
+    except (tarfile.TarError, EOFError, ValueError) as exc:
+        fail(f"the sync stream is broken ({exc}); run okc sync again")
+    if not isinstance(control, dict) or not isinstance(control.get("delete"), list) or not isinstance(control.get("manifest"), dict):
         fail("the sync stream ended without its manifest (interrupted?)")
-    for relative, staged_path, mode in staged:  # only now, with the whole stream read
-        final = os.path.join(remote_dir, relative)
-        os.makedirs(os.path.dirname(final), exist_ok=True)
+    # Every name is checked before anything changes.
+    writes = [(synced_path(remote_dir, relative), staged_path, mode) for relative, staged_path, mode in staged]
+    deletes = [(relative, synced_path(remote_dir, relative)) for relative in control["delete"]]
+    # Deletes first: a path that changes kind (a file becoming a folder of the same name, or
+    # a folder becoming a file) must be gone before its replacement lands.
+    for relative, path in deletes:
+        try:
+            os.unlink(path)
+        except (FileNotFoundError, IsADirectoryError):
+            pass  # gone already, or the pod made a folder there: not okc's to remove
+        remove_empty_parents(remote_dir, relative)
+    for final, staged_path, mode in writes:
+        try:
+            os.makedirs(os.path.dirname(final), exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            fail(f"cannot write {final}: a file on the pod that okc did not put there is in the way")
+        if os.path.isdir(final) and not os.path.islink(final):
+            fail(f"cannot write {final}: the pod has a folder there that okc did not put there")
         os.chmod(staged_path, mode or 0o644)
         os.replace(staged_path, final)
-    for relative in control["delete"]:
-        try:
-            os.unlink(os.path.join(remote_dir, safe_relative(relative)))
-        except FileNotFoundError:
-            pass
-        remove_empty_parents(remote_dir, relative)
     shutil.rmtree(staging, ignore_errors=True)
     atomic_write(os.path.join(remote_dir, MANIFEST), json.dumps(control["manifest"]).encode())
-    return {"written": len(staged), "deleted": len(control["delete"])}
+    return {"written": len(writes), "deleted": len(deletes)}
 
 
 def remove_empty_parents(remote_dir: str, relative: str) -> None:

@@ -2,30 +2,33 @@
 
 pod.yaml is parsed once into frozen :class:`Pod` values. How to reach a pod (host name,
 port, user, identity, proxy) is worked out by :func:`resolve_endpoint`, which also
-honours the user's ``~/.ssh/config`` the way OpenSSH does: what pod.yaml says explicitly
-wins, the ssh config fills in the rest.
+honours the user's ``~/.ssh/config`` (see :mod:`okc.pods.sshconfig`) the way OpenSSH does:
+what pod.yaml says explicitly wins, the ssh config fills in the rest.
+
+pod.yaml is a trust boundary too: ``host`` and ``user`` end up in ProxyCommand tokens
+(``%h``, ``%n``, ``%r``), which a shell may expand, so they are refused the way OpenSSH
+9.6 refuses such names on its command line (CVE-2023-51385): no leading '-', no
+whitespace or control characters, none of ``' ` " $ \\ ; & < > | ( ) { }``.
 """
 
 from __future__ import annotations
 
-import getpass
 import os
 import re
-import shlex
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from types import MappingProxyType
 from typing import Any, Mapping
 
-import paramiko
 import yaml
 
 from okc.errors import ConfigError
 from okc.pods.runpod import RUNPOD_ID
 
 SSH_CONFIG_ENV = "OKC_SSH_CONFIG"  # which ssh config to honour (tests point it at an empty file)
-DEFAULT_SSH_CONFIG = "~/.ssh/config"
 DEFAULT_SSH_PORT = 22
+DEFAULT_SSH_TIMEOUT_S = 20.0  # how long a pod may stay silent before okc calls it unreachable
+MAX_SSH_TIMEOUT_S = 3600.0
 LOCAL_TARGET = "local"  # `--on local`: run on this machine even when pod.yaml names a default
 POD_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -33,6 +36,9 @@ MAX_PORT = 65535
 RUNPOD_REMOTE_DIR = "/workspace/okc"  # Runpod's volume: the container disk is wiped at every stop
 RUNPOD_USER = "root"
 DEFAULT_IDLE_STOP_MINUTES = 30.0
+SHELL_METACHARACTERS = frozenset("'`\"$\\;&<>|(){}")  # what OpenSSH 9.6 refuses in names
+SSH_NAME_RULE = "without a leading '-', whitespace, control characters or any of ' ` \" $ \\ ; & < > | ( ) { }"
+SSH_NAME_NOUNS = {"host": "host name or address", "hostname": "host name or address", "user": "user name"}
 
 POD_YAML_HINT = """\
 a minimal pod.yaml:
@@ -66,6 +72,7 @@ class Pod:
     runpod_id: str | None = None
     idle_stop_minutes: float = DEFAULT_IDLE_STOP_MINUTES  # a Runpod pod stops itself after this long without a job; 0: never
     cost_per_hour: float | None = None  # $/h of the whole host, for hosts whose price no API tells
+    ssh_timeout_s: float = DEFAULT_SSH_TIMEOUT_S
     resolved: bool = field(default=False, compare=False, repr=False)  # host/port/state already read from the API
 
     def __post_init__(self) -> None:
@@ -83,8 +90,7 @@ class Pod:
             raise ConfigError(f"{where}: missing host (or runpod_id for a Runpod pod)")
         if self.host is not None:
             _require_str(where, "host", self.host)
-            if self.host.startswith("-") or any(c.isspace() for c in self.host):
-                raise ConfigError(f"{where}: host must be a host name or address, got {self.host!r}")
+            check_ssh_name(where, "host", self.host)
         if self.remote_dir is None:
             raise ConfigError(f"{where}: missing remote_dir")
         _require_str(where, "remote_dir", self.remote_dir)
@@ -101,6 +107,14 @@ class Pod:
             value = getattr(self, name)
             if value is not None:
                 _require_str(where, name, value)
+                if name != "identity_file":
+                    check_ssh_name(where, name, value)
+                elif not value.isprintable():
+                    raise ConfigError(f"{where}: identity_file may not contain control characters, got {value!r}")
+        timeout = self.ssh_timeout_s
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= MAX_SSH_TIMEOUT_S:
+            raise ConfigError(f"{where}: ssh_timeout_s must be a number of seconds in (0, {MAX_SSH_TIMEOUT_S:g}], got {timeout!r}")
+        object.__setattr__(self, "ssh_timeout_s", float(timeout))
         minutes = self.idle_stop_minutes
         if isinstance(minutes, bool) or not isinstance(minutes, (int, float)) or not 0 <= minutes < float("inf"):
             raise ConfigError(f"{where}: idle_stop_minutes must be a number of minutes >= 0 (0: never), got {minutes!r}")
@@ -146,27 +160,16 @@ class PodFile:
     default: str | None = None
 
 
-@dataclass(frozen=True)
-class Endpoint:
-    """Where and how to connect, after ~/.ssh/config has been applied."""
-
-    hostname: str
-    port: int
-    user: str
-    identity_files: tuple[str, ...] = ()
-    proxy_command: str | None = None
-
-    @property
-    def known_hosts_name(self) -> str:
-        """The name OpenSSH (and paramiko) file this host's key under."""
-        if self.port == DEFAULT_SSH_PORT:
-            return self.hostname
-        return f"[{self.hostname}]:{self.port}"
-
-
 def _require_str(where: str, name: str, value: Any) -> None:
     if not isinstance(value, str) or not value.strip():
         raise ConfigError(f"{where}: {name} must be a non-empty string, got {value!r}")
+
+
+def check_ssh_name(where: str, name: str, value: str) -> None:
+    """Refuse a host or user name that OpenSSH 9.6 would refuse on its command line."""
+    if value.startswith("-") or any(c in SHELL_METACHARACTERS or c.isspace() or not c.isprintable() for c in value):
+        noun = SSH_NAME_NOUNS.get(name.lower(), "plain name")
+        raise ConfigError(f"{where}: {name} must be a {noun}, {SSH_NAME_RULE}; got {value!r}")
 
 
 def load_pod_file(path: Path) -> PodFile:
@@ -251,50 +254,3 @@ def require_pod(lab, name: str | None = None) -> Pod:
         where = "--on local names this machine" if name == LOCAL_TARGET else f"{lab.pod_file} names no default pod"
         raise ConfigError(f"this command needs a pod and {where}; name one with --on POD")
     return pod
-
-
-def ssh_config_path() -> Path:
-    return Path(os.environ.get(SSH_CONFIG_ENV) or DEFAULT_SSH_CONFIG).expanduser()
-
-
-def resolve_endpoint(pod: Pod, config_path: Path | None = None) -> Endpoint:
-    """Apply ~/.ssh/config (or ``config_path``) under the pod's explicit settings."""
-    config_path = config_path or ssh_config_path()
-    if pod.host is None:
-        raise ConfigError(f"pod {pod.name!r}: its address comes from Runpod's API; resolve it first (okc.pods.runpod.connectable)")
-    config = paramiko.SSHConfig()
-    if config_path.is_file():
-        try:
-            config = paramiko.SSHConfig.from_path(str(config_path))
-        except Exception as exc:  # paramiko raises several kinds for a malformed file
-            raise ConfigError(f"{config_path}: cannot parse ssh config ({exc})") from None
-    entry = config.lookup(pod.host)
-    hostname = entry.get("hostname", pod.host)
-    port = pod.port
-    if port is None:
-        try:
-            port = int(entry.get("port", DEFAULT_SSH_PORT))
-        except ValueError:
-            raise ConfigError(f"{config_path}: Port for {pod.host} is not a number: {entry.get('port')!r}") from None
-    user = pod.user or entry.get("user") or getpass.getuser()
-    if pod.identity_file:
-        identities = (str(Path(pod.identity_file).expanduser()),)
-    else:
-        identities = tuple(str(Path(p).expanduser()) for p in entry.get("identityfile", []))
-    proxy = entry.get("proxycommand")
-    if proxy and proxy.lower() == "none":
-        proxy = None
-    jump = entry.get("proxyjump")
-    if proxy is None and jump and jump.lower() != "none":
-        proxy = _jump_command(jump, hostname, port, config_path)
-    return Endpoint(hostname=hostname, port=port, user=user, identity_files=identities, proxy_command=proxy)
-
-
-def _jump_command(jump: str, hostname: str, port: int, config_path: Path) -> str:
-    """ProxyJump as the ProxyCommand OpenSSH itself would run (paramiko has no ProxyJump)."""
-    hops = [hop.strip() for hop in jump.split(",") if hop.strip()]
-    argv = ["ssh", "-F", str(config_path)] if config_path.is_file() else ["ssh"]
-    if len(hops) > 1:
-        argv += ["-J", ",".join(hops[:-1])]
-    argv += ["-W", f"{hostname}:{port}", hops[-1]]
-    return shlex.join(argv)

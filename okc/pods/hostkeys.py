@@ -1,14 +1,23 @@
-"""Host-key pins: okc's own known_hosts file, one per lab.
+"""Host-key pins: okc's own known_hosts file, one per lab, with one pin per pod.
 
 okc never trusts a host key it has not been told to trust. An unknown key is refused
 with its SHA256 fingerprint and the command that pins it; a key that differs from the
 pinned one is refused outright. Pins live in ``<lab>/.okc/known_hosts`` (OpenSSH's
-format, so ``ssh-keygen -l -f`` reads it), or wherever $OKC_KNOWN_HOSTS points.
+format, so ``ssh-keygen -l -f`` reads it; written 0600 in a 0700 folder), or wherever
+$OKC_KNOWN_HOSTS points.
+
+A pin is filed under the pod, not under its address: ``pod/NAME``, or ``runpod:ID`` for a
+Runpod pod, so two pods behind one host:port (Runpod hands the same public IP:port to
+different pods over time) are trusted, and re-trusted, independently. Files written before
+per-pod pins filed keys under ``[host]:port``; such a pin is still honoured for a pod
+(not a Runpod one) that has none of its own, and the pod gets its own pin the first time
+it connects with it.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 import paramiko
@@ -17,6 +26,8 @@ from okc.errors import PodError
 
 KNOWN_HOSTS_ENV = "OKC_KNOWN_HOSTS"
 PINS_FILE = Path(".okc") / "known_hosts"
+PIN_PREFIX = "pod/"
+RUNPOD_PREFIX = "runpod:"
 
 
 def pins_path(lab) -> Path:
@@ -25,17 +36,23 @@ def pins_path(lab) -> Path:
     return Path(override) if override else lab.root / PINS_FILE
 
 
+def pin_name(pod) -> str:
+    """The name ``pod``'s key is pinned under: a Runpod pod by its id (its public IP and port
+    change at every start and are reused by other pods), any other pod by its name."""
+    if pod.runpod_id is not None:
+        return f"{RUNPOD_PREFIX}{pod.runpod_id}"
+    return f"{PIN_PREFIX}{pod.name}"
+
+
+def legacy_pin_name(pod, endpoint) -> str | None:
+    """Where an okc from before per-pod pins filed this pod's key ([host]:port); None for a
+    Runpod pod, whose address another pod may have had."""
+    return None if pod.runpod_id is not None else endpoint.known_hosts_name
+
+
 def fingerprint(key: paramiko.PKey) -> str:
     """OpenSSH's SHA256 fingerprint, e.g. ``SHA256:47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU``."""
     return key.fingerprint
-
-
-def pin_name(pod, endpoint) -> str:
-    """The name a pod's key is pinned under: a Runpod pod by its id, since its public IP and
-    port change at every start (and are reused by other pods); any other pod by host:port."""
-    if pod.runpod_id is not None:
-        return f"runpod:{pod.runpod_id}"
-    return endpoint.known_hosts_name
 
 
 def describe(key: paramiko.PKey) -> str:
@@ -53,27 +70,50 @@ class HostKeyPins:
         if self.path.exists():
             try:
                 keys.load(str(self.path))
-            except (OSError, paramiko.SSHException, ValueError) as exc:
+            except (OSError, paramiko.SSHException, ValueError, UnicodeDecodeError) as exc:
                 raise PodError(f"cannot read host-key pins {self.path}: {exc}") from None
         return keys
 
-    def lookup(self, host_name: str) -> dict[str, paramiko.PKey]:
-        """The pinned keys for ``host_name`` (``[host]:port`` form), by key type."""
-        found = self.load().lookup(host_name)
+    def lookup(self, name: str) -> dict[str, paramiko.PKey]:
+        """The keys pinned under ``name`` (a :func:`pin_name` or an older ``[host]:port``), by type."""
+        found = self.load().lookup(name)
         return dict(found) if found is not None else {}
 
-    def pin(self, host_name: str, key: paramiko.PKey) -> None:
-        """Pin ``key`` for ``host_name``, replacing earlier pins of that host (atomic write)."""
+    def for_pod(self, name: str, legacy_name: str | None) -> tuple[dict[str, paramiko.PKey], bool]:
+        """The pod's pinned keys, and whether they came from an older ``[host]:port`` pin."""
         keys = self.load()
-        fresh = paramiko.HostKeys()
-        for name in keys.keys():  # HostKeys offers no removal: rebuild without this host
-            if name != host_name:
-                for key_type, other in keys[name].items():
-                    fresh.add(name, key_type, other)
-        fresh.add(host_name, key.get_name(), key)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = self.path.with_name(self.path.name + ".tmp")
-        fresh.save(str(temporary))
+        own = keys.lookup(name)
+        if own:
+            return dict(own), False
+        legacy = keys.lookup(legacy_name) if legacy_name else None
+        return (dict(legacy), True) if legacy else ({}, False)
+
+    def pin(self, name: str, key: paramiko.PKey) -> None:
+        """Pin ``key`` under ``name``, replacing that name's earlier pins and no other (atomic write)."""
+        keys = self.load()
+        lines = [
+            f"{other} {key_type} {pinned.get_base64()}\n"
+            for other in keys.keys()
+            if other != name
+            for key_type, pinned in keys[other].items()
+        ]
+        lines.append(f"{name} {key.get_name()} {key.get_base64()}\n")
+        self._write("".join(lines))
+
+    def _write(self, text: str) -> None:
+        folder = self.path.parent
+        if not folder.exists():
+            folder.mkdir(mode=0o700, parents=True)
+        elif folder.name == PINS_FILE.parent.name and stat.S_IMODE(folder.stat().st_mode) != 0o700:
+            folder.chmod(0o700)  # okc's own state folder; someone else's folder ($OKC_KNOWN_HOSTS) is left alone
+        temporary = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        try:
+            os.fchmod(handle, 0o600)  # O_CREAT's mode does not reset a leftover temporary's
+            os.write(handle, text.encode())
+            os.fsync(handle)
+        finally:
+            os.close(handle)
         os.replace(temporary, self.path)
 
 

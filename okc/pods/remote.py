@@ -12,7 +12,7 @@ import paramiko
 
 from okc.errors import UnreachableError
 from okc.pods.config import Pod
-from okc.pods.hostkeys import HostKeyPins, fingerprint, pins_path
+from okc.pods.hostkeys import HostKeyPins, fingerprint, legacy_pin_name, pins_path
 from okc.pods.ssh import SSHTarget
 from okc.pods.target import call_agent
 from okc.reports.tables import Table
@@ -37,7 +37,8 @@ def pod_status(lab, pod: Pod) -> dict:
 @dataclass(frozen=True)
 class HostKeyOffer:
     pod: str
-    host_name: str
+    pin_name: str  # what the key is pinned under (per pod: see okc.pods.hostkeys)
+    host_name: str  # where the pod answered, [host]:port
     key: paramiko.PKey
     pinned: tuple[paramiko.PKey, ...]
 
@@ -51,16 +52,19 @@ class HostKeyOffer:
 
 
 def offered_host_key(lab, pod: Pod) -> HostKeyOffer:
-    """The key the pod offers now, and what is pinned for it (for ``okc pod trust``)."""
+    """The key the pod offers now, and what is pinned for it (for ``okc pod trust``; an older
+    [host]:port pin counts until the pod has its own)."""
     with open_target(lab, pod) as target:
-        host_name, key = target.offered_host_key()
-    pinned = HostKeyPins(pins_path(lab)).lookup(host_name)
-    return HostKeyOffer(pod.name, host_name, key, tuple(pinned.values()))
+        name, key = target.offered_host_key()
+        endpoint = target.endpoint
+    pinned, _ = HostKeyPins(pins_path(lab)).for_pod(name, legacy_pin_name(target.pod, endpoint))
+    return HostKeyOffer(pod.name, name, endpoint.known_hosts_name, key, tuple(pinned.values()))
 
 
 def pin(lab, offer: HostKeyOffer) -> Path:
+    """Pin the offered key for this pod alone: another pod on the same host:port keeps its pin."""
     pins = HostKeyPins(pins_path(lab))
-    pins.pin(offer.host_name, offer.key)
+    pins.pin(offer.pin_name, offer.key)
     return pins.path
 
 

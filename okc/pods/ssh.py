@@ -1,16 +1,25 @@
 """The SSH target: run commands on a pod and move files, over one paramiko connection.
 
-``SSHTarget`` connects lazily (on the first call), verifies the host key against okc's
-pins, keeps the connection alive, and opens at most one SFTP session. Every remote command
-is an argv list joined with shell quoting and run under ``sh -c`` after a fixed prelude
-that loads the pod's environment, so no name or argument from the lab is ever parsed as
-shell syntax. Network trouble becomes :class:`UnreachableError` (exit 3), a refusal by the
-pod (host key, authentication, a failed command) a :class:`PodError`.
+``SSHTarget`` connects lazily (on the first call), verifies the host key against the
+pod's pin, keeps the connection alive, and opens at most one SFTP session. Every remote
+command is an argv list joined with shell quoting and run under ``sh -c`` after a fixed
+prelude that loads the pod's environment, so no name or argument from the lab is ever
+parsed as shell syntax.
+
+Every network operation has a deadline, set by the pod's ``ssh_timeout_s`` (pod.yaml,
+default 20 s): TCP connect, the SSH banner, key exchange and authentication each get that
+long; each SFTP call must be answered within it; a command or transfer that hears nothing
+back for that long is checked with a keepalive request and abandoned when that goes
+unanswered too (:mod:`okc.pods.watch`); a transfer as a whole gets that long plus its size
+at :data:`MIN_TRANSFER_RATE_BPS`. Network trouble, a stall included, becomes
+:class:`UnreachableError` (exit 3); a refusal by the pod (host key, authentication, a
+failed command) a :class:`PodError` (exit 2).
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import select
 import shlex
@@ -19,22 +28,26 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import paramiko
 
 from okc.errors import ConfigError, PodError, UnreachableError
-from okc.pods.hostkeys import HostKeyPins, RefuseUnknownHost, changed_key_error, pin_name
-from okc.pods.config import Endpoint, Pod, resolve_endpoint
+from okc.pods.config import Pod
+from okc.pods.handshake import check_identity_file, handshake_failure
+from okc.pods.hostkeys import HostKeyPins, RefuseUnknownHost, changed_key_error, legacy_pin_name, pin_name
+from okc.pods.sshconfig import Endpoint, resolve_endpoint
+from okc.pods.watch import Watch
 
-CONNECT_TIMEOUT_S = 10.0  # TCP connect (and the proxy's first bytes)
-BANNER_TIMEOUT_S = 15.0  # the server's SSH banner after TCP connects
-AUTH_TIMEOUT_S = 15.0
-CHANNEL_TIMEOUT_S = 15.0  # opening a session channel
 KEEPALIVE_S = 15  # a silent NAT or pod proxy drops idle connections after a minute or so
+MIN_TRANSFER_RATE_BPS = 256 * 1024  # a transfer slower than this is given up (2 Mbit/s)
 READ_CHUNK = 65536
 SEND_CHUNK = 65536
 POLL_S = 0.2  # how long one wait for remote output may block before checking the deadline
+DEADLINE_GRACE_S = 5.0  # a command's own timeout is checked between reads; the watch is the backstop
+
+# paramiko logs every failed handshake with a traceback; okc reports each failure as one line.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 # Runpod images keep the pod's variables (RUNPOD_POD_ID, CUDA paths...) in this file; an
 # ssh session does not load it on its own.
@@ -83,6 +96,7 @@ class SSHTarget:
         self.pod = pod
         self.pins = pins
         self.ssh_config = ssh_config
+        self.timeout = pod.ssh_timeout_s
         self._client: paramiko.SSHClient | None = None
         self._sftp: paramiko.SFTPClient | None = None
 
@@ -93,6 +107,10 @@ class SSHTarget:
         self.close()
 
     def close(self) -> None:
+        # The transport first: on a stalled pod, closing the SFTP channel politely could block
+        # on a full socket; a closed transport makes the rest immediate.
+        if self._client is not None and self._client.get_transport() is not None:
+            self._client.get_transport().close()
         if self._sftp is not None:
             with contextlib.suppress(Exception):
                 self._sftp.close()
@@ -110,6 +128,10 @@ class SSHTarget:
         """The pod's python as an argv prefix (pod.yaml may say ``python3`` or ``/opt/venv/bin/python``)."""
         return shlex.split(self.pod.python)
 
+    def transfer_deadline(self, size: int) -> float:
+        """Seconds a transfer of ``size`` bytes may take in all."""
+        return self.timeout + size / MIN_TRANSFER_RATE_BPS
+
     # -- connecting -------------------------------------------------------------------
 
     def _where(self, endpoint: Endpoint) -> str:
@@ -117,15 +139,20 @@ class SSHTarget:
 
     def _socket(self, endpoint: Endpoint):
         if endpoint.proxy_command:
-            return paramiko.ProxyCommand(endpoint.proxy_command)
+            try:
+                return paramiko.ProxyCommand(endpoint.proxy_command)
+            except (FileNotFoundError, PermissionError) as exc:
+                program = shlex.split(endpoint.proxy_command)[0]
+                raise ConfigError(f"{self._where(endpoint)}: cannot run ProxyCommand program {program!r} "
+                                  f"({exc.strerror}); check ProxyCommand/ProxyJump in your ssh config") from None
         try:
-            return socket.create_connection((endpoint.hostname, endpoint.port), timeout=CONNECT_TIMEOUT_S)
+            return socket.create_connection((endpoint.hostname, endpoint.port), timeout=self.timeout)
         except socket.gaierror as exc:
             raise UnreachableError(f"{self._where(endpoint)}: cannot resolve host name ({exc.strerror})") from None
         except ConnectionRefusedError:
             raise UnreachableError(f"{self._where(endpoint)}: connection refused (is the pod running and the port right?)") from None
         except (socket.timeout, TimeoutError):
-            raise UnreachableError(f"{self._where(endpoint)}: no answer within {CONNECT_TIMEOUT_S:.0f} s") from None
+            raise UnreachableError(f"{self._where(endpoint)}: no answer within {self.timeout:g} s") from None
         except OSError as exc:
             raise UnreachableError(f"{self._where(endpoint)}: {exc.strerror or exc}") from None
 
@@ -134,9 +161,12 @@ class SSHTarget:
             path = Path(endpoint.identity_files[0])
             if not path.is_file():
                 raise ConfigError(f"pod {self.pod.name!r}: identity_file {path} does not exist")
-            return [str(path)]
-        # Like OpenSSH, identity files named by ~/.ssh/config that do not exist are skipped.
-        return [p for p in endpoint.identity_files if Path(p).is_file()]
+            found = [str(path)]
+        else:  # like OpenSSH, identity files named by ~/.ssh/config that do not exist are skipped
+            found = [p for p in endpoint.identity_files if Path(p).is_file()]
+        for path in found:
+            check_identity_file(self.pod.name, path)
+        return found
 
     def _connect(self) -> paramiko.SSHClient:
         if self._client is not None:
@@ -147,9 +177,10 @@ class SSHTarget:
         endpoint = self.endpoint
         identities = self._identity_files(endpoint)
         client = paramiko.SSHClient()
-        host_name = pin_name(self.pod, endpoint)
-        for key_type, key in self.pins.lookup(host_name).items():  # paramiko checks them under host:port
-            client.get_host_keys().add(endpoint.known_hosts_name, key_type, key)
+        host_name = endpoint.known_hosts_name
+        pinned, legacy = self.pins.for_pod(pin_name(self.pod), legacy_pin_name(self.pod, endpoint))
+        for key_type, key in pinned.items():
+            client.get_host_keys().add(host_name, key_type, key)  # the name paramiko looks the server up by
         client.set_missing_host_key_policy(RefuseUnknownHost(self.pod.name))
         sock = self._socket(endpoint)
         try:
@@ -160,10 +191,10 @@ class SSHTarget:
                 key_filename=identities or None,
                 look_for_keys=not identities,
                 allow_agent=True,
-                timeout=CONNECT_TIMEOUT_S,
-                banner_timeout=BANNER_TIMEOUT_S,
-                auth_timeout=AUTH_TIMEOUT_S,
-                channel_timeout=CHANNEL_TIMEOUT_S,
+                timeout=self.timeout,
+                banner_timeout=self.timeout,
+                auth_timeout=self.timeout,
+                channel_timeout=self.timeout,
                 sock=sock,
             )
         except PodError:
@@ -171,7 +202,8 @@ class SSHTarget:
             raise
         except paramiko.BadHostKeyException as exc:
             client.close()
-            raise changed_key_error(self.pod.name, host_name, exc.expected_key, exc.key) from None
+            shown = pin_name(self.pod) if self.pod.runpod_id else host_name
+            raise changed_key_error(self.pod.name, shown, exc.expected_key, exc.key) from None
         except paramiko.PasswordRequiredException:
             client.close()
             raise PodError(f"{self._where(endpoint)}: the identity file is passphrase-protected; add it to ssh-agent") from None
@@ -181,11 +213,16 @@ class SSHTarget:
         except (paramiko.SSHException, OSError, EOFError) as exc:
             transport = client.get_transport()
             reached = transport is not None and transport.is_active() and transport.remote_version
+            failure = handshake_failure(self._where(endpoint), transport, exc, self.timeout)
             client.close()
             if reached:  # the handshake finished: the pod refused us, it is not unreachable
                 raise PodError(f"{self._where(endpoint)}: {exc}") from None
-            raise UnreachableError(f"{self._where(endpoint)}: SSH handshake failed ({exc or type(exc).__name__})") from None
-        client.get_transport().set_keepalive(KEEPALIVE_S)
+            raise failure from None
+        transport = client.get_transport()
+        transport.set_keepalive(KEEPALIVE_S)
+        if legacy:  # a pin filed under [host]:port by an older okc: from now on, the pod's own
+            with contextlib.suppress(OSError):
+                self.pins.pin(pin_name(self.pod), transport.get_remote_server_key())
         self._client = client
         return client
 
@@ -199,27 +236,49 @@ class SSHTarget:
         endpoint = self.endpoint
         sock = self._socket(endpoint)
         transport = paramiko.Transport(sock)
-        transport.banner_timeout = BANNER_TIMEOUT_S
+        transport.banner_timeout = self.timeout
         try:
-            transport.start_client(timeout=CONNECT_TIMEOUT_S)
-            return pin_name(self.pod, endpoint), transport.get_remote_server_key()
+            transport.start_client(timeout=self.timeout)
+            return pin_name(self.pod), transport.get_remote_server_key()
         except (paramiko.SSHException, OSError, EOFError) as exc:
-            raise UnreachableError(f"{self._where(endpoint)}: SSH handshake failed ({exc or type(exc).__name__})") from None
+            raise handshake_failure(self._where(endpoint), transport, exc, self.timeout) from None
         finally:
             transport.close()
 
     @contextlib.contextmanager
     def network_errors(self, what: str) -> Iterator[None]:
-        """Turn a connection dropped mid-operation into one clear UnreachableError."""
+        """Turn a connection dropped or stalled mid-operation into one clear UnreachableError."""
         try:
             yield
+        except UnreachableError:
+            self.close()
+            raise
         except (PodError, ConfigError):
             raise
+        except TimeoutError:  # an SFTP call unanswered for ssh_timeout_s (socket.timeout is TimeoutError)
+            self.close()
+            raise UnreachableError(f"pod {self.pod.name!r} stopped answering: no reply within {self.timeout:g} s "
+                                   f"during {what} (pod or network stalled)") from None
         except (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError) as exc:
             raise PodError(f"pod {self.pod.name!r}: {what} failed: {exc.strerror or exc}") from None
-        except (paramiko.SSHException, EOFError, OSError) as exc:  # OSError: reset, timed out, socket gone
+        except (paramiko.SSHException, EOFError, OSError) as exc:  # OSError: reset, socket gone
             self.close()
-            raise UnreachableError(f"pod {self.pod.name!r}: connection lost during {what} ({exc or type(exc).__name__})") from None
+            raise UnreachableError(f"pod {self.pod.name!r}: connection lost during {what} ({str(exc) or type(exc).__name__})") from None
+
+    @contextlib.contextmanager
+    def watched(self, what: str, deadline_s: float | None = None) -> Iterator[Watch]:
+        """Guard an operation on the open connection (see :mod:`okc.pods.watch`)."""
+        watch = Watch(self._connect().get_transport(), self.timeout, deadline_s).start()
+        try:
+            yield watch
+        except Exception:
+            watch.stop()
+            if watch.fired:
+                raise watch.error(self.pod.name, what) from None
+            raise
+        watch.stop()
+        if watch.fired:
+            raise watch.error(self.pod.name, what)
 
     # -- commands ---------------------------------------------------------------------
 
@@ -227,44 +286,52 @@ class SSHTarget:
         self,
         argv: Sequence[str],
         timeout: float | None = None,
-        stdin: bytes | None = None,
+        stdin: bytes | Iterable[bytes] | None = None,
         *,
         cwd: str | None = None,
         on_sent: Callable[[int], None] | None = None,
+        what: str | None = None,
     ) -> RunResult:
         """Run ``argv`` on the pod (in ``cwd`` below remote_dir if given) and wait for it.
 
-        ``stdin`` is sent and then closed; ``on_sent(n)`` is told after every chunk of it.
+        ``timeout`` bounds the command (None: only the pod's liveness). ``stdin`` (bytes, or
+        chunks of bytes produced as they are sent) is sent and then closed; ``on_sent(n)`` is
+        told after every chunk of it. ``what`` names the command in errors.
         """
+        what = what or f"`{shlex.join([Path(argv[0]).name, *map(str, argv[1:3])])}`"
         command = remote_command(self.pod, argv, cwd)
-        client = self._connect()
+        chunks = [stdin] if isinstance(stdin, (bytes, bytearray)) else (stdin or [])
         deadline = None if timeout is None else time.monotonic() + timeout
-        with self.network_errors(f"`{argv[0]}`"):
-            channel = client.get_transport().open_session(timeout=CHANNEL_TIMEOUT_S)
+        self._connect()
+        with self.network_errors(what), self.watched(what, None if timeout is None else timeout + DEADLINE_GRACE_S) as watch:
+            channel = self._client.get_transport().open_session(timeout=self.timeout)
             try:
-                channel.settimeout(timeout)
                 channel.exec_command(command)
-                if stdin:
-                    view = memoryview(stdin)
-                    for start in range(0, len(view), SEND_CHUNK):
-                        channel.sendall(view[start : start + SEND_CHUNK])
+                watch.kick()
+                for chunk in chunks:
+                    for start in range(0, len(chunk), SEND_CHUNK):
+                        piece = bytes(chunk[start : start + SEND_CHUNK])
+                        channel.sendall(piece)
+                        watch.kick()
                         if on_sent is not None:
-                            on_sent(min(SEND_CHUNK, len(view) - start))
+                            on_sent(len(piece))
+                        if deadline is not None and time.monotonic() > deadline:
+                            raise PodError(f"pod {self.pod.name!r}: {what} did not finish within {timeout:g} s")
                 channel.shutdown_write()
-                return self._collect(channel, argv, timeout, deadline)
-            except socket.timeout:
-                raise PodError(f"pod {self.pod.name!r}: `{argv[0]}` did not finish within {timeout:g} s") from None
+                return self._collect(channel, what, timeout, deadline, watch)
             finally:
                 channel.close()
 
-    def _collect(self, channel, argv, timeout, deadline) -> RunResult:
+    def _collect(self, channel, what, timeout, deadline, watch: Watch) -> RunResult:
         stdout, stderr = bytearray(), bytearray()
         fileno = channel.fileno()
         while True:
             while channel.recv_ready():
                 stdout += channel.recv(READ_CHUNK)
+                watch.kick()
             while channel.recv_stderr_ready():
                 stderr += channel.recv_stderr(READ_CHUNK)
+                watch.kick()
             # Output can still arrive after the exit status (OpenSSH sends it when the process
             # ends, not when its pipes drain): done only at EOF with both buffers empty.
             drained = not channel.recv_ready() and not channel.recv_stderr_ready()
@@ -273,7 +340,7 @@ class SSHTarget:
             if channel.closed or not channel.get_transport().is_active():
                 raise EOFError("the channel closed before the command reported an exit status")
             if deadline is not None and time.monotonic() > deadline:
-                raise PodError(f"pod {self.pod.name!r}: `{argv[0]}` did not finish within {timeout:g} s")
+                raise PodError(f"pod {self.pod.name!r}: {what} did not finish within {timeout:g} s")
             select.select([fileno], [], [], POLL_S)
         return RunResult(rc=channel.recv_exit_status(), stdout=bytes(stdout), stderr=bytes(stderr))
 
@@ -281,31 +348,44 @@ class SSHTarget:
 
     @property
     def sftp(self) -> paramiko.SFTPClient:
-        """The connection's one SFTP session (opened on first use)."""
-        client = self._connect()
+        """The connection's one SFTP session (opened on first use); each call on it must be
+        answered within ssh_timeout_s, or it raises TimeoutError."""
+        self._connect()
         if self._sftp is None:
-            with self.network_errors("opening SFTP"):
-                self._sftp = client.open_sftp()
+            with self.network_errors("opening SFTP"), self.watched("opening SFTP"):
+                channel = self._client.get_transport().open_session(timeout=self.timeout)
+                channel.settimeout(self.timeout)
+                channel.invoke_subsystem("sftp")
+                self._sftp = paramiko.SFTPClient(channel)
         return self._sftp
 
     def put(self, local: Path, remote: str) -> None:
         """Copy the local file to ``remote`` (below remote_dir)."""
         target = self.pod.remote_path(remote)
-        with self.network_errors(f"upload of {Path(local).name}"):
-            try:
-                self.sftp.put(str(local), target)
-            except FileNotFoundError:
-                raise PodError(f"pod {self.pod.name!r}: cannot write {target} (does its folder exist?)") from None
+        what = f"upload of {Path(local).name}"
+        with self.network_errors(what):
+            sftp = self.sftp
+            with self.watched(what, self.transfer_deadline(Path(local).stat().st_size)) as watch:
+                try:
+                    sftp.put(str(local), target, callback=lambda done, total: watch.kick())
+                except FileNotFoundError:
+                    raise PodError(f"pod {self.pod.name!r}: cannot write {target} (does its folder exist?)") from None
 
-    def get(self, remote: str, local: Path) -> None:
-        """Copy ``remote`` (below remote_dir) to the local file, written whole or not at all."""
+    def get(self, remote: str, local: Path, size: int | None = None) -> None:
+        """Copy ``remote`` (below remote_dir; ``size`` bytes if known) to the local file,
+        written whole or not at all."""
         source = self.pod.remote_path(remote)
         local = Path(local)
         # Per process and thread: two pulls of one job at once never write the same temporary file.
         temporary = local.with_name(f".{local.name}.{os.getpid()}.{threading.get_ident()}.part")
-        with self.network_errors(f"download of {source}"):
+        what = f"download of {source}"
+        with self.network_errors(what):
+            sftp = self.sftp
             try:
-                self.sftp.get(source, str(temporary))
+                if size is None:
+                    size = sftp.stat(source).st_size or 0
+                with self.watched(what, self.transfer_deadline(size)) as watch:
+                    sftp.get(source, str(temporary), callback=lambda done, total: watch.kick())
             except FileNotFoundError:
                 temporary.unlink(missing_ok=True)
                 raise PodError(f"pod {self.pod.name!r}: no file {source}") from None

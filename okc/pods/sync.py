@@ -3,35 +3,48 @@
 What travels: candidates/, experiments/, the lab's pyproject.toml and the okc package that
 is running (``okc/**/*.py``), so the pod judges with the same code. Both sides keep a
 manifest (path, size, sha256); the remote one, ``remote_dir/.okc/manifest.json``, lists
-exactly what okc put there. Only new or changed files travel, as one tar stream that the
-pod-side agent extracts to a staging folder and renames into place once the whole stream
-has arrived; files removed locally are removed remotely only if the remote manifest holds
-them; results/ is never touched. The manifest is written last, so an interrupted sync
-simply leaves the old manifest and the next sync sends the difference again.
+exactly what okc put there. Only new or changed files travel, as one tar stream produced
+while it is sent (memory stays bounded whatever the file sizes), which the pod-side agent
+extracts to a staging folder as it arrives and renames into place once the whole stream is
+there; files removed locally are removed remotely only if the remote manifest holds them,
+and before anything is written, so a path that changes kind (a file becoming a folder of
+the same name, or back) is free when its replacement lands; results/ is never touched.
+The manifest is written last, so an interrupted sync simply leaves the old manifest and
+the next sync sends the difference again. Unchanged files are not read again: their hashes
+come from a stat cache (:mod:`okc.pods.statcache`).
+
+Symlinks: nothing outside the lab is ever read for upload (outside okc's own package, for
+its files). A symlink that resolves outside the lab (or the package) is refused: the sync
+stops with exit 2 and names the link, before anything is sent; a skipped file would make
+the pod judge something other than what is here. A symlink that stays inside is sent as
+the file (or folder) it names.
 """
 
 from __future__ import annotations
 
 import bisect
 import hashlib
-import io
 import json
+import os
 import tarfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import okc
-from okc.pods import agent
 from okc.errors import ConfigError, PodError
+from okc.pods import agent
 from okc.pods.ssh import SSHTarget
+from okc.pods.statcache import CACHE_FILE, StatCache, open_nofollow
 
 MANIFEST_VERSION = 1
 SKIPPED_DIRS = {"__pycache__", ".git", ".ipynb_checkpoints"}
 SKIPPED_SUFFIXES = (".pyc", ".pyo", ".swp")
 NEVER_SYNCED = ("results/", ".okc/")  # remote folders a sync must leave alone whatever a manifest says
-APPLY_TIMEOUT_S = 600.0
+APPLY_TIMEOUT_S = 600.0  # the agent's work besides receiving: staging renames, deletes, the manifest
+STREAM_CHUNK = 1 << 20
+NUL = b"\0"
 WATCHDOG_TIMEOUT_S = 60.0
 
 
@@ -64,19 +77,44 @@ class SyncReport:
         return bool(self.sent or self.deleted)
 
 
-def _walk(folder: Path, prefix: str, suffixes: tuple[str, ...] | None = None) -> dict[str, Path]:
+def _inside(link: Path, boundary: Path) -> Path:
+    """Where the symlink ``link`` leads, refused unless that is inside ``boundary``."""
+    target = link.resolve()
+    if target != boundary and boundary not in target.parents:
+        raise ConfigError(
+            f"{link} is a symlink to {target}, outside {boundary}; okc sync sends nothing from outside the lab "
+            "(replace the link with a copy, or move it out of the lab's folders)"
+        )
+    return target
+
+
+def _walk(folder: Path, prefix: str, boundary: Path, suffixes: tuple[str, ...] | None = None) -> dict[str, Path]:
+    """Files below ``folder`` by sync name, each as the real path to read."""
     found: dict[str, Path] = {}
+    if folder.is_symlink():
+        folder = _inside(folder, boundary)
     if not folder.is_dir():
         return found
-    for path in sorted(folder.rglob("*")):
-        relative = path.relative_to(folder)
-        if any(part in SKIPPED_DIRS or part.startswith(".") for part in relative.parts):
+    pending, seen = [(folder, prefix)], set()
+    while pending:
+        current, name = pending.pop()
+        real = current.resolve()
+        if real in seen:  # a folder symlink back into what is being walked
             continue
-        if not path.is_file() or path.name.endswith(SKIPPED_SUFFIXES):
-            continue
-        if suffixes is not None and not path.name.endswith(suffixes):
-            continue
-        found[f"{prefix}/{relative.as_posix()}"] = path
+        seen.add(real)
+        for entry in sorted(os.scandir(current), key=lambda e: e.name):
+            if entry.name in SKIPPED_DIRS or entry.name.startswith("."):
+                continue
+            path, relative = Path(entry.path), f"{name}/{entry.name}"
+            if entry.is_symlink():
+                path = _inside(path, boundary)
+                if not path.exists():
+                    continue  # dangling inside the lab: nothing to send
+            if path.is_dir():
+                pending.append((path, relative))
+            elif path.is_file() and not entry.name.endswith(SKIPPED_SUFFIXES):
+                if suffixes is None or entry.name.endswith(suffixes):
+                    found[relative] = path
     return found
 
 
@@ -88,23 +126,19 @@ def _lab_folder(lab, folder: Path) -> str:
 
 
 def local_files(lab) -> dict[str, Path]:
-    """Every file a sync sends, by its path relative to remote_dir."""
+    """Every file a sync sends, by its path relative to remote_dir (each as the real path read)."""
+    root = lab.root.resolve()
     files = {}
     for folder in (lab.candidates, lab.experiments):
-        files.update(_walk(folder, _lab_folder(lab, folder)))
-    files.update(_walk(Path(okc.__file__).resolve().parent, "okc", suffixes=(".py",)))
+        files.update(_walk(folder, _lab_folder(lab, folder), root))
+    package = Path(okc.__file__).resolve().parent
+    files.update(_walk(package, "okc", package, suffixes=(".py",)))
     pyproject = lab.root / "pyproject.toml"
+    if pyproject.is_symlink():
+        pyproject = _inside(pyproject, root)
     if pyproject.is_file():
         files["pyproject.toml"] = pyproject
     return files
-
-
-def _digest(data: bytes) -> Entry:
-    return Entry(len(data), hashlib.sha256(data).hexdigest())
-
-
-def local_manifest(files: dict[str, Path]) -> dict[str, Entry]:
-    return {name: _digest(path.read_bytes()) for name, path in files.items()}
 
 
 def remote_manifest(target: SSHTarget) -> dict[str, Entry]:
@@ -118,7 +152,10 @@ def remote_manifest(target: SSHTarget) -> dict[str, Entry]:
             return {}
         except ValueError:
             return {}  # unreadable: treat every file as new, the next manifest replaces it
-    return {name: Entry(**entry) for name, entry in data.get("files", {}).items()}
+    try:
+        return {name: Entry(int(e["size"]), str(e["sha256"])) for name, e in data.get("files", {}).items()}
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return {}
 
 
 def plan(local: dict[str, Entry], remote: dict[str, Entry]) -> tuple[list[str], list[str]]:
@@ -128,24 +165,54 @@ def plan(local: dict[str, Entry], remote: dict[str, Entry]) -> tuple[list[str], 
     return send, delete
 
 
-def _tar_stream(files: dict[str, Path], send: list[str], manifest: dict, delete: list[str]) -> tuple[bytes, list[int]]:
-    """One uncompressed tar of the files to send, then the control member; and each file's end offset."""
-    buffer = io.BytesIO()
-    ends = []
-    with tarfile.open(fileobj=buffer, mode="w|", format=tarfile.PAX_FORMAT) as tar:
+def _padding(size: int) -> bytes:
+    return NUL * (-size % tarfile.BLOCKSIZE)
+
+
+class TarStream:
+    """The sync's tar, produced chunk by chunk as it is sent: each file to send, then the
+    control member (the new manifest, with the hash of what actually travelled, and the
+    deletions). ``total`` is exact once the stream is done; ``ends`` are file end offsets."""
+
+    def __init__(self, files: dict[str, Path], send: list[str], manifest: dict[str, dict], delete: list[str], cache: StatCache):
+        self.files, self.send, self.manifest, self.delete, self.cache = files, send, manifest, delete, cache
+        self.headers, self.ends, offset = [], [], 0
         for name in send:
-            path = files[name]
-            data = path.read_bytes()
-            manifest[name] = _digest(data).__dict__  # what actually travels, even if it just changed
-            info = tarfile.TarInfo(name)
-            info.size, info.mode, info.mtime = len(data), path.stat().st_mode & 0o777, int(path.stat().st_mtime)
-            tar.addfile(info, io.BytesIO(data))
-            ends.append(buffer.tell())
-        control = json.dumps({"manifest": {"schema_version": MANIFEST_VERSION, "files": manifest}, "delete": delete})
-        info = tarfile.TarInfo(agent.CONTROL_MEMBER)
-        info.size = len(control.encode())
-        tar.addfile(info, io.BytesIO(control.encode()))
-    return buffer.getvalue(), ends
+            info = files[name].stat()
+            header = tarfile.TarInfo(name)
+            header.size, header.mode, header.mtime = info.st_size, info.st_mode & 0o777, int(info.st_mtime)
+            self.headers.append((header.tobuf(tarfile.PAX_FORMAT), info))
+            offset += len(self.headers[-1][0]) + info.st_size + len(_padding(info.st_size))
+            self.ends.append(offset)
+        self.total = offset
+
+    def _file(self, name: str, info: os.stat_result) -> Iterator[bytes]:
+        path, left, digest = self.files[name], info.st_size, hashlib.sha256()
+        hashed_at = time.time_ns()
+        with open_nofollow(path) as handle:
+            while left:
+                chunk = handle.read(min(STREAM_CHUNK, left))
+                if not chunk:
+                    raise ConfigError(f"{path} shrank while it was being sent; run okc sync again")
+                digest.update(chunk)
+                left -= len(chunk)
+                yield chunk
+            after = os.fstat(handle.fileno())
+        self.manifest[name] = {"size": info.st_size, "sha256": digest.hexdigest()}
+        if (after.st_size, after.st_mtime_ns) == (info.st_size, info.st_mtime_ns):
+            self.cache.remember(path, info, digest.hexdigest(), hashed_at)
+
+    def __iter__(self) -> Iterator[bytes]:
+        for name, (header, info) in zip(self.send, self.headers):
+            yield header
+            yield from self._file(name, info)
+            yield _padding(info.st_size)
+        control = json.dumps({"manifest": {"schema_version": MANIFEST_VERSION, "files": self.manifest}, "delete": self.delete}).encode()
+        member = tarfile.TarInfo(agent.CONTROL_MEMBER)
+        member.size = len(control)
+        tail = member.tobuf(tarfile.PAX_FORMAT) + control + _padding(len(control)) + NUL * (2 * tarfile.BLOCKSIZE)
+        self.total += len(tail)
+        yield tail
 
 
 def sync(lab, target: SSHTarget, dry_run: bool = False, progress: Callable[[SyncProgress], None] | None = None) -> SyncReport:
@@ -167,7 +234,7 @@ def ensure_watchdog(target: SSHTarget, active: bool = True) -> dict | None:
     if pod.runpod_id is None:
         return None
     argv = agent_argv(target, "watchdog", pod.remote_dir, repr(pod.idle_stop_minutes), "active" if active else "report")
-    result = target.run(argv, timeout=WATCHDOG_TIMEOUT_S).check("starting the idle-stop watchdog")
+    result = target.run(argv, timeout=WATCHDOG_TIMEOUT_S, what="okc agent watchdog").check("starting the idle-stop watchdog")
     try:
         return json.loads(result.stdout)
     except ValueError:
@@ -177,27 +244,38 @@ def ensure_watchdog(target: SSHTarget, active: bool = True) -> dict | None:
 def _push(lab, target: SSHTarget, dry_run: bool, progress: Callable[[SyncProgress], None] | None) -> SyncReport:
     started = time.monotonic()
     files = local_files(lab)
-    local = local_manifest(files)
+    cache = StatCache(lab.root / CACHE_FILE)
     remote = remote_manifest(target)
+    local = {}
+    for name, path in files.items():
+        info = path.stat()
+        known = remote.get(name)
+        # A file the pod lacks, or has at another size, travels anyway: it is hashed as it is sent.
+        sha = cache.digest(path, info) if known is not None and known.size == info.st_size else cache.known(path, info)
+        local[name] = Entry(info.st_size, sha or "")
     send, delete = plan(local, remote)
     unchanged = len(local) - len(send)
     if dry_run or not (send or delete):
+        cache.save()
         return SyncReport(tuple(send), tuple(delete), unchanged, 0, time.monotonic() - started, dry_run)
     manifest = {name: entry.__dict__ for name, entry in local.items()}
-    stream, ends = _tar_stream(files, send, manifest, delete)
+    stream = TarStream(files, send, manifest, delete, cache)
     sent = 0
 
     def on_sent(count: int) -> None:
         nonlocal sent
         sent += count
         if progress is not None:
-            progress(SyncProgress(sent, len(stream), bisect.bisect_right(ends, sent), len(send)))
+            progress(SyncProgress(sent, max(stream.total, sent), bisect.bisect_right(stream.ends, sent), len(send)))
 
-    result = target.run(agent_argv(target, "apply", target.pod.remote_dir), timeout=APPLY_TIMEOUT_S, stdin=stream, on_sent=on_sent)
+    timeout = APPLY_TIMEOUT_S + target.transfer_deadline(stream.total)
+    result = target.run(agent_argv(target, "apply", target.pod.remote_dir), timeout=timeout, stdin=stream, on_sent=on_sent,
+                        what="the sync upload (okc agent apply)")
+    cache.save()
     if result.rc != 0:
         detail = result.stderr.decode("utf-8", "replace").strip().splitlines()
         raise PodError(f"sync to pod {target.pod.name!r} failed (exit {result.rc}): {detail[-1] if detail else 'no message'}")
-    return SyncReport(tuple(send), tuple(delete), unchanged, len(stream), time.monotonic() - started)
+    return SyncReport(tuple(send), tuple(delete), unchanged, sent, time.monotonic() - started)
 
 
 def sync_lab(lab, pod, dry_run: bool = False, progress: Callable[[SyncProgress], None] | None = None) -> SyncReport:

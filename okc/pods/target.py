@@ -15,10 +15,11 @@ import threading
 from pathlib import Path, PurePosixPath
 
 from okc.contract import EXIT_FILE, ContractError, JobState, is_job_id
-from okc.errors import ConfigError, PodError
+from okc.errors import ConfigError, PodError, UnsafeRemote
 from okc.jobs.target import local_job_files
 from okc.pods.config import Pod
 from okc.pods.hostkeys import HostKeyPins, pins_path
+from okc.pods.paths import MAX_JOB_DEPTH, MAX_JOB_FILES, checked_job_id, checked_name, local_path_under
 from okc.pods.ssh import SSHTarget
 from okc.pods.sync import agent_argv, sync
 
@@ -36,7 +37,7 @@ def remote_job_dir(job_id: str) -> str:
 
 def call_agent(ssh: SSHTarget, verb: str, *args: str) -> dict:
     """Run one agent verb on the pod; its JSON answer."""
-    result = ssh.run(agent_argv(ssh, verb, *args), timeout=AGENT_TIMEOUT_S).check(f"okc agent {verb}")
+    result = ssh.run(agent_argv(ssh, verb, *args), timeout=AGENT_TIMEOUT_S, what=f"okc agent {verb}").check(f"okc agent {verb}")
     try:
         answer = json.loads(result.stdout)
     except ValueError:
@@ -129,30 +130,38 @@ class PodTarget:
         call_agent(self.ssh, "cancel", self.results, job_id)
 
     def fetch(self, job_id: str, job_dir: Path) -> None:
-        """Bring the finished remote job folder into ``job_dir``; exit_code comes last."""
-        remote = remote_job_dir(job_id)
-        files = self._remote_files(remote)
+        """Bring the finished remote job folder into ``job_dir``; exit_code comes last. Every
+        name is checked before the folder is made or a byte is written (UnsafeRemote if not)."""
+        remote = remote_job_dir(checked_job_id(job_id))
+        files = [(relative, size, local_path_under(job_dir, relative)) for relative, size in self._remote_files(remote)]
         files.sort(key=lambda item: item[0] == EXIT_FILE)
-        for relative, size in files:
-            local = job_dir / relative
+        if not files or files[-1][0] != EXIT_FILE:
+            raise UnsafeRemote(f"the pod lists no {EXIT_FILE} in {remote}, so the job is not finished there")
+        job_dir.mkdir(parents=True, exist_ok=True)
+        for relative, size, local in files:
             if local.is_file() and local.stat().st_size == size and relative != EXIT_FILE:
                 continue  # the same file okc uploaded or streamed; a finished folder is not rewritten
             local.parent.mkdir(parents=True, exist_ok=True)
-            self.ssh.get(f"{remote}/{relative}", local)
+            self.ssh.get(f"{remote}/{relative}", local, size=size)
         mark_pulled(self.ssh, job_id)
 
     def _remote_files(self, folder: str) -> list[tuple[str, int]]:
-        """(path relative to ``folder``, size) of every file below it."""
-        found, pending = [], [""]
+        """(path relative to ``folder``, size) of every file below it, each name checked
+        (okc.pods.paths): a crafted listing raises UnsafeRemote before anything is written."""
+        found, pending = [], [("", 0)]
         with self.ssh.network_errors("listing a job folder"):
             while pending:
-                sub = pending.pop()
+                sub, depth = pending.pop()
                 for attrs in self.ssh.sftp.listdir_attr(self.pod.remote_path(f"{folder}/{sub}" if sub else folder)):
-                    relative = f"{sub}/{attrs.filename}" if sub else attrs.filename
-                    if stat.S_ISDIR(attrs.st_mode):
-                        pending.append(relative)
-                    elif stat.S_ISREG(attrs.st_mode):
-                        found.append((relative, attrs.st_size))
+                    relative = f"{sub}/{checked_name(attrs.filename)}" if sub else checked_name(attrs.filename)
+                    if stat.S_ISDIR(attrs.st_mode or 0):
+                        if depth + 1 > MAX_JOB_DEPTH:
+                            raise UnsafeRemote(f"folders nested deeper than {MAX_JOB_DEPTH} at {relative!r}")
+                        pending.append((relative, depth + 1))
+                    elif stat.S_ISREG(attrs.st_mode or 0):
+                        found.append((relative, attrs.st_size or 0))
+                    if len(found) + len(pending) > MAX_JOB_FILES:
+                        raise UnsafeRemote(f"more than {MAX_JOB_FILES} files")
         return found
 
 

@@ -1,0 +1,138 @@
+"""A pod that stops answering (its sshd session SIGSTOPped, the TCP connection left open):
+sync, check and pull each end with exit 3 and one line within the pod's ssh_timeout_s."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import threading
+import time
+from pathlib import Path
+
+import yaml
+from typer.testing import CliRunner
+
+from okc.cli.app import app
+from okc.jobs import folder as jobs
+from okc.lab.candidates import resolve
+from okc.pods.config import resolve_pod
+from sshd import POD_NAME, TINY_BASELINE, session_pids
+
+runner = CliRunner()
+SSH_TIMEOUT_S = 2.0
+SLACK_S = 3.0  # closing the dead connection, polling intervals, a loaded CI machine
+BIG_MB = 64
+WATCH_S = 60.0
+
+
+class Stall:
+    """Stops the pod's sshd sessions once ``ready()`` is true; continues them at the end."""
+
+    def __init__(self, sshd, ready):
+        self.sshd, self.ready = sshd, ready
+        self.stopped_at: float | None = None
+        self.pids: list[int] = []
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+
+    def _watch(self):
+        deadline = time.monotonic() + WATCH_S
+        while not self.done.is_set() and time.monotonic() < deadline:
+            if self.ready():
+                self.pids = session_pids(self.sshd)
+                for pid in self.pids:
+                    os.kill(pid, signal.SIGSTOP)
+                self.stopped_at = time.monotonic()
+                return
+            time.sleep(0.005)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc_info):
+        self.done.set()
+        self.thread.join()
+        for pid in self.pids:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+
+
+def _short_deadlines(lab) -> None:
+    data = yaml.safe_load(lab.pod_file.read_text())
+    data["pods"][POD_NAME]["ssh_timeout_s"] = SSH_TIMEOUT_S
+    lab.pod_file.write_text(yaml.safe_dump(data))
+
+
+def _remote(lab) -> Path:
+    return Path(resolve_pod(lab).remote_dir)
+
+
+def _ends_in_time(result, stall: Stall) -> str:
+    finished = time.monotonic()
+    assert stall.stopped_at is not None, f"the stall never started: {result.output}"
+    assert result.exit_code == 3, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in result.output, result.output  # beside a streamed job log
+    line = errors[0]
+    assert finished - stall.stopped_at < SSH_TIMEOUT_S + SLACK_S, f"{finished - stall.stopped_at:.1f} s: {line}"
+    return line
+
+
+def _write_big(path: Path) -> None:
+    with open(path, "wb") as handle:
+        for index in range(BIG_MB):
+            handle.write(bytes([index % 251]) * (1 << 20))
+
+
+def test_a_stalled_pod_during_sync(ssh_lab, sshd):
+    _short_deadlines(ssh_lab)
+    _write_big(ssh_lab.candidates / "040_big.bin")
+    staging = _remote(ssh_lab) / ".okc" / "staging"
+
+    def mid_transfer():
+        return any(p.stat().st_size > 0 for p in staging.glob("*")) if staging.is_dir() else False
+
+    with Stall(sshd, mid_transfer) as stall:
+        result = runner.invoke(app, ["sync"])
+        line = _ends_in_time(result, stall)
+    assert "stopped answering" in line
+
+
+def test_a_stalled_pod_during_check(ssh_lab, sshd):
+    _short_deadlines(ssh_lab)
+    body = TINY_BASELINE.read_text().replace(
+        "def prepare(weights: dict[str, torch.Tensor]) -> None:\n",
+        "def prepare(weights: dict[str, torch.Tensor]) -> None:\n    import time; print('preparing', flush=True); time.sleep(3)\n",
+    )
+    (ssh_lab.candidates / "005_slow.py").write_text(body)
+    results = _remote(ssh_lab) / "results"
+
+    def job_is_running():
+        return any(b"preparing" in log.read_bytes() for log in results.glob("*/log.txt")) if results.is_dir() else False
+
+    with Stall(sshd, job_is_running) as stall:
+        result = runner.invoke(app, ["check", "5", "--on", POD_NAME])
+        line = _ends_in_time(result, stall)
+    assert "okc attach" in line
+
+
+def test_a_stalled_pod_during_pull(ssh_lab, sshd):
+    _short_deadlines(ssh_lab)
+    job_dir = jobs.create_job(ssh_lab, "check", resolve(ssh_lab.candidates, "0"), target=POD_NAME)
+    served = _remote(ssh_lab) / "results" / job_dir.name
+    served.parent.mkdir(parents=True)
+    shutil.move(str(job_dir), served)
+    (served / "exit_code").write_text("0\n")
+    _write_big(served / "log.txt")
+    home = ssh_lab.results / job_dir.name
+
+    def mid_download():  # the download's temporary file (.log.txt.<pid>.<thread>.part) is growing
+        return any(p.stat().st_size > 0 for p in home.glob(".log.txt.*part")) if home.is_dir() else False
+
+    with Stall(sshd, mid_download) as stall:
+        result = runner.invoke(app, ["pull"])
+        _ends_in_time(result, stall)

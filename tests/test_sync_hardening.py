@@ -1,0 +1,141 @@
+"""okc sync at the trust boundary and under change: symlinks, paths that change kind, the stat
+cache, bounded memory, and messages that name the operation."""
+
+from __future__ import annotations
+
+import os
+import time
+import tracemalloc
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from okc.cli.app import app
+from okc.errors import UnreachableError
+from okc.pods.config import resolve_pod
+from okc.pods.hostkeys import HostKeyPins, pins_path
+from okc.pods.ssh import SSHTarget
+from okc.pods.sync import sync
+
+runner = CliRunner()
+SECRET = b"-----BEGIN OPENSSH PRIVATE KEY----- not really\n"
+
+
+def _remote(lab) -> Path:
+    return Path(resolve_pod(lab).remote_dir)
+
+
+def _target(lab) -> SSHTarget:
+    return SSHTarget(resolve_pod(lab), HostKeyPins(pins_path(lab)))
+
+
+def _remote_bytes(lab) -> bytes:
+    remote = _remote(lab)
+    return b"".join(p.read_bytes() for p in remote.rglob("*") if p.is_file()) if remote.exists() else b""
+
+
+@pytest.mark.parametrize("link", ["050_leak.py", "051_folder/helper.py", "052_dir"])
+def test_a_symlink_out_of_the_lab_is_refused_and_nothing_is_sent(ssh_lab, tmp_path, link):
+    secret = tmp_path / "home" / ".ssh" / "id_test"
+    secret.write_bytes(SECRET)
+    path = ssh_lab.candidates / link
+    path.parent.mkdir(exist_ok=True)
+    path.symlink_to(secret.parent if link == "052_dir" else secret)
+    result = runner.invoke(app, ["sync"])
+    assert result.exit_code == 2, result.output
+    line = result.output.strip()
+    assert "\n" not in line and str(path) in line and "outside" in line
+    assert SECRET not in _remote_bytes(ssh_lab)
+    assert not (_remote(ssh_lab) / ".okc/manifest.json").exists()
+
+
+def test_a_symlink_inside_the_lab_is_sent_as_the_file(ssh_lab):
+    (ssh_lab.candidates / "060_real.py").write_text("real = 1\n")
+    (ssh_lab.candidates / "061_alias.py").symlink_to("060_real.py")
+    (ssh_lab.candidates / "062_folder").symlink_to(ssh_lab.experiments)
+    (ssh_lab.experiments / "grid.yaml").write_text("grid: [1]\n")
+    result = runner.invoke(app, ["sync"])
+    assert result.exit_code == 0, result.output
+    alias = _remote(ssh_lab) / "candidates/061_alias.py"
+    assert not alias.is_symlink() and alias.read_text() == "real = 1\n"
+    assert (_remote(ssh_lab) / "candidates/062_folder/grid.yaml").read_text() == "grid: [1]\n"
+
+
+def test_a_file_becomes_a_folder_and_back(ssh_lab):
+    candidates, remote = ssh_lab.candidates, _remote(ssh_lab)
+    (candidates / "093_z").write_text("a file\n")
+    with _target(ssh_lab) as target:
+        sync(ssh_lab, target)
+        (candidates / "093_z").unlink()
+        (candidates / "093_z").mkdir()
+        (candidates / "093_z" / "submission.py").write_text("now a folder\n")
+        (candidates / "094_y").mkdir()
+        (candidates / "094_y" / "submission.py").write_text("a folder\n")
+        sync(ssh_lab, target)
+        assert (remote / "candidates/093_z/submission.py").read_text() == "now a folder\n"
+        (candidates / "094_y" / "submission.py").unlink()
+        (candidates / "094_y").rmdir()
+        (candidates / "094_y").write_text("now a file\n")
+        sync(ssh_lab, target)
+        assert (remote / "candidates/094_y").read_text() == "now a file\n"
+        assert not sync(ssh_lab, target).changed
+
+
+def test_a_no_change_sync_trusts_the_stat_cache(ssh_lab):
+    """Unchanged size, mtime and inode: the file is not read again (shown by a same-size edit
+    with its mtime put back, which only a re-hash would notice)."""
+    path = ssh_lab.candidates / "070_cached.py"
+    path.write_text("value = 1\n")
+    old = time.time_ns() - 3600 * 10**9
+    os.utime(path, ns=(old, old))
+    with _target(ssh_lab) as target:
+        sync(ssh_lab, target)
+        with open(path, "r+") as handle:  # same inode, same size
+            handle.write("value = 2\n")
+        os.utime(path, ns=(old, old))
+        assert not sync(ssh_lab, target).changed
+        os.utime(path, ns=(old + 10**9, old + 10**9))
+        assert sync(ssh_lab, target).sent == ("candidates/070_cached.py",)
+    assert (_remote(ssh_lab) / "candidates/070_cached.py").read_text() == "value = 2\n"
+
+
+BIG_MB = 24
+SYNC_PEAK_LIMIT_MB = 12
+
+
+def test_sync_streams_a_big_file_in_bounded_memory(ssh_lab):
+    big = ssh_lab.candidates / "080_weights.bin"
+    with open(big, "wb") as handle:
+        for index in range(BIG_MB):
+            handle.write(bytes([index]) * (1 << 20))
+    with _target(ssh_lab) as target:
+        target.connect()
+        tracemalloc.start()
+        try:
+            report = sync(ssh_lab, target)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert "candidates/080_weights.bin" in report.sent
+    assert (_remote(ssh_lab) / "candidates/080_weights.bin").read_bytes() == big.read_bytes()
+    assert peak < SYNC_PEAK_LIMIT_MB << 20, f"sync peaked at {peak / 2**20:.1f} MiB"
+
+
+def test_a_lost_connection_names_the_operation(ssh_lab):
+    (ssh_lab.candidates / "090_big.py").write_bytes(b"#" * 4_000_000)
+    with _target(ssh_lab) as target:
+        def cut(progress):
+            if progress.bytes_done > 100_000:
+                target._client.get_transport().sock.close()
+
+        with pytest.raises(UnreachableError) as error:
+            sync(ssh_lab, target, progress=cut)
+    message = str(error.value)
+    assert "okc agent apply" in message and "()" not in message and sys_python() not in message
+
+
+def sys_python() -> str:
+    import sys
+
+    return sys.executable
