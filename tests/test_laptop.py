@@ -105,7 +105,7 @@ def test_init_in_an_existing_project_adds_its_table_and_keeps_the_rest(tmp_path,
     data = tomllib.loads(text)
     assert data["project"]["name"] == "kernels" and data["tool"]["ruff"] == {"line-length": 100}
     assert data["tool"]["okc"]["problem"] == "tiny_matvec"
-    assert (root / ".gitignore").read_text() == "*.pyc\nresults/\n__pycache__/\n"
+    assert (root / ".gitignore").read_text() == "*.pyc\nresults/\n.okc/\n__pycache__/\n"
 
 
 def test_the_repos_example_sweeps_are_the_problems_own():
