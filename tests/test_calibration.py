@@ -42,19 +42,19 @@ def fill(lab, numbers):
 
 def test_known_ratios_give_a_known_prediction(lab):
     fill(lab, (1, 2, 3))
-    rows = {row["#"]: row for row in json.loads(invoke("ledger", "--calibration", "--json").output)}
+    rows = {row["number"]: row for row in json.loads(invoke("ledger", "--calibration", "--json").output)["scores"]}
     for number, ratio in RATIOS.items():
-        assert rows[f"{number:03d}"]["ratio"] == pytest.approx(ratio, abs=1e-4)
-        assert rows[f"{number:03d}"]["kind"] == "scored"
-        assert rows[f"{number:03d}"]["predicted [±2σ]"] is None
+        assert rows[number]["ratio"] == pytest.approx(ratio, abs=1e-4)
+        assert rows[number]["official_kind"] == "scored"
+        assert rows[number]["predicted_score"] is None
     logs = [math.log(r) for r in RATIOS.values()]
     mean, spread = statistics.fmean(logs), statistics.stdev(logs) * math.sqrt(1 + 1 / len(logs))
     expected = PREDICTED_LOCAL * math.exp(mean)
     lo, hi = (PREDICTED_LOCAL * math.exp(mean + sign * BAND_SIGMAS * spread) for sign in (-1, 1))
-    text = rows["004"]["predicted [±2σ]"]
-    assert text == f"{expected:.4f} [{lo:.4f}:{hi:.4f}]"
+    assert rows[4]["predicted_score"] == pytest.approx(expected, abs=1e-4)
+    assert rows[4]["predicted_band"] == [pytest.approx(lo, abs=1e-4), pytest.approx(hi, abs=1e-4)]
     assert expected == pytest.approx(1.3860, abs=1e-4)  # 1.40 x the geometric mean of 0.98, 0.99, 1.00
-    assert rows["004"]["ratio"] is None and rows["004"]["kind"] is None
+    assert rows[4]["ratio"] is None and rows[4]["official_kind"] is None
 
 
 def test_the_table_says_how_the_fit_was_made(lab):
@@ -72,8 +72,8 @@ def test_fewer_than_three_pairs_give_no_prediction_and_say_why(lab, numbers):
     words = " ".join(result.output.split())
     assert f"no prediction: {len(numbers)} candidate(s) have both a local bench and an official score" in words
     assert f"{MIN_PAIRS} are needed" in words
-    rows = {row["#"]: row for row in json.loads(invoke("ledger", "--calibration", "--json").output)}
-    assert rows["004"]["predicted [±2σ]"] is None
+    rows = {row["number"]: row for row in json.loads(invoke("ledger", "--calibration", "--json").output)["scores"]}
+    assert rows[4]["predicted_score"] is None
 
 
 def test_a_bench_of_another_source_is_not_paired(tmp_path):

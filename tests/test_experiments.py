@@ -26,6 +26,7 @@ from okc.lab.sweep_ledger import sweep_rows
 from okc.problems.tiny_matvec import PROBLEM as TINY
 
 from conftest import REPO, write_lab
+from test_output import SCHEMA
 
 # A template whose points differ in speed (a sleep), in correctness and in whether they import.
 TEMPLATE = '''\
@@ -240,11 +241,12 @@ def test_an_interrupted_sweep_resumes_funnels_to_the_winners_skips_failing_point
     shown = runner.invoke(app, ["ledger", "--sweep", "demo", "--json"])
     assert shown.exit_code == 0, shown.output
     winners = {w["shape"]: w for w in json.loads(shown.output)}
+    assert all(list(w) == SCHEMA["ledger.sweep"] for w in winners.values())  # docs/output.md
     assert set(winners) == set(SHAPES)
     sha = hashlib.sha256(emitted.read_bytes()).hexdigest()
     for win in winners.values():
-        assert (win["point"], win["params"], win["check"], win["emitted"]) == (ids["fast"], FAST, "pass", "007")
-        assert sha.startswith(win["emitted_sha256"]) and win["speedup_ci"][0] <= win["speedup"] <= win["speedup_ci"][1]
+        assert (win["point"], win["params"], win["check"], win["emitted"]) == (ids["fast"], FAST, "pass", 7)
+        assert sha == win["emitted_sha256"] and win["speedup_ci"][0] <= win["speedup"] <= win["speedup_ci"][1]
     conn = open_ledger(tiny_lab.ledger_path)
     assert len(sweep_rows(conn, "demo", run_dir.name)) == len(rows)
     conn.close()

@@ -125,7 +125,7 @@ def test_bench_of_a_gpu_problem_without_a_gpu_refuses_with_one_line(lab):
 def test_quick_check_is_partial_and_says_so(tiny_lab):
     result = CliRunner().invoke(app, ["check", "0", "--quick", "--json"])
     assert result.exit_code == 0, result.output
-    rows = json.loads(result.output)
+    rows = json.loads(result.output)["cases"]
     assert {row["m"] for row in rows} == {1, 3, 8}  # m <= 16 only: 500 and 17 are left out
     outcome = job_folder.load_result(sorted(tiny_lab.results.glob("*-check-*"))[-1])
     assert "partial check" in outcome.reason and "1 of 2 weight sets" in outcome.reason

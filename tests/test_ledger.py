@@ -5,9 +5,10 @@ import pytest
 
 from okc.lab import ledger
 from okc.errors import LedgerError
-from okc.lab.ledger import Run, open_ledger, record_run, runs, summarize
+from okc.lab.ledger import Run, open_ledger, record_run, runs
+from okc.lab.status import statuses
 
-EXPECTED_TABLES = {"candidates", "runs"}
+EXPECTED_TABLES = {"candidates", "runs", "floors", "official_tables"}
 
 
 def run(number=1, kind="bench", sha="a" * 64, **extra):
@@ -81,14 +82,44 @@ def test_invalid_runs_are_refused(bad):
         run(**bad)
 
 
-def test_summary_flags_a_candidate_changed_since_scored(tmp_path):
+def test_status_belongs_to_the_current_source_and_older_results_are_stale(tmp_path):
     conn = open_ledger(tmp_path / "ledger.db")
-    record_run(conn, run(number=1, sha="old", score=1.1, ci_lo=1.0, ci_hi=1.2))
-    record_run(conn, run(number=1, sha="old", score=1.3, ci_lo=1.2, ci_hi=1.4))
+    base = dict(against="000_baseline")
+    record_run(conn, run(number=1, sha="old", kind="check", status="pass"))
+    record_run(conn, run(number=1, sha="old", score=1.1, ci_lo=1.0, ci_hi=1.2, **base))
+    record_run(conn, run(number=1, sha="old", score=1.3, ci_lo=1.2, ci_hi=1.4, **base))
+    record_run(conn, run(number=1, sha="new", kind="check", status="fail", passed=False))
     record_run(conn, run(number=2, sha="same", kind="official-scored", score=1.2, ci_lo=1.1, ci_hi=1.3, rank="3/9"))
-    (one, two) = summarize(conn, {1: ("001_x", "new"), 2: ("002_x", "same")})
-    assert one.changed and one.bench.score == 1.3  # best, not latest
-    assert not two.changed and two.official_scored.rank == "3/9"
+    (one, two) = statuses(conn, {1: ("001_x", "new"), 2: ("002_x", "same")}, baseline_number=0)
+    assert one.check.status == "fail" and "check" not in one.stale  # the new source's own check, never the old pass
+    assert one.bench is None and one.stale["bench"].score == 1.3  # best of the old source, shown as stale
+    assert two.current["official-scored"].rank == "3/9" and two.stale == {}
+
+
+def test_best_bench_is_against_the_baseline_only(tmp_path):
+    conn = open_ledger(tmp_path / "ledger.db")
+    record_run(conn, run(number=1, score=1.1, ci_lo=1.0, ci_hi=1.2, against="000_baseline"))
+    record_run(conn, run(number=1, score=2.0, ci_lo=1.9, ci_hi=2.1, against="033_slow"))  # another scale
+    record_run(conn, run(number=1, score=1.5, ci_lo=1.4, ci_hi=1.6, against=f"001_x{ledger.AA_MARK}"))
+    (one,) = statuses(conn, {1: ("001_x", "a" * 64)}, baseline_number=0)
+    assert one.bench.score == 1.1
+
+
+def test_a_file_that_is_gone_has_only_stale_results(tmp_path):
+    conn = open_ledger(tmp_path / "ledger.db")
+    record_run(conn, run(number=5, kind="check", status="pass"))
+    (five,) = statuses(conn, {}, baseline_number=0)
+    assert five.sha256 is None and five.name == "005_x" and five.current == {} and five.stale["check"].passed
+
+
+@pytest.mark.parametrize("damage", ["DROP TABLE runs", "DROP TABLE official_tables"])
+def test_a_ledger_missing_a_table_is_one_clear_error(tmp_path, damage):
+    path = tmp_path / "ledger.db"
+    conn = open_ledger(path)
+    conn.execute(damage)
+    conn.close()
+    with pytest.raises(LedgerError, match="the ledger is damaged, table"):
+        open_ledger(path)
 
 
 def _writer(path, worker, count):

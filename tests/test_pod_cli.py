@@ -73,7 +73,7 @@ def test_remote_check_past_a_stale_lock_then_jobs_logs_pull(ssh_lab):
     assert row.target == POD_NAME and row.passed
     listed = json.loads(invoke("jobs", "--json").output)
     (job,) = listed
-    assert job["state"] == "finished" and job["pulled"] == "yes" and job["exit code"] == 0
+    assert job["state"] == "finished" and job["pulled"] is True and job["exit_code"] == 0
     log = invoke("logs", job["job"])
     assert log.exit_code == 0 and f"okc: job {job['job']} running on GPU 0" in log.output
     assert "waiting" not in log.output

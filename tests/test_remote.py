@@ -15,6 +15,7 @@ import okc
 from okc.jobs import folder as job_folder, runner
 from okc.pods import agent, launcher, remote
 from okc.pods.target import PodTarget
+from okc.pods.views import status_document
 from okc.lab.candidates import resolve
 from okc.errors import ConfigError, PodError, UnreachableError
 from okc.lab.ledger import open_ledger, runs
@@ -181,8 +182,8 @@ def test_gpu_status_reads_nvidia_smi(tmp_path, monkeypatch):
     assert status["gpus"] == [{"name": "NVIDIA H200", "memory_used_mib": "1024", "memory_total_mib": "143771",
                                "sm_clock_mhz": "1980", "utilization_pct": "97"}]
     assert status["disk_free_bytes"] > 0 and status["running"] == [] and not status["synced"]
-    table = remote.status_table({"pod": "p", "reachable": True, **status})
-    assert ("gpu 0 memory", "1024 / 143771 MiB") in table.rows
+    (table,) = status_document({"pod": "p", "reachable": True, **status}).for_people
+    assert {"item": "gpu 0 memory", "value": "1024 / 143771 MiB"} in table.records
 
 
 def test_a_reused_pid_is_not_taken_for_our_job(tmp_path):

@@ -434,9 +434,9 @@ def test_cost_tables_sum_per_candidate_day_and_pod():
         JobCost("j4", "floor", "h200", 360.0, 4.0, None, None, "2026-01-02T12:00:00+00:00"),
     ]
     session = Session("h200", "2026-01-02T09:00:00+00:00", 4 * 3600.0, 4.0)
-    by_candidate, by_day, by_pod = (t.records() for t in cost_tables(costs, [session]))
+    by_candidate, by_day, by_pod = (t.records for t in cost_tables(costs, [session]))
     assert by_candidate == [
-        {"number": "036", "candidate": "036_x", "jobs": 3, "gpu_hours": 0.7667, "usd": 3.0, "jobs_without_rate": 1},
+        {"number": 36, "candidate": "036_x", "jobs": 3, "gpu_hours": 0.7667, "usd": 3.0, "jobs_without_rate": 1},
         {"number": None, "candidate": "(no candidate)", "jobs": 1, "gpu_hours": 0.1, "usd": 0.4, "jobs_without_rate": 0},
     ]
     assert [(d["day"], d["jobs"], d["usd"]) for d in by_day] == [("2026-01-01", 1, 2.0), ("2026-01-02", 3, 1.4)]

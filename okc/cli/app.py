@@ -10,27 +10,67 @@ okc.errors exceptions and leave as one red line and the documented exit code.
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable
 
 import typer
+import typer.core
 
+import okc
 from okc.errors import EXIT_FAILED, ConfigError, OkcError
+
+# typer 0.19 escapes "[default: ...]" and "[required]" for rich whenever rich is installed,
+# even with rich_markup_mode=None, so click's plain help printed "\[required]". okc's help is
+# plain text: tell typer's help formatter that rich is not in play (it also skips importing
+# rich for --help).
+typer.core.HAS_RICH = False
+
+
+def _versions(value: bool) -> None:
+    if not value:
+        return
+    from importlib import metadata
+    from platform import python_version
+
+    def version(*names: str) -> str:
+        for name in names:
+            try:
+                return metadata.version(name)
+            except metadata.PackageNotFoundError:
+                continue
+        return "not installed"
+
+    # importlib.metadata reads the installed versions without importing torch (1.5 s).
+    typer.echo(f"okc {okc.__version__}; torch {version('torch')}; triton {version('triton', 'pytorch-triton')}; "
+               f"python {python_version()}")
+    raise typer.Exit(0)
+
 
 app = typer.Typer(
     name="okc",
-    help="okc: an experiment lab for GPU-kernel competitions. Check, bench and record candidate kernels.",
     no_args_is_help=True,
-    add_completion=False,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,  # plain help: rendering it through rich doubled `okc --help`'s start-up time
 )
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_versions, is_eager=True,
+                                 help="Show the versions of okc, torch, triton and python, and exit."),
+) -> None:
+    """okc: an experiment lab for GPU-kernel competitions. Check, bench and record candidate kernels.
+
+    Example: okc check candidate 036
+    """
+
+
 pod_app = typer.Typer(
     help="Pods (targets) from pod.yaml: status, host-key pinning, and Runpod pods' up, stop, terminate, create."
          "\n\nExample: okc pod up h200",
     no_args_is_help=True,
 )
 app.add_typer(pod_app, name="pod")
-
 
 
 class _LazyConsole:
@@ -54,9 +94,26 @@ class _LazyConsole:
 out = _LazyConsole()
 err = _LazyConsole(stderr=True)
 
-FORMAT_HELP = "table, json, csv or markdown"
-QUICK_MAX_M = 16  # a quick check still covers m = 1, 5, 7, 8, 9, 16: slices, probe rows, odd sizes
+FORMAT_HELP = "table, json, nl (one JSON object per line), csv or markdown."
 CANDIDATE_HELP = "The candidate: a number (36 or 036), a file name or a path; the word 'candidate' may come first."
+
+
+def error_line(message: str) -> None:
+    """One red 'error:' and the message as literal text: messages quote config keys like [tool.okc]."""
+    from rich.text import Text
+
+    err.print(Text.assemble(("error:", "red"), " ", str(message)), soft_wrap=True)
+
+
+def _quiet_paramiko() -> None:
+    """paramiko's transport thread logs a failed handshake (a port that answers but is not SSH) as a
+    traceback through logging; okc.pods.ssh raises it as one PodError line instead, so the log is dropped."""
+    import logging
+
+    logger = logging.getLogger("paramiko")
+    if not logger.handlers:
+        logger.addHandler(logging.NullHandler())
+        logger.propagate = False
 
 
 def handles_errors(command: Callable) -> Callable:
@@ -64,14 +121,60 @@ def handles_errors(command: Callable) -> Callable:
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
+        _quiet_paramiko()
         try:
             return command(*args, **kwargs)
         except OkcError as exc:
-            from rich.markup import escape  # the message may quote a pod's or a file's text: never markup
-
-            err.print(f"[red]error:[/red] {escape(str(exc))}", markup=True, soft_wrap=True)
+            error_line(str(exc))
             raise typer.Exit(exc.exit_code) from None
 
+    return wrapper
+
+
+def output_format(fmt: str, as_json: bool = False, nl: bool = False) -> str:
+    """The one format that --format, --json and --nl ask for; asking for two is a usage error."""
+    from okc.reports.tables import FORMATS
+
+    if fmt not in FORMATS:
+        raise ConfigError(f"unknown format {fmt!r}; use {FORMAT_HELP}")
+    asked = {f for f, on in (("json", as_json), ("nl", nl)) if on}
+    if fmt != "table":
+        asked.add(fmt)
+    if len(asked) > 1:
+        raise ConfigError(f"choose one output format, not {' and '.join(sorted(asked))}")
+    return asked.pop() if asked else "table"
+
+
+_OUTPUT_PARAMETERS = (
+    inspect.Parameter("format_", inspect.Parameter.KEYWORD_ONLY, annotation=str,
+                      default=typer.Option("table", "--format", help=FORMAT_HELP)),
+    inspect.Parameter("as_json", inspect.Parameter.KEYWORD_ONLY, annotation=bool,
+                      default=typer.Option(False, "--json", help="Same as --format json.")),
+    inspect.Parameter("nl", inspect.Parameter.KEYWORD_ONLY, annotation=bool,
+                      default=typer.Option(False, "--nl", help="Same as --format nl.")),
+)
+
+
+def output_options(command: Callable) -> Callable:
+    """Give a command the shared output options (--format, --json, --nl); it receives ``fmt``, one format.
+
+    Like sqlite-utils' output options: declared once here, not in every command.
+    """
+    signature = inspect.signature(command, eval_str=True)
+    kept = [p for p in signature.parameters.values() if p.name != "fmt"]
+
+    @functools.wraps(command)
+    def wrapper(*args, format_: str = "table", as_json: bool = False, nl: bool = False, **kwargs):
+        try:
+            fmt = output_format(format_, as_json, nl)
+        except OkcError as exc:
+            error_line(str(exc))
+            raise typer.Exit(exc.exit_code) from None
+        return command(*args, fmt=fmt, **kwargs)
+
+    parameters = kept + list(_OUTPUT_PARAMETERS)
+    wrapper.__signature__ = signature.replace(parameters=parameters)
+    wrapper.__annotations__ = {p.name: p.annotation for p in parameters}
     return wrapper
 
 
@@ -84,26 +187,17 @@ def candidate_ref(words: list[str]) -> str:
     return words[0]
 
 
-def output_format(fmt: str, as_json: bool) -> str:
-    from okc.reports.tables import FORMATS
-
-    fmt = "json" if as_json else fmt
-    if fmt not in FORMATS:
-        raise ConfigError(f"unknown format {fmt!r}; use {FORMAT_HELP}")
-    return fmt
-
-
-def show(tables: list, fmt: str, *lines: str) -> None:
-    """Print tables in the chosen format; extra lines only beside a rich table."""
+def show(document, fmt: str) -> None:
+    """Print a Document in the chosen format; its lines only beside the tables for people."""
     from okc.reports.tables import render
 
-    rendered = render(tables, fmt)
+    rendered = render(document, fmt, out.width)
     if fmt != "table":
-        out.print(rendered, end="", markup=False, soft_wrap=True)
+        out.print(rendered, end="", markup=False, highlight=False, soft_wrap=True)
         return
     for item in rendered:
         out.print(item)
-    for line in lines:
+    for line in document.lines:
         out.print(line, markup=False, soft_wrap=True)
 
 
@@ -118,5 +212,5 @@ def echo_log(text: str) -> None:
 
 
 def raise_failed(result) -> None:
-    err.print(f"[red]error:[/red] {result.kind} {result.status}: {result.reason} (job {result.job_id})", soft_wrap=True)
+    error_line(f"{result.kind} {result.status}: {result.reason} (job {result.job_id})")
     raise typer.Exit(EXIT_FAILED)

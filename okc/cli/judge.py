@@ -8,18 +8,36 @@ from typing import Optional
 import typer
 
 from okc.cli.app import (
-    CANDIDATE_HELP, FORMAT_HELP, QUICK_MAX_M, app, candidate_ref, echo_log, err, handles_errors, load_lab,
-    output_format, raise_failed, show,
+    CANDIDATE_HELP, app, candidate_ref, echo_log, err, error_line, handles_errors, load_lab, output_options,
+    raise_failed, show,
 )
-from okc.errors import EXIT_FAILED
+from okc.errors import EXIT_FAILED, EXIT_USAGE
+from okc.jobs.options import QUICK_MAX_M
 
 
 # ---------------------------------------------------------------------------------------
 # Judge: check and bench
 
 
+def _source(outcome):
+    """The candidate the job ran (number, name, hash of the copy in its folder) and where it ran."""
+    from okc.jobs.folder import load_spec
+    from okc.reports.views import Source
+
+    spec = load_spec(outcome.job_dir)
+    ran = spec.candidate
+    return Source(ran.number, ran.name, ran.sha256, spec.target) if ran else None
+
+
+def _not_recorded(outcome) -> None:
+    """The verdict is printed already; say (one line) that the ledger did not take it."""
+    if outcome.record_error:
+        error_line(f"the result was not recorded in the ledger: {outcome.record_error}")
+
+
 @app.command()
 @handles_errors
+@output_options
 def check(
     words: list[str] = typer.Argument(..., help=CANDIDATE_HELP, metavar="[candidate] NNN"),
     on: Optional[str] = typer.Option(None, "--on", help="Pod from pod.yaml, or 'local'."),
@@ -27,72 +45,73 @@ def check(
     seed: Optional[int] = typer.Option(None, help="Reuse a recorded seed instead of a fresh one."),
     cases: Optional[str] = typer.Option(None, help="Only these cases, comma-separated (e.g. router/m=8,o/m=1)."),
     quick: bool = typer.Option(False, "--quick", help=f"One weight set and m <= {QUICK_MAX_M} only: minutes on a CPU, not the judge's coverage."),
-    fmt: str = typer.Option("table", "--format", help=FORMAT_HELP),
-    as_json: bool = typer.Option(False, "--json", help="Same as --format json."),
+    fmt: str = "table",
 ) -> None:
     """Judge-equivalent correctness check of one candidate; records it in the ledger.
 
     Example: okc check candidate 036
     """
+    from okc.jobs import options, runner
     from okc.lab import candidates
-    from okc.jobs import runner
     from okc.reports import views
 
-    fmt = output_format(fmt, as_json)
+    checking = options.CheckOptions.parse(device, seed, cases, quick)
     lab = load_lab()
     candidate = candidates.resolve(lab.candidates, candidate_ref(words))
-    options = {"device": device, "seed": seed, "cases": cases.split(",") if cases else None}
-    if quick:
-        options.update(weight_seeds=1, max_m=QUICK_MAX_M)
+    options.preflight(lab, on, checking)
     with err.status(f"checking {candidate.name} ..."):
         # The log streams for people; with --json/--format the output is data, and the log stays in the job folder.
-        outcome = runner.submit(lab, "check", candidate, on=on, on_log=echo_log if fmt == "table" else None, **options)
+        outcome = runner.submit(lab, "check", candidate, on=on, on_log=echo_log if fmt == "table" else None,
+                                **checking.job_options())
     result = outcome.result
-    verdict = "PASS" if result.passed else "FAIL"
-    notes = [f"{verdict} {candidate.name}: {result.reason or 'every case within its bounds'} (job {result.job_id})"]
-    tables = [views.check_table(result)] if result.cases else []
-    show(tables, fmt, *notes)
-    raise typer.Exit(0 if result.passed else EXIT_FAILED)
+    show(views.check_document(result, _source(outcome), outcome.recorded), fmt)
+    _not_recorded(outcome)
+    if not result.passed:
+        raise typer.Exit(EXIT_FAILED)
+    if outcome.record_error:
+        raise typer.Exit(EXIT_USAGE)
 
 
 @app.command()
 @handles_errors
+@output_options
 def bench(
     words: list[str] = typer.Argument(..., help=CANDIDATE_HELP, metavar="[candidate] NNN"),
-    against: str = typer.Option("baseline", "--against", help="'baseline' (the lab's) or another candidate."),
+    against: Optional[str] = typer.Option(None, "--against", help="'baseline' (the lab's, the default) or another candidate."),
     aa: bool = typer.Option(False, "--aa", help="A/A: the candidate against a second capture of itself (000: the noise floor)."),
     on: Optional[str] = typer.Option(None, "--on", help="Pod from pod.yaml, or 'local'."),
-    target: float = typer.Option(0.005, "--target", help="Stop when the score's CI half-width is under this."),
+    target: float = typer.Option(0.005, "--target", help="Stop when the score's CI half-width is under this (0.005 = ±0.5%)."),
     min_pairs: int = typer.Option(50, "--min-pairs", help="Pairs before the stopping rule is consulted."),
     max_pairs: int = typer.Option(2000, "--max-pairs", help="Cap on pairs."),
     overhead_us: Optional[float] = typer.Option(None, "--overhead-us", help="Fixed replay cost to subtract (default: the judge's)."),
-    fmt: str = typer.Option("table", "--format", help=FORMAT_HELP),
-    as_json: bool = typer.Option(False, "--json", help="Same as --format json."),
+    fmt: str = "table",
 ) -> None:
     """Paired benchmark against the baseline (or another candidate): score with a 95% CI; records it.
 
     Example: okc bench 036 --against baseline
     """
+    from okc.jobs import options, runner
     from okc.lab import candidates
-    from okc.jobs import runner
     from okc.reports import views
 
-    fmt = output_format(fmt, as_json)
+    benching = options.BenchOptions(target, min_pairs, max_pairs, overhead_us, aa, against)
     lab = load_lab()
     candidate = candidates.resolve(lab.candidates, candidate_ref(words))
     # A/A: the named candidate against a second capture of itself (`okc bench 000 --aa` is the noise floor).
-    other = candidate if aa else candidates.resolve(lab.candidates, lab.baseline if against == "baseline" else against)
-    settings = {"target_half_width": target, "min_pairs": min_pairs, "max_pairs": max_pairs}
-    if overhead_us is not None:
-        settings["overhead_us"] = overhead_us
+    named = lab.baseline if against in (None, "baseline") else against
+    other = candidate if aa else candidates.resolve(lab.candidates, named)
+    options.preflight(lab, on)
     with _bench_progress(target) as on_progress:
-        outcome = runner.submit(lab, "bench", candidate, against=other, aa=aa, on=on, on_progress=on_progress, bench=settings)
+        outcome = runner.submit(lab, "bench", candidate, against=other, aa=aa, on=on, on_progress=on_progress,
+                                bench=benching.settings())
     result = outcome.result
     if not result.passed:
+        _not_recorded(outcome)
         raise_failed(result)
-    tables = [views.shape_table(result), views.load_table(result)]
-    # A passing bench's reason is its caveat (a CPU run says it is a CPU timing).
-    show(tables, fmt, views.score_line(result), *([result.reason] if result.reason else []), f"job {result.job_id}")
+    show(views.bench_document(result, _source(outcome), other.name, outcome.recorded), fmt)
+    _not_recorded(outcome)
+    if outcome.record_error:
+        raise typer.Exit(EXIT_USAGE)
 
 
 class _bench_progress:

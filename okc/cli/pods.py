@@ -6,9 +6,7 @@ from typing import Optional
 
 import typer
 
-from okc.cli.app import (
-    FORMAT_HELP, echo_log, app, err, handles_errors, load_lab, out, output_format, pod_app, show,
-)
+from okc.cli.app import app, echo_log, err, handles_errors, load_lab, out, output_options, pod_app, show
 from okc.errors import EXIT_FAILED, EXIT_USAGE, ConfigError
 
 # ---------------------------------------------------------------------------------------
@@ -32,12 +30,13 @@ def sync(
 
     Example: okc sync --on h200
     """
+    from rich.markup import escape
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
 
     from okc.pods.sync import sync_lab
 
     lab, pod = _pod(on)
-    bar = Progress(TextColumn(f"[bold]sync {pod.name}"), BarColumn(), DownloadColumn(), TextColumn("{task.fields[files]}"),
+    bar = Progress(TextColumn(f"[bold]sync {escape(pod.name)}"), BarColumn(), DownloadColumn(), TextColumn("{task.fields[files]}"),
                    console=err.get(), transient=True)
     task = bar.add_task("sync", total=None, files="")
 
@@ -60,10 +59,10 @@ def sync(
 
 @pod_app.command("status")
 @handles_errors
+@output_options
 def pod_status(
     name: Optional[str] = typer.Argument(None, help="Pod from pod.yaml (default: its default pod)."),
-    fmt: str = typer.Option("table", "--format", help=FORMAT_HELP),
-    as_json: bool = typer.Option(False, "--json", help="Same as --format json."),
+    fmt: str = "table",
 ) -> None:
     """Is the pod reachable; its GPU, memory, SM clock, utilisation, running okc jobs and free disk.
 
@@ -71,18 +70,13 @@ def pod_status(
 
     Example: okc pod status h200
     """
-    import json
-
     from okc.errors import EXIT_UNREACHABLE
     from okc.pods import lifecycle
+    from okc.pods.views import status_document
 
-    fmt = output_format(fmt, as_json)
     lab, pod = _pod(name)
     status = lifecycle.status(lab, pod)
-    if fmt == "json":
-        out.print(json.dumps(status, indent=2), markup=False, soft_wrap=True)
-    else:
-        show(lifecycle.status_tables(status), fmt)
+    show(status_document(status), fmt)
     if not status["reachable"]:
         raise typer.Exit(EXIT_UNREACHABLE)
 
@@ -197,19 +191,17 @@ def pod_create(
 
 @app.command("cost")
 @handles_errors
-def cost(
-    fmt: str = typer.Option("table", "--format", help=FORMAT_HELP),
-    as_json: bool = typer.Option(False, "--json", help="Same as --format json."),
-) -> None:
+@output_options
+def cost(fmt: str = "table") -> None:
     """GPU hours and dollars per candidate, per day and per pod; a running Runpod pod's idle hours.
 
     Example: okc cost --json
     """
     from okc.pods import lifecycle
+    from okc.reports.tables import Document
 
-    fmt = output_format(fmt, as_json)
     tables, notes = lifecycle.cost_report(load_lab())
-    show(tables, fmt, *notes)
+    show(Document(tables=tuple(tables), lines=tuple(notes)), fmt)
 
 
 @pod_app.command("trust")
@@ -232,8 +224,8 @@ def pod_trust(
         out.print("already pinned", markup=False)
         return
     if offer.pinned:
-        err.print("[yellow]warning:[/yellow] this REPLACES a different pinned key: "
-                  + ", ".join(k.fingerprint for k in offer.pinned), soft_wrap=True)
+        err.print("warning: this REPLACES a different pinned key: " + ", ".join(k.fingerprint for k in offer.pinned),
+                  style="yellow", markup=False, soft_wrap=True)
     if not yes:
         try:
             confirmed = typer.confirm("Pin this key?", default=False)
@@ -261,22 +253,21 @@ def _say_result(outcome) -> None:
 
 @app.command("jobs")
 @handles_errors
+@output_options
 def jobs_command(
     on: Optional[str] = typer.Option(None, "--on", help="Pod from pod.yaml, or 'local' (default: the default pod)."),
-    fmt: str = typer.Option("table", "--format", help=FORMAT_HELP),
-    as_json: bool = typer.Option(False, "--json", help="Same as --format json."),
+    fmt: str = "table",
 ) -> None:
     """Jobs on the target, running and finished, and whether each is home and recorded.
 
     Example: okc jobs --on h200
     """
     from okc.jobs.runner import list_jobs
-    from okc.reports.views import jobs_table
+    from okc.pods.views import jobs_document
 
-    fmt = output_format(fmt, as_json)
     lab, target = _target(on)
     with target:
-        show([jobs_table(list_jobs(lab, target), target.name)], fmt)
+        show(jobs_document(list_jobs(lab, target), target.name), fmt)
 
 
 @app.command()

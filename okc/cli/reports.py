@@ -7,8 +7,7 @@ from typing import Optional
 import typer
 
 from okc.cli.app import (
-    CANDIDATE_HELP, FORMAT_HELP, echo_log, app, candidate_ref, err, handles_errors, load_lab, out, output_format,
-    raise_failed, show,
+    CANDIDATE_HELP, app, candidate_ref, echo_log, err, handles_errors, load_lab, out, output_options, raise_failed, show,
 )
 
 # ---------------------------------------------------------------------------------------
@@ -17,11 +16,11 @@ from okc.cli.app import (
 
 @app.command()
 @handles_errors
+@output_options
 def report(
     words: Optional[list[str]] = typer.Argument(None, help=CANDIDATE_HELP, metavar="[candidate] NNN"),
     job: Optional[str] = typer.Option(None, "--job", help="Report this bench job (an id under results/) instead."),
-    fmt: str = typer.Option("table", "--format", help=FORMAT_HELP),
-    as_json: bool = typer.Option(False, "--json", help="Same as --format json."),
+    fmt: str = "table",
 ) -> None:
     """Per-shape and per-load tables of a candidate's latest bench against the speed-of-light floors.
 
@@ -29,34 +28,32 @@ def report(
     """
     from okc.reports.report import build_report
 
-    fmt = output_format(fmt, as_json)
     built = build_report(load_lab(), candidate_ref(words) if words else None, job)
-    show(built.tables, fmt, *built.lines)
+    show(built.document, fmt)
 
 
 @app.command()
 @handles_errors
+@output_options
 def floor(
     on: Optional[str] = typer.Option(None, "--on", help="Pod from pod.yaml, or 'local'."),
-    fmt: str = typer.Option("table", "--format", help=FORMAT_HELP),
-    as_json: bool = typer.Option(False, "--json", help="Same as --format json."),
+    fmt: str = "table",
 ) -> None:
     """Measure the GPU's practical memory-read floor (cold L2) at each layer's size; stored per GPU.
 
     Example: okc floor --on h200
     """
-    from okc.jobs import runner
+    from okc.jobs import options, runner
     from okc.reports import views
 
-    fmt = output_format(fmt, as_json)
+    lab = load_lab()
+    options.preflight(lab, on)
     with err.status("measuring the read floor ..."):
-        outcome = runner.submit(load_lab(), "floor", None, on=on, on_log=echo_log)
+        outcome = runner.submit(lab, "floor", None, on=on, on_log=echo_log if fmt == "table" else None)
     result = outcome.result
     if not result.passed:
         raise_failed(result)
-    gpu = f"{result.gpu_name or 'unknown GPU'} ({result.gpu_uuid or 'no UUID'})"
-    stored = "recorded in the ledger" if outcome.recorded else "already in the ledger"
-    show([views.floor_table(result.sizes, f"read floor of {gpu}")], fmt, f"{stored}; job {result.job_id}")
+    show(views.floor_document(result, outcome.recorded), fmt)
 
 
 @app.command()
@@ -87,25 +84,26 @@ def plot(
 
 @app.command()
 @handles_errors
+@output_options
 def sweep(
     name: str = typer.Argument(..., help="The sweep: experiments/NAME.yaml."),
     on: Optional[str] = typer.Option(None, "--on", help="Pods from pod.yaml, comma-separated, or 'local'."),
     emit: Optional[int] = typer.Option(None, "--emit", help="Write the winners into a new candidate NNN."),
     gpus: Optional[int] = typer.Option(None, "--gpus", help="Use at most this many GPUs per target."),
-    fmt: str = typer.Option("table", "--format", help=FORMAT_HELP),
-    as_json: bool = typer.Option(False, "--json", help="Same as --format json."),
+    fmt: str = "table",
 ) -> None:
     """Run (or resume) a tuning sweep: screen every point, keep the best per shape, check them, re-measure.
 
     Example: okc sweep gemv_decode --on h200a,h200b --emit 040
     """
+    from okc.jobs.options import SweepOptions
     from okc.sweeps import view as sweepview
     from okc.sweeps.funnel import run_sweep
 
-    fmt = output_format(fmt, as_json)
+    sweeping = SweepOptions(gpus=gpus, emit=emit)
+    lab = load_lab()
+    sweeping.check_free(lab)
     with sweepview.LiveView(err.get()) as view:
-        result = run_sweep(load_lab(), name, on=on, emit=emit, gpus=gpus, on_progress=view.update,
+        result = run_sweep(lab, name, on=on, emit=emit, gpus=gpus, on_progress=view.update,
                            on_message=lambda line: err.print(line, markup=False))
-    tables = [sweepview.winners_table(result)] + ([sweepview.failures_table(result)] if result.failed else [])
-    lines = [f"emitted {result.emitted} (check it: okc check {result.emitted.name[:3]})"] if result.emitted else []
-    show(tables, fmt, *lines)
+    show(sweepview.sweep_document(result), fmt)

@@ -42,11 +42,12 @@ def _copy_source(candidate: Candidate, job_dir: Path, side: str) -> SourceRef:
     dest.mkdir()
     if candidate.is_folder:
         shutil.copytree(candidate.path, dest / candidate.name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        entry = dest / candidate.name / "submission.py"
+        copy = Candidate(candidate.number, candidate.name, dest / candidate.name)
     else:
-        entry = dest / candidate.path.name
-        shutil.copy2(candidate.path, entry)
-    return SourceRef(candidate.number, candidate.name, entry.relative_to(job_dir).as_posix(), candidate.sha256())
+        copy = Candidate(candidate.number, candidate.name, dest / candidate.path.name)
+        shutil.copy2(candidate.path, copy.path)
+    # The hash of the copy that runs, not of the file, which may change while the job is made.
+    return SourceRef(candidate.number, candidate.name, copy.entry.relative_to(job_dir).as_posix(), copy.sha256())
 
 
 def job_spec(lab: Lab, kind: str, candidate: Candidate | None, *, job_id: str | None = None,

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from okc.contract import LOG_FILE, PROGRESS_FILE, RESULT_FILE, JobResult, JobState, is_job_id
-from okc.errors import ConfigError, PodError, UnreachableError, UnsafeRemote
+from okc.errors import ConfigError, LedgerError, PodError, UnreachableError, UnsafeRemote
 from okc.jobs.folder import create_job, finish_job, is_home, job_spec, record_job, recordable
 from okc.jobs.target import LocalTarget, Target
 from okc.lab.candidates import Candidate
@@ -41,6 +41,7 @@ class Outcome:
     job_dir: Path
     result: JobResult
     recorded: bool
+    record_error: str | None = None  # the ledger refused the row after the run: the result still stands
 
 
 @dataclass(frozen=True)
@@ -168,8 +169,11 @@ def run_job(lab: Lab, target: Target, job_dir: Path, on_log: Callable[[str], Non
             on_progress: Callable[[dict], None] | None = None) -> Outcome:
     """:func:`execute`, then record the job in the ledger."""
     result = execute(target, job_dir, on_log=on_log, on_progress=on_progress)
-    with ledger(lab.ledger_path) as conn:
-        recorded = record_job(conn, job_dir)
+    try:
+        with ledger(lab.ledger_path) as conn:
+            recorded = record_job(conn, job_dir)
+    except LedgerError as exc:  # broken during the run: the verdict must not be lost with it
+        return Outcome(job_dir, result, False, record_error=str(exc))
     return Outcome(job_dir, result, recorded)
 
 

@@ -7,6 +7,7 @@ sha256 covers every file of it and is stable across machines.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,5 +101,9 @@ def resolve(folder: Path, ref: str) -> Candidate:
     path = Path(ref)
     for option in (path, folder / path, folder / f"{ref}.py"):
         if option.exists():
-            return parse_name(option.resolve())
+            if Path(os.path.abspath(option)).parent.resolve() != folder.resolve():
+                # Its results would be recorded under a lab candidate's number without being its source.
+                raise CandidateError(f"{ref} is not in this lab's {folder}: okc records a result against "
+                                     "the candidate file that ran, so copy it into the candidates folder first")
+            return parse_name(Path(os.path.abspath(option)))
     raise CandidateError(f"no candidate {ref!r} in {folder}")

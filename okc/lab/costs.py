@@ -19,7 +19,7 @@ from typing import Any
 from okc.contract import JOB_FILE, LAUNCHER_FILE, RESULT_FILE
 from okc.errors import LedgerError
 from okc.lab.ledger import now, transaction
-from okc.reports.tables import Table
+from okc.reports.tables import Table, table
 
 SECONDS_PER_HOUR = 3600.0
 HOURS_DIGITS = 4
@@ -190,7 +190,7 @@ def cost_tables(costs: list[JobCost], sessions: list[Session]) -> list[Table]:
     """Spend per candidate, per day and per pod; idle hours for the pods whose uptime is known."""
     by_candidate = _group(costs, lambda c: (c.candidate_number, c.candidate_name))
     candidate_rows = [
-        (f"{number:03d}" if number is not None else None, name or "(no candidate)", *_totals(group))
+        (number, name or "(no candidate)", *_totals(group))
         for (number, name), group in sorted(by_candidate.items(), key=lambda item: (item[0][0] is None, item[0][0] or 0))
     ]
     by_day = _group(costs, lambda c: c.created_at[:10])
@@ -208,11 +208,12 @@ def cost_tables(costs: list[JobCost], sessions: list[Session]) -> list[Table]:
             rate = session.usd_per_hour
             idle_usd = _usd(idle * rate) if rate is not None else None
         pod_rows.append((pod, *_totals(group), rate, uptime, busy, idle, idle_usd))
-    totals = ("jobs", "gpu_hours", "usd", "jobs_without_rate")
+    totals = [("jobs", "jobs"), ("gpu_hours", "GPU hours"), ("usd", "$"), ("jobs_without_rate", "jobs without a rate", 1)]
+    session = [("usd_per_hour", "$/h"), ("session_hours", "session hours", 1), ("session_busy_hours", "busy hours", 2),
+               ("session_idle_hours", "idle hours"), ("session_idle_usd", "idle $")]
     return [
-        Table("by_candidate", ("number", "candidate", *totals), candidate_rows),
-        Table("by_day", ("day", *totals), day_rows),
-        Table("by_pod", ("pod", *totals, "usd_per_hour", "session_hours", "session_busy_hours",
-                         "session_idle_hours", "session_idle_usd"), pod_rows,
-              caption="session_*: the running Runpod pod's current session, from the API's start time"),
+        table("by_candidate", "spend per candidate", [("number", "#"), ("candidate", "candidate"), *totals], candidate_rows),
+        table("by_day", "spend per day (UTC)", [("day", "day"), *totals], day_rows),
+        table("by_pod", "spend per pod", [("pod", "pod"), *totals, *session], pod_rows,
+              caption="session: the running Runpod pod's current session, from the API's start time"),
     ]

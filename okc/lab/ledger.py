@@ -131,7 +131,27 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         """CREATE TRIGGER sweep_winners_append_only BEFORE UPDATE ON sweep_winners
            BEGIN SELECT RAISE(ABORT, 'ledger sweep winners are append-only'); END""",
     ),
+    (
+        # Official timing tables (okc record --table): per load or per shape, baseline and candidate
+        # microseconds of one official job, as JSON rows; and indexes for status per source hash
+        # and for finding an official job.
+        """CREATE TABLE official_tables (
+            id INTEGER PRIMARY KEY,
+            official_job TEXT NOT NULL UNIQUE,
+            candidate_number INTEGER NOT NULL,
+            candidate_sha256 TEXT NOT NULL,
+            rows TEXT NOT NULL,
+            source TEXT,
+            created_at TEXT NOT NULL
+        )""",
+        """CREATE TRIGGER official_tables_append_only BEFORE UPDATE ON official_tables
+           BEGIN SELECT RAISE(ABORT, 'ledger official tables are append-only'); END""",
+        # Covers okc.lab.status's one pass over every run: the index alone answers it.
+        "CREATE INDEX runs_status ON runs (candidate_number, kind, candidate_sha256, score, against)",
+        "CREATE INDEX runs_by_official_job ON runs (official_job)",
+    ),
 )
+TABLES = ("candidates", "runs", "floors", "pod_rates", "job_costs", "sweep_rows", "sweep_winners", "official_tables")  # what a whole ledger holds
 
 
 def now() -> str:
@@ -179,15 +199,24 @@ class Run:
 
 def open_ledger(path: Path) -> sqlite3.Connection:
     """Connect to the ledger at ``path`` (created if absent) and bring its schema up to date."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise LedgerError(f"{path.parent}: cannot create the ledger's folder ({exc.strerror or exc})") from None
     try:
         conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
         conn.row_factory = sqlite3.Row
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA foreign_keys=ON")
         migrate(conn)
+        present = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     except sqlite3.DatabaseError as exc:
         raise LedgerError(f"{path}: cannot open the ledger ({exc})") from None
+    missing = [name for name in TABLES if name not in present]
+    if missing:
+        conn.close()
+        raise LedgerError(f"{path}: the ledger is damaged, table(s) {', '.join(missing)} missing; move it aside "
+                          "and okc starts a new one (job folders under results/ keep every result)")
     return conn
 
 
@@ -242,15 +271,20 @@ def _insert_candidate(conn: sqlite3.Connection, number: int, name: str, sha256: 
 
 def record_run(conn: sqlite3.Connection, run: Run) -> bool:
     """Append ``run``; False if a run with its job id is already there (recorded exactly once)."""
+    with transaction(conn):
+        return insert_run(conn, run)
+
+
+def insert_run(conn: sqlite3.Connection, run: Run) -> bool:
+    """``record_run`` inside a transaction the caller holds."""
     values = asdict(run)
     values.pop("id")
     values["speedups"] = json.dumps(run.speedups, sort_keys=True)
     values["passed"] = None if run.passed is None else int(run.passed)
     columns = ", ".join(values)
     marks = ", ".join(f":{name}" for name in values)
-    with transaction(conn):
-        _insert_candidate(conn, run.candidate_number, run.candidate_name, run.candidate_sha256)
-        cursor = conn.execute(f"INSERT OR IGNORE INTO runs ({columns}) VALUES ({marks})", values)
+    _insert_candidate(conn, run.candidate_number, run.candidate_name, run.candidate_sha256)
+    cursor = conn.execute(f"INSERT OR IGNORE INTO runs ({columns}) VALUES ({marks})", values)
     return cursor.rowcount == 1
 
 
@@ -260,7 +294,7 @@ def recorded_job_ids(conn: sqlite3.Connection) -> set[str]:
     return {row[0] for row in rows}
 
 
-def _run_from_row(row: sqlite3.Row) -> Run:
+def run_from_row(row: sqlite3.Row) -> Run:
     values = dict(row)
     values["speedups"] = json.loads(values["speedups"] or "{}")
     values["passed"] = None if values["passed"] is None else bool(values["passed"])
@@ -276,7 +310,7 @@ def runs(conn: sqlite3.Connection, candidate_number: int | None = None, kind: st
     if kind is not None:
         query += " AND kind = ?"
         params.append(kind)
-    return [_run_from_row(row) for row in conn.execute(query + " ORDER BY id", params)]
+    return [run_from_row(row) for row in conn.execute(query + " ORDER BY id", params)]
 
 
 AA_MARK = " (A/A)"  # how an A/A bench names what it ran against
@@ -289,58 +323,13 @@ def latest_aa(conn: sqlite3.Connection, target: str) -> Run | None:
         "ORDER BY id DESC LIMIT 1",
         (target, f"%{AA_MARK}"),
     ).fetchone()
-    return None if row is None else _run_from_row(row)
+    return None if row is None else run_from_row(row)
 
 
 def known_candidates(conn: sqlite3.Connection) -> dict[int, str]:
     """number -> the name it was last seen under."""
-    rows = conn.execute("SELECT number, name FROM candidates ORDER BY id")
+    rows = conn.execute("SELECT number, name FROM candidates WHERE id IN (SELECT MAX(id) FROM candidates GROUP BY number)")
     return {row["number"]: row["name"] for row in rows}
-
-
-@dataclass(frozen=True)
-class Summary:
-    """What ``okc ledger`` shows for one candidate."""
-
-    number: int
-    name: str
-    sha256: str | None  # the current file's hash; None if the file is gone
-    changed: bool  # the file changed since its latest bench or official run
-    check: Run | None  # latest local check
-    bench: Run | None  # best local bench score
-    official_check: Run | None  # latest
-    official_scored: Run | None  # latest
-
-
-def summarize(conn: sqlite3.Connection, current: dict[int, tuple[str, str]]) -> list[Summary]:
-    """One Summary per candidate, from ``current`` (number -> (name, sha256)) and the ledger."""
-    by_candidate: dict[int, list[Run]] = {}
-    for run in runs(conn):
-        by_candidate.setdefault(run.candidate_number, []).append(run)
-    names = known_candidates(conn)
-    summaries = []
-    for number in sorted(set(current) | set(by_candidate)):
-        history = by_candidate.get(number, [])
-        name, sha = current.get(number, (names.get(number, "?"), None))
-
-        def latest(kind: str) -> Run | None:
-            return next((r for r in reversed(history) if r.kind == kind), None)
-
-        benches = [r for r in history if r.kind == "bench" and r.score is not None]
-        scored = [r for r in history if r.kind in ("bench", *OFFICIAL_KINDS)]
-        summaries.append(
-            Summary(
-                number=number,
-                name=name,
-                sha256=sha,
-                changed=bool(scored) and sha is not None and scored[-1].candidate_sha256 != sha,
-                check=latest("check"),
-                bench=max(benches, key=lambda r: r.score, default=None),
-                official_check=latest("official-check"),
-                official_scored=latest("official-scored"),
-            )
-        )
-    return summaries
 
 
 @dataclass(frozen=True)

@@ -1,16 +1,36 @@
-"""Official results, typed in by hand from the competition's site, validated before the ledger."""
+"""Official results, typed in by hand from the competition's site, checked before the ledger.
+
+An official job has one score: recording the same job twice is a no-op, recording it
+again with another score (or for another candidate) is refused. Its timing table, when
+given, is kept beside it (``official_tables``) for per-load calibration.
+"""
 
 from __future__ import annotations
 
+import json
 import math
 import re
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
 
+from okc.errors import ConfigError, LedgerError
 from okc.lab.candidates import Candidate
-from okc.errors import ConfigError
-from okc.lab.ledger import Run
+from okc.lab.config import Lab
+from okc.lab.ledger import OFFICIAL_KINDS as LEDGER_KINDS
+from okc.lab.ledger import Run, insert_run, now, run_from_row, transaction
+from okc.lab.timings import Timing, parse_table
+from okc.problems.catalog import DEFAULT_MAX_SCORE, ProblemShapes, shapes_of
 
 OFFICIAL_KINDS = {"check": "official-check", "scored": "official-scored"}
 RANK_PATTERN = re.compile(r"^(\d+)/(\d+)$")
+JOB_PATTERN = re.compile(r"^[\x21-\x7e]{1,200}$")  # printable, no spaces: it is copied from the site
+
+
+def _max_score(shapes: ProblemShapes | None) -> tuple[float, str]:
+    if shapes is None:
+        return DEFAULT_MAX_SCORE, "a score is a speedup over the baseline, and this much is taken for a typo"
+    return shapes.max_score, shapes.max_score_why
 
 
 def parse_ci(text: str) -> tuple[float, float]:
@@ -19,22 +39,31 @@ def parse_ci(text: str) -> tuple[float, float]:
         lo, hi = (float(p) for p in parts)
     except ValueError:
         raise ConfigError(f"--ci must be LO:HI (e.g. 1.3036:1.3433), got {text!r}") from None
-    if not (math.isfinite(lo) and math.isfinite(hi)) or lo > hi:
+    if not (math.isfinite(lo) and math.isfinite(hi)) or lo <= 0 or hi <= 0:
+        raise ConfigError(f"--ci bounds are speedups, so positive numbers; got {text!r}")
+    if lo > hi:
         raise ConfigError(f"--ci must be LO:HI with LO <= HI, got {text!r}")
     return lo, hi
 
 
 def official_run(candidate: Candidate, kind: str, score: float, ci: str, job: str,
-                 rank: str | None = None, note: str | None = None) -> Run:
+                 rank: str | None = None, note: str | None = None, shapes: ProblemShapes | None = None) -> Run:
+    """The ledger row of an official result, every field checked; ConfigError says which is wrong."""
     if kind not in OFFICIAL_KINDS:
         raise ConfigError(f"--official must be check or scored, got {kind!r}")
     if not math.isfinite(score) or score <= 0:
         raise ConfigError(f"--score must be a positive number, got {score}")
+    most, why = _max_score(shapes)
+    if score > most:
+        # A check run's score is a speedup like a scored run's: both get the same bound.
+        raise ConfigError(f"--score {score:g} is not a plausible official score: {why}, so okc takes more than "
+                          f"{most:g} for a typo")
     lo, hi = parse_ci(ci)
     if not lo <= score <= hi:
         raise ConfigError(f"the CI {lo}:{hi} does not contain the score {score}")
-    if not job.strip():
-        raise ConfigError("--job must name the official job id")
+    job = job.strip()
+    if not JOB_PATTERN.match(job):
+        raise ConfigError(f"--job must be the official job id as the site shows it (no spaces), got {job!r}")
     if rank is not None:
         match = RANK_PATTERN.match(rank)
         if not match or not 1 <= int(match[1]) <= int(match[2]):
@@ -49,7 +78,121 @@ def official_run(candidate: Candidate, kind: str, score: float, ci: str, job: st
         score=score,
         ci_lo=lo,
         ci_hi=hi,
-        official_job=job.strip(),
+        official_job=job,
         rank=rank,
         note=note,
     )
+
+
+@dataclass(frozen=True)
+class TimingTable:
+    """An official job's timing table, as the ledger keeps it."""
+
+    official_job: str
+    candidate_number: int
+    candidate_sha256: str
+    rows: tuple[Timing, ...]
+    source: str | None = None
+    created_at: str = ""
+
+    @property
+    def per_shape(self) -> bool:
+        return any(row.layer is not None for row in self.rows)
+
+
+@dataclass(frozen=True)
+class Recorded:
+    run: Run  # the ledger's row for this official job (the earlier one when it was already there)
+    new_run: bool
+    new_table: bool
+    table_rows: int = 0
+
+    @property
+    def message(self) -> str:
+        run = self.run
+        text = (f"{'recorded' if self.new_run else 'already recorded:'} official {_describe(run)} job {run.official_job}"
+                + (f" rank {run.rank}" if run.rank else ""))
+        if self.table_rows:
+            text += (f"; timing table of {self.table_rows} rows " + ("stored" if self.new_table else "already stored"))
+        return text
+
+
+def _same(a: Run, b: Run) -> bool:
+    return (a.kind, a.candidate_number, a.score, a.ci_lo, a.ci_hi) == (b.kind, b.candidate_number, b.score, b.ci_lo, b.ci_hi)
+
+
+def _describe(run: Run) -> str:
+    return (f"{run.kind.removeprefix('official-')} {run.score:g} [{run.ci_lo:g}:{run.ci_hi:g}] "
+            f"for {run.candidate_name} ({run.candidate_sha256[:10]})")
+
+
+def record_official(conn: sqlite3.Connection, run: Run, rows: tuple[Timing, ...] | None = None,
+                    source: str | None = None) -> Recorded:
+    """Append an official result and its timing table; the same again is a no-op, a different one is refused."""
+    placeholders = ", ".join("?" for _ in LEDGER_KINDS)
+    with transaction(conn):
+        earlier = conn.execute(f"SELECT * FROM runs WHERE official_job = ? AND kind IN ({placeholders}) ORDER BY id",
+                               (run.official_job, *LEDGER_KINDS)).fetchone()
+        if earlier is not None:
+            kept = run_from_row(earlier)
+            if not _same(kept, run):
+                raise LedgerError(f"official job {run.official_job} is already recorded as {_describe(kept)}; "
+                                  f"a job has one result, so {_describe(run)} is refused")
+        else:
+            kept = run
+            insert_run(conn, run)
+        new_table = False
+        if rows is not None:
+            new_table = _store_table(conn, kept, rows, source)
+    return Recorded(kept, earlier is None, new_table, len(rows or ()))
+
+
+def _store_table(conn: sqlite3.Connection, run: Run, rows: tuple[Timing, ...], source: str | None) -> bool:
+    text = json.dumps([row.to_json() for row in rows], sort_keys=True)
+    earlier = conn.execute("SELECT rows FROM official_tables WHERE official_job = ?", (run.official_job,)).fetchone()
+    if earlier is not None:
+        if json.loads(earlier["rows"]) != json.loads(text):
+            raise LedgerError(f"official job {run.official_job} already has a different timing table; "
+                              "tables are append-only and a job has one")
+        return False
+    conn.execute(
+        "INSERT INTO official_tables (official_job, candidate_number, candidate_sha256, rows, source, created_at) "
+        "VALUES (?, ?, ?, ?, ?, ?)",
+        (run.official_job, run.candidate_number, run.candidate_sha256, text, source, now()),
+    )
+    return True
+
+
+def timing_tables(conn: sqlite3.Connection) -> dict[str, TimingTable]:
+    """official job id -> its timing table."""
+    tables = {}
+    for row in conn.execute("SELECT * FROM official_tables ORDER BY id"):
+        timings = tuple(Timing(**item) for item in json.loads(row["rows"]))
+        tables[row["official_job"]] = TimingTable(row["official_job"], row["candidate_number"], row["candidate_sha256"],
+                                                  timings, row["source"], row["created_at"])
+    return tables
+
+
+def read_table(path: Path, candidate: Candidate, shapes: ProblemShapes | None) -> tuple[Timing, ...]:
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"--table {path}: cannot be read ({getattr(exc, 'strerror', None) or exc})") from None
+    try:
+        return parse_table(text, candidate.label, shapes)
+    except ConfigError as exc:
+        raise ConfigError(f"--table {path}: {exc}") from None
+
+
+def record_official_result(lab: Lab, ref: str, kind: str, score: float, ci: str, job: str, rank: str | None = None,
+                           note: str | None = None, table: Path | None = None) -> Recorded:
+    """``okc record``: check every field and the table, then record them (or find them there already)."""
+    from okc.lab.candidates import resolve
+    from okc.lab.ledger import ledger
+
+    candidate = resolve(lab.candidates, ref)
+    shapes = shapes_of(lab.problem)
+    run = official_run(candidate, kind, score, ci, job, rank, note, shapes)
+    rows = None if table is None else read_table(table, candidate, shapes)
+    with ledger(lab.ledger_path) as conn:
+        return record_official(conn, run, rows, None if table is None else table.name)

@@ -19,7 +19,6 @@ from okc.pods.config import Pod, load_pod_file
 from okc.pods.hostkeys import HostKeyPins, fingerprint, pins_path
 from okc.pods.runpod import TERMINATED, RunpodClient, RunpodPod, connectable, require_reachable
 from okc.pods.ssh import SSHTarget
-from okc.reports.tables import Table
 
 UP_TIMEOUT_S = 600.0  # Runpod can take minutes to place a pod and pull its image
 API_POLL_S = 2.0
@@ -264,40 +263,10 @@ def _watchdog(target) -> dict | None:
         return {"watchdog": "not running", "pid": None, "idle_stop_minutes": target.pod.idle_stop_minutes, "log": [str(exc)]}
 
 
-def _hours(seconds: float | None) -> str | None:
-    return None if seconds is None else f"{seconds / 3600:.2f} h"
-
-
-def status_tables(status: dict) -> list[Table]:
-    from okc.pods import remote
-
-    tables = []
-    runpod = status.get("runpod")
-    if runpod is not None:
-        rate = runpod["usd_per_hour"]
-        rows = [("runpod id", runpod["id"]), ("state", runpod["state"]),
-                ("gpu", f"{runpod['gpu_count']} x {runpod['gpu']}" if runpod["gpu"] else None),
-                ("$/h", f"{rate:.3f}" if rate is not None else None),
-                ("uptime", f"{_hours(runpod['uptime_s'])} since {runpod['started_at']}" if runpod["uptime_s"] is not None else None),
-                ("ssh", runpod["ssh"]), ("image", runpod["image"])]
-        tables.append(Table(f"pod {status['pod']} at Runpod", ("", "value"), rows))
-    tables.append(remote.status_table(status))
-    watchdog = status.get("watchdog")
-    if watchdog is not None:
-        state = watchdog["watchdog"]
-        if state in ("running", "started"):
-            head = f"{state} (pid {watchdog['pid']}): stops the pod after {watchdog['idle_stop_minutes']:g} min without okc"
-        else:
-            head = state + (": idle_stop_minutes is 0" if state == "off" else "")
-        rows = [("watchdog", head)] + [("log", line) for line in watchdog["log"]]
-        tables.append(Table(f"idle stop on {status['pod']}", ("", "value"), rows))
-    return tables
-
-
 # -- cost ------------------------------------------------------------------------------
 
 
-def cost_report(lab) -> tuple[list[Table], list[str]]:
+def cost_report(lab) -> tuple[list, list[str]]:
     """``okc cost``: spend per candidate, day and pod; a running Runpod pod's idle hours from its uptime."""
     from okc.lab.costs import Session, cost_tables, job_costs
     from okc.lab.ledger import ledger

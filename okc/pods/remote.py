@@ -15,7 +15,6 @@ from okc.pods.config import Pod
 from okc.pods.hostkeys import HostKeyPins, fingerprint, legacy_pin_name, pins_path
 from okc.pods.ssh import SSHTarget
 from okc.pods.target import call_agent
-from okc.reports.tables import Table
 
 
 def open_target(lab, pod: Pod) -> SSHTarget:
@@ -67,23 +66,3 @@ def pin(lab, offer: HostKeyOffer) -> Path:
     pins.pin(offer.pin_name, offer.key)
     return pins.path
 
-
-def status_table(status: dict) -> Table:
-    rows = [("reachable", "yes" if status["reachable"] else f"no: {status.get('error')}")]
-    if status["reachable"]:
-        for index, gpu in enumerate(status["gpus"]):
-            rows += [
-                (f"gpu {index}", gpu["name"]),
-                (f"gpu {index} memory", f"{gpu['memory_used_mib']} / {gpu['memory_total_mib']} MiB"),
-                (f"gpu {index} SM clock", f"{gpu['sm_clock_mhz']} MHz"),
-                (f"gpu {index} utilisation", f"{gpu['utilization_pct']} %"),
-            ]
-        if not status["gpus"]:
-            rows.append(("gpu", "none visible (no nvidia-smi)"))
-        rows += [
-            ("running okc jobs", ", ".join(j["job"] for j in status["running"]) or "none"),
-            ("free disk under remote_dir", f"{status['disk_free_bytes'] / 2**30:.1f} GiB of {status['disk_total_bytes'] / 2**30:.1f} GiB"),
-            ("python", status["python"]),
-            ("lab synced", "yes" if status["synced"] else "no"),
-        ]
-    return Table(f"pod {status['pod']}", ("", "value"), rows)

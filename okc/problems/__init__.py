@@ -7,14 +7,22 @@ module that exposes ``PROBLEM`` can be named by its dotted path instead.
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
 
-from okc.judge.problem import Problem
+if TYPE_CHECKING:
+    from okc.judge.problem import Problem
 
-BUILT_IN = ("muse_bf16_proj", "tiny_matvec")
+from okc.problems import catalog
+
+# okc.problems.catalog is imported by the local side, which has no torch: importing this
+# package must not import torch, so the Problem class is imported where it is used.
+BUILT_IN = tuple(catalog.BUILT_IN)
 
 
 def load_problem(name: str) -> Problem:
     """The ``PROBLEM`` of a built-in problem, or of the module at a dotted path."""
+    from okc.judge.problem import Problem
+
     module_name = f"okc.problems.{name}" if name in BUILT_IN else name
     if name not in BUILT_IN and "." not in name:
         raise ValueError(f"unknown problem {name!r}; built in: {', '.join(BUILT_IN)} (or give a dotted module path)")

@@ -20,7 +20,7 @@ from okc.jobs.folder import gpu_name, gpu_uuid, load_result
 from okc.lab.config import Lab
 from okc.lab.ledger import Floor, latest_floor, ledger, runs
 from okc.contract import JobResult, ShapeResult
-from okc.reports.tables import Table
+from okc.reports.tables import Document, Table
 
 # SPEC 4.5's math peak. The problem module states it too, but it imports torch, which the
 # local side never needs; the memory side of the floor comes from the measurement instead.
@@ -76,6 +76,12 @@ class Report:
     def tables(self) -> list[Table]:
         read_floor = self.read_floor if self.floor else None
         return [views.shape_table(self.result, read_floor), views.load_table(self.result, read_floor)]
+
+    @property
+    def document(self) -> Document:
+        fields = {"job_id": self.result.job_id, "gpu_name": self.gpu_name, "gpu_uuid": self.gpu_uuid,
+                  "read_floor_job": self.floor.job_id if self.floor else None, **views.bench_fields(self.result)}
+        return Document(tables=tuple(self.tables), fields=fields, lines=tuple(self.lines))
 
     @property
     def floor_line(self) -> str:

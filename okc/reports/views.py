@@ -1,18 +1,30 @@
-"""Tables built from job results and the ledger, shared by the CLI and reports."""
+"""Tables and documents built from job results, shared by the CLI and reports.
+
+Records keep raw values (docs/output.md is their schema); the columns people see format
+them. A check's or bench's document also carries the facts a script needs beside its
+tables: verdict, job id, the source hash that ran.
+"""
 
 from __future__ import annotations
 
-import time
-
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
-from okc.reports.calibration import BAND_SIGMAS, Calibration
-from okc.lab.candidates import SHORT_HASH
-from okc.lab.ledger import Run, Summary
-from okc.contract import CaseResult, FloorSize, JobResult, ShapeResult
-from okc.reports.tables import Table
+from okc.contract import CaseResult, JobResult, ShapeResult
+from okc.reports.tables import Document, Table, table
 
 TIME_ON_TABLE = 1.5  # a shape at this multiple of its floor or more is highlighted
+
+
+@dataclass(frozen=True)
+class Source:
+    """The candidate a job ran, as its job folder says: the number, name and hash of the copy that ran."""
+
+    number: int
+    name: str
+    sha256: str
+    target: str
 
 
 def fmt_ci(lo: float | None, hi: float | None) -> str | None:
@@ -21,56 +33,54 @@ def fmt_ci(lo: float | None, hi: float | None) -> str | None:
     return f"{lo:.4f}:{hi:.4f}"
 
 
-def fmt_score(run: Run | None) -> str | None:
-    if run is None or run.score is None:
+def fmt_score(score: float | None, ci: Any) -> str | None:
+    if score is None:
         return None
-    ci = fmt_ci(run.ci_lo, run.ci_hi)
-    return f"{run.score:.4f}" + (f" [{ci}]" if ci else "")
+    return f"{score:.4f}" + (f" [{fmt_ci(*ci)}]" if ci else "")
 
 
-def ledger_table(summaries: list[Summary]) -> Table:
-    rows = []
-    for s in summaries:
-        check = None if s.check is None else ("pass" if s.check.passed else s.check.status)
-        rows.append((
-            f"{s.number:03d}",
-            s.name,
-            s.sha256[:SHORT_HASH] if s.sha256 else "(gone)",
-            "changed" if s.changed else "",
-            check,
-            fmt_score(s.bench),
-            fmt_score(s.official_check),
-            s.official_check.official_job if s.official_check else None,
-            fmt_score(s.official_scored),
-            s.official_scored.official_job if s.official_scored else None,
-            s.official_scored.rank if s.official_scored else None,
-        ))
-    columns = ("#", "name", "sha256", "since scored", "check", "bench [95% CI]",
-               "official check", "check job", "official scored", "scored job", "rank")
-    return Table("okc ledger", columns, rows, highlight={i for i, s in enumerate(summaries) if s.changed})
+def _round(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)
 
 
-def sweep_winners_table(sweep: str, winners: list) -> Table:
-    """``okc ledger --sweep NAME``: per shape the winning point, its numbers, its check and the candidate emitted."""
-    rows = [(w.shape, w.point, w.params, w.time_us, w.speedup,
-             [w.speedup_lo, w.speedup_hi] if w.speedup_lo is not None else None, w.check,
-             f"{w.emitted_number:03d}" if w.emitted_number is not None else None,
-             w.emitted_sha256[:SHORT_HASH] or None, w.run_id) for w in winners]
-    columns = ("shape", "point", "params", "time_us", "speedup", "speedup_ci", "check", "emitted", "emitted_sha256",
-               "run_id")
-    title = f"sweep {sweep}: winners" if winners else f"sweep {sweep}: no finished run in the ledger"
-    return Table(title, columns, rows)
+def _pair(ci: Any, digits: int = 4) -> list[float] | None:
+    return None if ci is None else [round(ci[0], digits), round(ci[1], digits)]
+
+
+def _job_fields(result: JobResult, source: Source | None, recorded: bool | None) -> dict[str, Any]:
+    fields: dict[str, Any] = {"job_id": result.job_id, "kind": result.kind, "status": result.status,
+                              "passed": result.passed, "reason": result.reason}
+    if source is not None:
+        fields.update(candidate=source.name, number=source.number, sha256=source.sha256, target=source.target)
+    fields.update(problem=result.problem, device=result.device, seed=result.seed, duration_s=result.duration_s,
+                  recorded=recorded)
+    return fields
+
+
+# ---------------------------------------------------------------------------------------
+# check
+
+
+CASE_KEYS = ("case", "layer", "m", "load", "variant", "weight_seed", "passed", "rule", "value", "bound", "row", "message")
+
+
+def case_table(result: JobResult) -> Table:
+    """Every check of every case (scripts): one record per case, input variant, weight set and rule."""
+    rows = [(f"{c.layer}/m={c.m}", c.layer, c.m, c.load, c.variant, c.weight_seed, c.passed, c.rule, c.value, c.bound,
+             c.row, c.message) for c in result.cases]
+    return table("cases", f"check {result.job_id}", [(k, k) for k in CASE_KEYS], rows)
 
 
 def check_table(result: JobResult) -> Table:
-    """Failing checks one per row; when all pass, one row per case with its tightest margin."""
+    """For people: failing checks one per row; when all pass, one row per case with its tightest margin."""
     failing = [c for c in result.cases if not c.passed]
     if failing:
-        rows = [(f"{c.layer}/m={c.m}", c.load or "(check only)", c.variant, c.weight_seed, c.rule, c.value, c.bound, c.row)
-                for c in failing]
-        columns = ("case", "load", "input", "weights", "rule", "measured", "bound", "row")
+        rows = [(f"{c.layer}/m={c.m}", c.load or "(check only)", c.variant, c.weight_seed, c.rule, c.value, c.bound,
+                 c.row) for c in failing]
+        spec = [("case", "case"), ("load", "load", 3), ("variant", "input", 2), ("weight_seed", "weights", 1),
+                ("rule", "rule"), ("value", "measured"), ("bound", "bound"), ("row", "row")]
         title = f"check {result.job_id}: {len(failing)} failing of {len(result.cases)} checks"
-        return Table(title, columns, rows, highlight=set(range(len(rows))))
+        return table("failing", title, spec, rows, highlight=frozenset(range(len(rows))))
     by_case: dict[tuple[str, int], list[CaseResult]] = {}
     for c in result.cases:
         by_case.setdefault((c.layer, c.m), []).append(c)
@@ -78,14 +88,34 @@ def check_table(result: JobResult) -> Table:
     for checks in by_case.values():
         c = max(checks, key=lambda c: (c.value or 0.0) / c.bound if c.bound else 0.0)
         rows.append((c.layer, c.m, c.load or "(check only)", len(checks), c.rule, c.value, c.bound))
-    columns = ("layer", "m", "load", "checks", "tightest rule", "measured", "bound")
-    return Table(f"check {result.job_id}: every check passes", columns, rows)
+    spec = [("layer", "layer"), ("m", "m"), ("load", "load"), ("checks", "checks"), ("rule", "tightest rule"),
+            ("value", "measured"), ("bound", "bound")]
+    return table("tightest", f"check {result.job_id}: every check passes", spec, rows)
 
 
-def _floor_columns(time_us: float, floor_us: float | None) -> tuple[float | None, float | None]:
+def check_document(result: JobResult, source: Source | None, recorded: bool | None) -> Document:
+    verdict = "pass" if result.passed else result.status
+    fields = {"verdict": verdict, **_job_fields(result, source, recorded)}
+    name = source.name if source else "the candidate"
+    line = f"{verdict.upper()} {name}: {result.reason or 'every case within its bounds'} (job {result.job_id})"
+    shown = (check_table(result),) if result.cases else ()
+    return Document(tables=(case_table(result),), fields=fields, lines=(line,), shown=shown)
+
+
+# ---------------------------------------------------------------------------------------
+# bench and report
+
+
+def _floor(time_us: float, floor_us: float | None) -> tuple[float | None, float | None]:
     if not floor_us:
         return None, None
     return round(floor_us, 2), round(time_us / floor_us, 2)
+
+
+SHAPE_SPEC = [("load", "load"), ("layer", "layer"), ("m", "m"), ("n", "N"), ("k", "K"),
+              ("baseline_us", "baseline µs"), ("candidate_us", "candidate µs"), ("ratio", "ratio"),
+              ("floor_us", "floor µs", 2), ("time_over_floor", "time/floor", 2)]
+READ_SPEC = [("read_floor_us", "read floor µs", 2), ("time_over_read_floor", "time/read floor", 2)]
 
 
 def shape_table(result: JobResult, read_floor: Callable[[ShapeResult], float | None] | None = None) -> Table:
@@ -98,67 +128,68 @@ def shape_table(result: JobResult, read_floor: Callable[[ShapeResult], float | N
     for i, s in enumerate(result.shapes):
         read_us = read_floor(s) if read_floor else None
         nearest = read_us or s.floor_us
-        over = s.candidate_us / nearest if nearest else float("nan")
-        far = over >= TIME_ON_TABLE
+        far = bool(nearest) and s.candidate_us / nearest >= TIME_ON_TABLE
         if far:
             slow.add(i)
-        row = (s.load, s.layer, s.m, s.n, s.k, round(s.baseline_us, 2), round(s.candidate_us, 2),
-               round(s.ratio, 4), *_floor_columns(s.candidate_us, s.floor_us))
-        if read_floor:
-            row += _floor_columns(s.candidate_us, read_us)
         on_table = round(s.candidate_us - nearest, 2) if nearest else None
-        rows.append(row + (on_table, "yes" if far else ""))
-    columns = ("load", "layer", "m", "N", "K", "baseline µs", "candidate µs", "ratio", "floor µs", "time/floor")
-    if read_floor:
-        columns += ("read floor µs", "time/read floor")
-    columns += ("on the table µs", "far")
-    caption = f"far: at {TIME_ON_TABLE:g}x its floor or more" + (" (the measured read floor)" if read_floor else "")
+        rows.append((s.load, s.layer, s.m, s.n, s.k, round(s.baseline_us, 2), round(s.candidate_us, 2),
+                     round(s.ratio, 4), *_floor(s.candidate_us, s.floor_us), *_floor(s.candidate_us, read_us),
+                     on_table, far))
+    spec = SHAPE_SPEC + READ_SPEC + [("on_the_table_us", "on the table µs", 1), ("far", "far")]
     title = "per shape (medians of eager calls on the CPU)" if result.device == "cpu" else \
         "per shape (medians, fixed replay cost subtracted)"
-    return Table(title, columns, rows, highlight=slow, caption=caption)
+    made = table("shapes", title, spec, rows, highlight=frozenset(slow),
+                 caption=f"far: at {TIME_ON_TABLE:g}x its floor or more" + (" (the measured read floor)" if read_floor else ""))
+    return made if read_floor else _without(made, {"read_floor_us", "time_over_read_floor"})
+
+
+def _without(t: Table, keys: set[str]) -> Table:
+    """The same records, those columns hidden from people (their keys stay, as null, for scripts)."""
+    columns = tuple(c for c in t.columns if c.value not in keys)
+    return Table(t.name, t.title, t.keys, t.records, columns, t.highlight, t.caption)
 
 
 def load_table(result: JobResult, read_floor: Callable[[ShapeResult], float | None] | None = None) -> Table:
     """Per-load speedups with CIs; a load's floor is the sum of its shapes' floors."""
     rows = []
-    for l in result.loads:
-        shapes = [s for s in result.shapes if s.load == l.name]
+    for load in result.loads:
+        shapes = [s for s in result.shapes if s.load == load.name]
         floor = sum(s.floor_us for s in shapes) if shapes else None
-        row = (l.name, l.m, round(l.baseline_us, 2), round(l.candidate_us, 2), round(l.speedup, 4), fmt_ci(*l.ci),
-               *_floor_columns(l.candidate_us, floor))
-        if read_floor:
-            read = [read_floor(s) for s in shapes]
-            row += _floor_columns(l.candidate_us, sum(read) if read and None not in read else None)
-        rows.append(row)
-    columns = ("load", "m", "baseline µs", "candidate µs", "speedup", "95% CI", "floor µs", "time/floor")
-    if read_floor:
-        columns += ("read floor µs", "time/read floor")
-    return Table("per load (median of per-pair ratios)", columns, rows)
+        read = [read_floor(s) for s in shapes] if read_floor else []
+        read_sum = sum(read) if read and None not in read else None
+        rows.append((load.name, load.m, round(load.baseline_us, 2), round(load.candidate_us, 2), round(load.speedup, 4),
+                     _pair(load.ci), *_floor(load.candidate_us, floor), *_floor(load.candidate_us, read_sum)))
+    spec = [("load", "load"), ("m", "m"), ("baseline_us", "baseline µs"), ("candidate_us", "candidate µs"),
+            ("speedup", "speedup"), ("ci", "95% CI"), ("floor_us", "floor µs", 2), ("time_over_floor", "time/floor", 2)]
+    made = table("loads", "per load (median of per-pair ratios)", spec + READ_SPEC, rows)
+    return made if read_floor else _without(made, {"read_floor_us", "time_over_read_floor"})
 
 
-def floor_table(sizes: tuple[FloorSize, ...], title: str) -> Table:
-    rows = [(s.layer, round(s.bytes / 1e6, 2), round(s.us, 2), round(s.tb_per_s, 3)) for s in sizes]
-    return Table(title, ("layer", "MB", "read µs", "TB/s"), rows)
+def bench_fields(result: JobResult) -> dict[str, Any]:
+    """A bench result's facts for scripts: the score, its CI, how it stopped, the verdict."""
+    return {"score": _round(result.score, 4), "ci": _pair(result.score_ci),
+            "score_measured_overhead": _round(result.score_measured_overhead, 4),
+            "ci_measured_overhead": _pair(result.score_measured_overhead_ci),
+            "overhead_us": result.overhead_us, "pairs": result.pairs, "half_width": result.half_width,
+            "stopped_by": result.stopped_by, "verdict": result.verdict, "aa": result.aa,
+            "aa_floor": result.aa_floor, "throttled": result.throttled, "speedups": result.speedups}
 
 
-def calibration_table(calibration: Calibration) -> Table:
-    rows = []
-    for r in calibration.rows:
-        kind = r.official.kind.removeprefix("official-") if r.official else None
-        prediction = r.prediction
-        rows.append((
-            f"{r.number:03d}",
-            r.name,
-            fmt_score(r.local),
-            kind,
-            fmt_score(r.official),
-            None if r.ratio is None else round(r.ratio, 4),
-            None if prediction is None else f"{prediction.score:.4f} [{fmt_ci(prediction.lo, prediction.hi)}]",
-            r.note,
-        ))
-    columns = ("#", "name", "local [95% CI]", "kind", "official [95% CI]", "ratio",
-               f"predicted [±{BAND_SIGMAS:g}σ]", "note")
-    return Table("local versus official (ratio = official/local)", columns, rows, caption=calibration.summary)
+def bench_document(result: JobResult, source: Source | None, against: str | None, recorded: bool | None) -> Document:
+    fields = {**_job_fields(result, source, recorded), "against": against, **bench_fields(result)}
+    # A passing bench's reason is its caveat (a CPU run says it is a CPU timing).
+    lines = (score_line(result), *([result.reason] if result.reason else []), f"job {result.job_id}")
+    return Document(tables=(shape_table(result), load_table(result)), fields=fields, lines=lines)
+
+
+def floor_document(result: JobResult, recorded: bool) -> Document:
+    gpu = f"{result.gpu_name or 'unknown GPU'} ({result.gpu_uuid or 'no UUID'})"
+    rows = [(s.layer, s.bytes, round(s.bytes / 1e6, 2), round(s.us, 2), round(s.tb_per_s, 3)) for s in result.sizes]
+    spec = [("layer", "layer"), ("bytes", "bytes", 1), ("mb", "MB"), ("read_us", "read µs"), ("tb_per_s", "TB/s")]
+    sizes = table("sizes", f"read floor of {gpu}", spec, rows)
+    stored = "recorded in the ledger" if recorded else "already in the ledger"
+    fields = {"job_id": result.job_id, "gpu_name": result.gpu_name, "gpu_uuid": result.gpu_uuid, "recorded": recorded}
+    return Document(tables=(sizes,), fields=fields, lines=(f"{stored}; job {result.job_id}",))
 
 
 def score_line(result: JobResult) -> str:
@@ -183,12 +214,3 @@ def score_line(result: JobResult) -> str:
         text += "; WARNING: the GPU throttled during the run"
     return text
 
-
-def jobs_table(entries: list, target: str) -> Table:
-    """``okc jobs``: (JobState, pulled) pairs as rows."""
-    rows = [
-        (state.job, state.state, state.exit_code, "yes" if pulled else "no",
-         time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(state.started_at)) if state.started_at else None)
-        for state, pulled in entries
-    ]
-    return Table(f"jobs on {target}", ("job", "state", "exit code", "pulled", "started (UTC)"), rows)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 from okc.sweeps.funnel import Progress, SweepResult
-from okc.reports.tables import Table
+from okc.reports.tables import Document, Table, table
 
 REFRESH_PER_S = 4
 VIEW_MIN_WIDTH = 72  # wide enough that the title line (stage, jobs, failures, ETA) does not wrap
@@ -59,22 +59,33 @@ class LiveView:
         self.live.stop()
 
 
-def _ci(ci) -> str:
-    return f"{ci[0]:.4g}..{ci[1]:.4g}" if ci else "-"
+def _pair(ci) -> list[float] | None:
+    return None if not ci else [ci[0], ci[1]]
 
 
 def winners_table(result: SweepResult) -> Table:
     rows = [
-        [shape, win["point"], win["time_us"], _ci(win.get("ci")), win["speedup"], _ci(win.get("speedup_ci")), win["job"]]
+        (shape, win["point"], win["time_us"], _pair(win.get("ci")), win["speedup"], _pair(win.get("speedup_ci")),
+         win["job"])
         for shape, win in sorted(result.winners.items())
     ]
-    return Table(
-        title=f"winners of run {result.run.run_id} ({result.points} points, {len(result.failed)} failed)",
-        columns=("shape", "point", "time_us", "time CI", "speedup", "speedup CI", "job"),
-        rows=rows,
-    )
+    spec = [("shape", "shape"), ("point", "point"), ("time_us", "time µs"), ("time_ci", "time CI", 2),
+            ("speedup", "speedup"), ("speedup_ci", "speedup CI", 1), ("job", "job", 3)]
+    title = f"winners of run {result.run.run_id} ({result.points} points, {len(result.failed)} failed)"
+    return table("winners", title, spec, rows)
 
 
 def failures_table(result: SweepResult) -> Table:
-    return Table(title="failed points", columns=("point", "reason"),
-                 rows=[[point, reason] for point, reason in sorted(result.failed.items())])
+    return table("failures", "failed points", [("point", "point"), ("reason", "reason")],
+                 sorted(result.failed.items()))
+
+
+def sweep_document(result: SweepResult) -> Document:
+    """The winners (and failed points) of a sweep run; the emitted candidate, if any."""
+    emitted = result.emitted
+    fields = {"run_id": result.run.run_id, "points": result.points, "failed": len(result.failed),
+              "emitted": str(emitted) if emitted else None}
+    lines = (f"emitted {emitted} (check it: okc check {emitted.name[:3]})",) if emitted else ()
+    winners, failures = winners_table(result), failures_table(result)
+    shown = (winners, failures) if result.failed else (winners,)
+    return Document(tables=(winners, failures), fields=fields, lines=lines, shown=shown)

@@ -1,0 +1,210 @@
+"""A job's options, checked before anything is written.
+
+A usage or configuration mistake must never become a job folder or a ledger row: only a
+candidate's own behaviour may produce a fail or error row. So the CLI parses its options
+into these frozen dataclasses (each checks itself in ``__post_init__``), then ``preflight``
+checks what needs the lab (the problem and its case list, a CUDA device, a writable results
+folder), and only then calls ``runner.submit`` (which opens the ledger before the job exists).
+
+Nothing here imports torch: the problem's shapes come from okc.problems.catalog, and a CUDA
+device is asked of a separate process, only when ``--device cuda`` asks for one here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from okc.errors import ConfigError
+
+if TYPE_CHECKING:  # the CLI imports this module for --help (QUICK_MAX_M): what it needs later comes later
+    from okc.lab.config import Lab
+
+DEVICES = ("auto", "cpu", "cuda")
+QUICK_MAX_M = 16  # a quick check still covers m = 1, 5, 7, 8, 9, 16: slices, probe rows, odd sizes
+MIN_PAIRS_FOR_CI = 6  # = okc.judge.stats.MIN_SAMPLES_FOR_CI (that module imports numpy; a test holds them equal)
+CUDA_PROBE_TIMEOUT_S = 60.0
+CUDA_PROBE = "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"
+NVIDIA_PATHS = ("/proc/driver/nvidia/version", "/dev/nvidiactl", "/dev/nvidia0")
+
+
+def _integer(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{name} must be an integer, got {value!r}")
+    return value
+
+
+def _number(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ConfigError(f"{name} must be a finite number, got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    """``okc check``'s options; ``cases`` are "layer/m=M" keys, checked against the problem by ``preflight``."""
+
+    device: str = "auto"
+    seed: int | None = None
+    cases: tuple[str, ...] | None = None
+    quick: bool = False
+
+    def __post_init__(self) -> None:
+        from okc.judge.seeds import SEED_BITS
+
+        if self.device not in DEVICES:
+            raise ConfigError(f"--device must be one of {', '.join(DEVICES)}, got {self.device!r}")
+        if self.seed is not None and not 0 <= _integer("--seed", self.seed) < 2**SEED_BITS:
+            raise ConfigError(f"--seed must be from 0 to 2**{SEED_BITS} - 1 (a seed okc printed), got {self.seed}")
+        if self.cases is not None:
+            if not self.cases or any(not key.strip() for key in self.cases):
+                raise ConfigError("--cases names cases separated by commas, e.g. router/m=8,o/m=1")
+
+    @classmethod
+    def parse(cls, device: str = "auto", seed: int | None = None, cases: str | None = None,
+              quick: bool = False) -> CheckOptions:
+        keys = None if cases is None else tuple(key.strip() for key in cases.split(","))
+        return cls(device=device, seed=seed, cases=keys, quick=quick)
+
+    @property
+    def max_m(self) -> int | None:
+        return QUICK_MAX_M if self.quick else None
+
+    def job_options(self) -> dict[str, Any]:
+        """The keyword options ``runner.submit`` takes for a check."""
+        options: dict[str, Any] = {"device": self.device, "seed": self.seed,
+                                   "cases": list(self.cases) if self.cases else None}
+        if self.quick:
+            options.update(weight_seeds=1, max_m=QUICK_MAX_M)
+        return options
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    """``okc bench``'s options: the stopping rule, the replay cost, and what to bench against."""
+
+    target: float = 0.005
+    min_pairs: int = 50
+    max_pairs: int = 2000
+    overhead_us: float | None = None
+    aa: bool = False
+    against: str | None = None  # None: the lab's baseline
+
+    def __post_init__(self) -> None:
+        target = _number("--target", self.target)
+        if not 0.0 < target < 1.0:
+            raise ConfigError(f"--target is the CI half-width relative to the score (0.005 = ±0.5%), "
+                              f"above 0 and below 1; got {self.target}")
+        if _integer("--min-pairs", self.min_pairs) < MIN_PAIRS_FOR_CI:
+            raise ConfigError(f"--min-pairs must be at least {MIN_PAIRS_FOR_CI} (fewer pairs give no CI), got {self.min_pairs}")
+        if _integer("--max-pairs", self.max_pairs) < self.min_pairs:
+            raise ConfigError(f"--max-pairs ({self.max_pairs}) must not be below --min-pairs ({self.min_pairs})")
+        if self.overhead_us is not None and not _number("--overhead-us", self.overhead_us) >= 0:
+            raise ConfigError(f"--overhead-us is a replay cost in microseconds, 0 or more; got {self.overhead_us}")
+        if self.aa and self.against is not None:
+            raise ConfigError(f"--aa benches the candidate against itself; it cannot also be --against {self.against}")
+
+    def settings(self) -> dict[str, Any]:
+        """The bench settings a job carries (job.json's ``bench``)."""
+        settings: dict[str, Any] = {"target_half_width": self.target, "min_pairs": self.min_pairs,
+                                    "max_pairs": self.max_pairs}
+        if self.overhead_us is not None:
+            settings["overhead_us"] = self.overhead_us
+        return settings
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    """``okc sweep``'s options: at most ``gpus`` GPUs per target, winners emitted as candidate ``emit``."""
+
+    gpus: int | None = None
+    emit: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.gpus is not None and _integer("--gpus", self.gpus) < 1:
+            raise ConfigError(f"--gpus is how many GPUs a target may use, 1 or more; got {self.gpus}")
+        if self.emit is not None and not 0 <= _integer("--emit", self.emit) <= 999:
+            raise ConfigError(f"--emit takes a candidate number from 0 to 999, got {self.emit}")
+
+    def check_free(self, lab: Lab) -> None:
+        """The number --emit will write is free now, not only after hours of sweeping."""
+        from okc.errors import CandidateError
+        from okc.lab.candidates import discover
+
+        taken = [c for c in discover(lab.candidates) if c.number == self.emit]
+        if self.emit is not None and taken:
+            raise CandidateError(f"--emit {self.emit:03d}: candidate {taken[0].path.name} has that number; pick a free one")
+
+
+def check_cases(problem: str, cases: tuple[str, ...] | None, max_m: int | None) -> None:
+    """Every named case exists in the problem (within a quick check's m); a module-path problem is left to its job."""
+    from okc.problems import catalog
+
+    shapes = catalog.shapes_of(problem)
+    if shapes is None or cases is None:
+        return
+    known = shapes.check_keys(max_m)
+    unknown = [key for key in cases if key not in known]
+    if unknown:
+        within = f" with m <= {max_m}" if max_m is not None else ""
+        ms = sorted({int(key.rpartition("=")[2]) for key in known})
+        raise ConfigError(f"unknown case(s) {', '.join(unknown)}: {problem} cases{within} are LAYER/m=M with LAYER in "
+                          f"{', '.join(shapes.layer_names)} and M in {', '.join(map(str, ms))}")
+
+
+def cuda_here() -> bool:
+    """Whether a job on this machine would get a CUDA device: no NVIDIA driver is a quick no; else ask torch, elsewhere."""
+    import subprocess
+    import sys
+
+    if not any(Path(path).exists() for path in NVIDIA_PATHS):
+        return False
+    try:
+        probe = subprocess.run([sys.executable, "-c", CUDA_PROBE], capture_output=True, timeout=CUDA_PROBE_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return probe.returncode == 0
+
+
+def writable_results(lab: Lab) -> None:
+    """results/ exists (or can be made) and takes a new folder: a job's folder must not fail halfway."""
+    import tempfile
+
+    try:
+        lab.results.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryDirectory(dir=lab.results, prefix=".okc-write-test-").cleanup()
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise ConfigError(f"results_dir {lab.results} cannot hold job folders ({reason}); "
+                          "fix its permissions or set results_dir in [tool.okc]") from None
+
+
+def runs_here(lab: Lab, on: str | None) -> bool:
+    """Whether ``--on`` means this machine (also the check that a named pod exists in pod.yaml)."""
+    from okc.jobs.runner import pod_for
+
+    return pod_for(lab, on) is None
+
+
+def preflight(lab: Lab, on: str | None, options: CheckOptions | None = None) -> None:
+    """Everything a job needs from the lab and this machine, checked before its folder exists."""
+    local = runs_here(lab, on)
+    if "." in lab.problem and local and _module_missing(lab.problem):
+        raise ConfigError(f"[tool.okc] problem {lab.problem!r}: no such module here")
+    if options is not None:
+        check_cases(lab.problem, options.cases, options.max_m)
+        if options.device == "cuda" and local and not cuda_here():
+            raise ConfigError("--device cuda: this machine has no CUDA device torch can use; "
+                              "use --device cpu, or --on a pod with a GPU")
+    writable_results(lab)  # the ledger is opened next, by runner.submit, before the job's folder exists
+
+
+def _module_missing(dotted: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(dotted) is None
+    except (ImportError, ValueError):
+        return True

@@ -1,0 +1,105 @@
+"""Each candidate's status, which belongs to one source hash.
+
+A result is the result of the exact source that ran (its sha256). ``okc ledger`` shows a
+candidate's check and best bench *of its current file*; a result of an older version is
+kept as "stale" (the source changed since) and is never shown as the current status.
+
+One pass over a few columns of every run picks, per candidate and kind, the row that
+matters of the current source and of the older ones (the latest check or official result,
+the best bench against the baseline); only those few hundred rows are read whole.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+
+from okc.lab.ledger import AA_MARK, Run, known_candidates, run_from_row
+
+# The columns that decide which rows matter, read from the covering index runs_status (no
+# table pages): one pass over them is faster than asking SQLite to group by source, and
+# easier to read. Rows come in index order, so "latest" is the largest id, not the last seen.
+SCAN = "SELECT id, candidate_number, candidate_sha256, kind, score, against FROM runs"
+
+
+@dataclass(frozen=True)
+class Status:
+    """What ``okc ledger`` shows for one candidate: results of its current source, and older ones as stale."""
+
+    number: int
+    name: str
+    sha256: str | None  # the current file's hash; None if the file is gone
+    current: dict[str, Run]  # kind -> the result of the current source
+    stale: dict[str, Run]  # kind -> a result of an older source, where the current one has none
+
+    @property
+    def check(self) -> Run | None:
+        return self.current.get("check")
+
+    @property
+    def bench(self) -> Run | None:
+        return self.current.get("bench")
+
+
+def _baseline_bench(score: float | None, against: str | None, baseline_number: int | None) -> bool:
+    """A bench whose score is a speedup over the baseline: not an A/A run, not against another candidate."""
+    if score is None:
+        return False
+    if against is None:
+        return True
+    if against.endswith(AA_MARK):
+        return False
+    return baseline_number is None or against.startswith(f"{baseline_number:03d}_")
+
+
+def against_baseline(run: Run, baseline_number: int | None) -> bool:
+    """Whether a bench run's score is a speedup over the baseline."""
+    return run.kind == "bench" and _baseline_bench(run.score, run.against, baseline_number)
+
+
+def _pick(conn: sqlite3.Connection, current: dict[int, str], baseline_number: int | None) -> list[int]:
+    """Ids of the rows that matter: per candidate and kind, of the current source and of older ones.
+
+    The latest check or official result; the best bench (against the baseline) of the current
+    source, and of the latest older source that was benched.
+    """
+    latest: dict[tuple[int, str, bool], int] = {}
+    best: dict[tuple[int, str], tuple[float, int]] = {}  # (number, sha) -> (score, id)
+    last_old_bench: dict[int, tuple[int, str]] = {}  # number -> (id, sha) of the older source benched last
+    scan = conn.cursor()
+    scan.row_factory = None  # plain tuples: a Row object per run costs more than the pass itself
+    for row_id, number, sha, kind, score, against in scan.execute(SCAN):
+        if kind != "bench":
+            key = (number, kind, current.get(number) == sha)
+            latest[key] = max(row_id, latest.get(key, row_id))
+        elif _baseline_bench(score, against, baseline_number):
+            if (score, row_id) > best.get((number, sha), (score, -1)):
+                best[(number, sha)] = (score, row_id)
+            if current.get(number) != sha and row_id > last_old_bench.get(number, (-1, ""))[0]:
+                last_old_bench[number] = (row_id, sha)
+    ids = list(latest.values())
+    ids += [best[(number, sha)][1] for number, sha in current.items() if (number, sha) in best]
+    ids += [best[(number, sha)][1] for number, (_, sha) in last_old_bench.items()]
+    return sorted(ids)
+
+
+def statuses(conn: sqlite3.Connection, current: dict[int, tuple[str, str]], baseline_number: int | None) -> list[Status]:
+    """One Status per candidate, from ``current`` (number -> (name, sha256) of the files now) and the ledger.
+
+    A bench counts as "best" only against the baseline (``baseline_number``; None: against anything but itself).
+    """
+    ids = _pick(conn, {number: sha for number, (_, sha) in current.items()}, baseline_number)
+    picked: dict[int, list[Run]] = {}
+    for row in conn.execute(f"SELECT * FROM runs WHERE id IN ({', '.join('?' * len(ids))}) ORDER BY id", ids):
+        run = run_from_row(row)
+        picked.setdefault(run.candidate_number, []).append(run)
+    names = known_candidates(conn)
+    result = []
+    for number in sorted(set(current) | set(picked)):
+        name, sha = current.get(number, (names.get(number, "?"), None))
+        now: dict[str, Run] = {}
+        old: dict[str, Run] = {}
+        for run in picked.get(number, []):  # in the order recorded: a later old source wins
+            (now if run.candidate_sha256 == sha else old)[run.kind] = run
+        result.append(Status(number, name, sha, now, {k: r for k, r in old.items() if k not in now}))
+    return result
