@@ -251,7 +251,7 @@ def test_an_interrupted_sweep_resumes_funnels_to_the_winners_skips_failing_point
     assert len(sweep_rows(conn, "demo", run_dir.name)) == len(rows)
     conn.close()
     again = runner.invoke(app, ["sweep", "demo", "--emit", "7"])  # the finished run is not redone
-    assert again.exit_code == 2 and "candidate 007 exists already" in again.output
+    assert again.exit_code == 2 and "--emit 007: candidate 007_demo.py has that number" in again.output
     assert len(list(run_dir.parent.iterdir())) == 1
 
 

@@ -133,8 +133,10 @@ class SweepOptions:
         from okc.errors import CandidateError
         from okc.lab.candidates import discover
 
+        if self.emit is None:
+            return
         taken = [c for c in discover(lab.candidates) if c.number == self.emit]
-        if self.emit is not None and taken:
+        if taken:
             raise CandidateError(f"--emit {self.emit:03d}: candidate {taken[0].path.name} has that number; pick a free one")
 
 
@@ -182,10 +184,16 @@ def writable_results(lab: Lab) -> None:
 
 
 def runs_here(lab: Lab, on: str | None) -> bool:
-    """Whether ``--on`` means this machine (also the check that a named pod exists in pod.yaml)."""
-    from okc.jobs.runner import pod_for
+    """Whether ``--on`` means this machine (runner.pod_for's rule); a named pod must be in pod.yaml.
 
-    return pod_for(lab, on) is None
+    Only pod.yaml is read: asking Runpod where the pod is happens once, in runner.submit.
+    """
+    if on == "local" or (on is None and not lab.pod_file.exists()):
+        return True
+    from okc.pods.config import resolve_pod
+
+    resolve_pod(lab, on)
+    return False
 
 
 def preflight(lab: Lab, on: str | None, options: CheckOptions | None = None) -> None:
