@@ -105,23 +105,11 @@ def error_line(message: str) -> None:
     err.print(Text.assemble(("error:", "red"), " ", str(message)), soft_wrap=True)
 
 
-def _quiet_paramiko() -> None:
-    """paramiko's transport thread logs a failed handshake (a port that answers but is not SSH) as a
-    traceback through logging; okc.pods.ssh raises it as one PodError line instead, so the log is dropped."""
-    import logging
-
-    logger = logging.getLogger("paramiko")
-    if not logger.handlers:
-        logger.addHandler(logging.NullHandler())
-        logger.propagate = False
-
-
 def handles_errors(command: Callable) -> Callable:
     """Turn okc's expected errors into one red line and their exit code."""
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
-        _quiet_paramiko()
         try:
             return command(*args, **kwargs)
         except OkcError as exc:
