@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import subprocess
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -206,3 +207,20 @@ def test_a_reused_pid_is_not_taken_for_our_job(tmp_path):
     (other / "exit_code").write_text("0\n")
     assert [(j["job"], j["state"], j["exit_code"]) for j in launcher.jobs(str(tmp_path / "results"))["jobs"]] == [
         (folder.name, "lost", None), (other.name, "finished", 0)]
+
+
+def test_without_proc_start_times_a_live_pid_is_running_and_a_dead_one_lost(tmp_path):
+    """Where /proc is missing (macOS) pid.json has no start time: the job must not be declared lost while alive."""
+    folder = tmp_path / "results" / "20260101-000000-check-aaaaaa"
+    folder.mkdir(parents=True)
+    (folder / "job.json").write_text("{}")
+    (folder / "pid.json").write_text(json.dumps({"job": folder.name, "pid": os.getpid(), "start": None}))
+    assert launcher.job_state(str(folder))["state"] == "running"
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    (folder / "pid.json").write_text(json.dumps({"job": folder.name, "pid": dead.pid, "start": None}))
+    assert launcher.job_state(str(folder))["state"] == "lost"
+    (folder / "exit_code").unlink()
+    (folder / "launcher.json").unlink()
+    (folder / "pid.json").write_text(json.dumps({"job": folder.name, "pid": "not a pid"}))
+    assert launcher.job_state(str(folder))["state"] == "lost"

@@ -232,6 +232,27 @@ def cancel_job(results: str, job_id: str) -> dict:
     return {"job": job_id, "was": state["state"]}
 
 
+def launcher_alive(marker: dict) -> bool:
+    """Whether the pid in pid.json is still our launcher.
+
+    A pid is ours only if that process also started when ours did (pids are reused). Where
+    /proc does not exist (a laptop running macOS) no start time was recorded, and the pid's
+    existence is all there is to go on.
+    """
+    pid = marker.get("pid")
+    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
+        return False
+    if marker.get("start") is not None:
+        return process_start(pid) == marker["start"]
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, but another user's: not our launcher's pid any more
+        return False
+    return True
+
+
 def job_state(folder: str) -> dict:
     """running, finished, lost (no exit code, launcher gone: declared once, then final) or not started."""
     name = os.path.basename(folder)
@@ -240,8 +261,7 @@ def job_state(folder: str) -> dict:
         marker = read_json(Path(folder) / PID_FILE)
         if marker is None:
             return {"job": name, "state": "not started"}
-        # A pid is ours only if that process also started when ours did: pids are reused.
-        if marker.get("start") is not None and process_start(int(marker["pid"])) == marker["start"]:
+        if launcher_alive(marker):
             return {"job": name, "state": "running", "pid": marker["pid"], "started_at": marker.get("started_at")}
         write_json(Path(folder) / LAUNCHER_FILE, {"returncode": None, "lost": True}, exclusive=True)
         atomic_write(exit_path, b"lost\n")
