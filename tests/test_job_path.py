@@ -241,3 +241,9 @@ def test_a_sweep_syncs_a_pod_once_per_process(ssh_lab, monkeypatch):
         with PodTarget(ssh_lab, resolve_pod(ssh_lab)) as target:
             target.prepare()
     assert calls == [1]
+
+
+def test_attach_or_logs_of_a_job_this_machine_does_not_have_says_so(lab_root):
+    for command in ("attach", "logs"):
+        result = CliRunner().invoke(app, [command, "20260101-000000-check-abcdef", "--on", "local"])
+        assert result.exit_code == 2 and "no job 20260101-000000-check-abcdef on this machine" in result.output

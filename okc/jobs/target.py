@@ -18,7 +18,7 @@ from typing import Protocol
 
 import okc
 from okc.contract import EXIT_FILE, JOB_FILE, LOG_FILE, PID_FILE, JobState
-from okc.errors import JudgeError
+from okc.errors import JudgeError, PodError
 from okc.pods import launcher
 
 START_WAIT_S = 30.0  # the launcher writes its pid file within moments of starting
@@ -117,6 +117,8 @@ class LocalTarget:
             return b""
 
     def state(self, job_id: str) -> JobState:
+        if not (self.results / job_id / JOB_FILE).is_file():
+            raise PodError(f"no job {job_id} on this machine (in {self.results})")
         return JobState.from_json(launcher.job_state(str(self.results / job_id)))
 
     def jobs(self) -> list[JobState]:
