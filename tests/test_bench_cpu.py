@@ -4,20 +4,19 @@ GPU, result assembly, settings, and the refusal of bench and floor jobs on a CUD
 import json
 import math
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 from conftest import cuda_available, write_lab
+from simgpu import SimulatedGPU, settings, simulated_runner
 
 from okc.jobs import runner
 from okc.lab.candidates import resolve
 from okc.judge import envinfo, pairs, stats, timing
-from okc.judge.bench import BenchSettings, Runner
+from okc.judge.bench import BenchSettings
 from okc.judge.sides import Side, Sides
 from okc.judge.pairs import PairTable, Unit
-from okc.judge.timing import HoldTimeout
 from okc.lab.config import find_lab
 from okc.problems.muse_bf16_proj import PROBLEM as MUSE
 from okc.problems.tiny_matvec import PROBLEM as TINY
@@ -39,25 +38,31 @@ def test_plan_refuses_a_budget_below_one_case():
         pairs.plan(0, 1, 3, pairs.OPS_PER_CASE - 1)
 
 
-def test_order_swaps_every_pair():
-    assert pairs.order(0) == ("candidate", "baseline")
-    assert pairs.order(1) == ("baseline", "candidate")
-    assert pairs.order(6) == pairs.order(0)
+def test_order_runs_each_quad_abba():
+    c, b = pairs.SIDES, pairs.SIDES[::-1]
+    assert [pairs.order(pair) for pair in range(8)] == [c, b, b, c] * 2
+    # each order once in an even pair and once in an odd one, at the same mean place in the quad
+    for first in (c, b):
+        places = [pair for pair in range(4) if pairs.order(pair) == first]
+        assert sorted(place % 2 for place in places) == [0, 1] and sum(places) == 3
+    assert [pairs.input_set(pair, 16) for pair in range(10)] == [0] * 4 + [1] * 4 + [2] * 2  # one input per quad
+    assert pairs.input_set(4 * 16, 16) == 0
 
 
 @pytest.mark.parametrize("count", [1, 2, 3, 4, 7])
 def test_slot_schedule_is_balanced_per_block_and_each_slot_sees_both_orders(count):
     for seed in (0, 1, 2**62 + 5):
         for side in pairs.SIDES:
-            chosen = [pairs.slots(seed, pair, count)[side] for pair in range(6 * count)]
-            assert chosen[0::2] == chosen[1::2]  # pairs 2j and 2j+1: the same slot, in both orders
+            chosen = [pairs.slots(seed, pair, count)[side] for pair in range(12 * count)]
+            for offset in (1, 2, 3):  # the four pairs of a quad: the same slot, both orders twice
+                assert chosen[offset::4] == chosen[0::4]
             for block in range(3):
-                assert sorted(chosen[2 * count * block:2 * count * (block + 1)]) == sorted(list(range(count)) * 2)
+                assert sorted(chosen[4 * count * block:4 * count * (block + 1)]) == sorted(list(range(count)) * 4)
 
 
 def test_slot_schedule_is_seeded_and_random_per_side_and_block():
     def sequence(seed, side):
-        return [pairs.slots(seed, pair, 4)[side] for pair in range(0, 400, 2)]
+        return [pairs.slots(seed, pair, 4)[side] for pair in range(0, 800, 4)]
 
     assert sequence(7, "candidate") == sequence(7, "candidate")
     assert sequence(7, "candidate") != sequence(8, "candidate")
@@ -160,56 +165,6 @@ def test_summary_refuses_loads_that_do_nothing():
 # --- the pairs loop, on a simulated GPU --------------------------------------------------------
 
 
-class SimulatedGPU:
-    """Stands in for timing.Protocol: a replay takes its graph's cost, times lognormal noise,
-    plus ``first_penalty`` (relative) for whichever side of a case replays first."""
-
-    def __init__(self, seed: int = 0, noise: float = 0.02, first_penalty: float = 0.0, void: tuple = ()) -> None:
-        self.rng = np.random.default_rng(seed)
-        self.noise, self.first_penalty, self.void = noise, first_penalty, set(void)
-        self.epoch = 0
-        self.submitted: list[list] = []
-
-    def submit(self, steps):
-        self.epoch += 1
-        self.submitted.append(steps)
-        times = []
-        for step in steps:
-            for position, graph in enumerate(step.timed):
-                penalty = self.first_penalty if position == 0 and len(step.timed) == 2 else 0.0
-                times.append(graph.cost * (1 + penalty) * self.rng.lognormal(0.0, self.noise))
-        return self.epoch, np.array(times)
-
-    def collect(self, batch):
-        epoch, times = batch
-        if epoch in self.void:
-            raise HoldTimeout(f"simulated void of batch {epoch}")
-        return times
-
-
-def simulated_runner(gpu, candidate_costs, baseline_costs, case_loads, settings, log=None):
-    def side(name, costs):
-        made = Side(name, Path(f"{name}.py"))
-        slots = settings.copies * settings.captures
-        made.captured = [[SimpleNamespace(graph=SimpleNamespace(cost=c, slot=k)) for k in range(slots)]
-                         for c in costs]
-        return made
-
-    sides = Sides(side("candidate", candidate_costs), side("against", baseline_costs), copies=settings.copies,
-                  captures=settings.captures, seed=5)
-    sides.inputs = [f"x{i}" for i in range(len(candidate_costs))]
-    pool = [[f"input{s}/{c}" for c in range(len(candidate_costs))] for s in range(4)]
-    matrix = pairs.load_matrix(case_loads, max(case_loads) + 1)
-    messages = log if log is not None else []
-    return Runner(gpu, sides, (SimpleNamespace(cost=4.0), None), pool, matrix, settings, lambda state: None,
-                  messages.append)
-
-
-def settings(copies: int = 1, captures: int = 1, **rule) -> BenchSettings:
-    return BenchSettings(rule=stats.StoppingRule(**rule), judge_overhead_us=4.0, batch_ops=64, copies=copies,
-                         captures=captures)
-
-
 CANDIDATE = [14.0, 14.0, 24.0, 24.0]  # 10 and 20 us of work over a 4 us fixed cost
 BASELINE = [16.0, 16.0, 24.0, 24.0]  # load 0: 24 / 20 = 1.2; load 1: 1.0
 LOADS = [0, 0, 1, 1]
@@ -225,37 +180,38 @@ def test_the_loop_stops_at_the_target_with_the_right_score():
 
 
 def test_the_loop_stops_at_the_cap_when_the_target_is_out_of_reach():
-    rule = {"min_pairs": 20, "max_pairs": 90, "target_half_width": 1e-6}
+    rule = {"min_pairs": 24, "max_pairs": 90, "target_half_width": 1e-6}
     table, stopped_by = simulated_runner(SimulatedGPU(), CANDIDATE, BASELINE, LOADS, settings(**rule)).run()
     assert (stopped_by, table.complete) == ("cap", 90)
 
 
 def test_inputs_and_order_per_pair():
     gpu = SimulatedGPU()
-    rule = {"min_pairs": 6, "max_pairs": 6}
+    rule = {"min_pairs": 24, "max_pairs": 24}
     simulated_runner(gpu, CANDIDATE, BASELINE, LOADS, settings(**rule)).run()
     steps = [step for batch in gpu.submitted for step in batch if step.copies]
-    assert len(steps) == 6 * 4
+    assert len(steps) == 24 * 4
     for index, step in enumerate(steps):
         pair, case = divmod(index, 4)
-        assert step.copies == ((f"x{case}", f"input{pair % 4}/{case}"),)  # one fresh input, one buffer for both sides
+        # one fresh input, one buffer for both sides, the same in the four pairs of a quad
+        assert step.copies == ((f"x{case}", f"input{(pair // 4) % 4}/{case}"),)
         first = step.timed[0].cost == CANDIDATE[case]
         if CANDIDATE[case] != BASELINE[case]:
-            assert first == (pair % 2 == 0)
+            assert first == (pair % 4 in (0, 3))
 
 
 def test_slots_follow_the_schedule_each_seen_in_both_orders():
     gpu = SimulatedGPU()
-    simulated_runner(gpu, CANDIDATE, BASELINE, LOADS, settings(copies=3, min_pairs=12, max_pairs=12)).run()
+    simulated_runner(gpu, CANDIDATE, BASELINE, LOADS, settings(copies=3, min_pairs=24, max_pairs=24)).run()
     steps = [step for batch in gpu.submitted for step in batch if step.copies]
     for index, step in enumerate(steps):
         pair, case = divmod(index, 4)
         first, second = (graph.slot for graph in step.timed)
         chosen = pairs.slots(5, pair, 3)
         assert (first, second) == tuple(chosen[name] for name in pairs.order(pair))
-    candidate_slots = [pairs.slots(5, pair, 3)["candidate"] for pair in range(12)]
-    assert candidate_slots[0::2] == candidate_slots[1::2]  # a slot runs two pairs in a row: both orders
-    assert sorted(candidate_slots[:6]) == sorted(candidate_slots[6:]) == [0, 0, 1, 1, 2, 2]
+    candidate_slots = [pairs.slots(5, pair, 3)["candidate"] for pair in range(24)]
+    assert candidate_slots[1::4] == candidate_slots[2::4] == candidate_slots[0::4]  # a slot runs a whole quad
+    assert sorted(candidate_slots[:12]) == sorted(candidate_slots[12:]) == [0] * 4 + [1] * 4 + [2] * 4
 
 
 def test_swapping_the_order_cancels_a_first_position_penalty():
@@ -288,9 +244,9 @@ def test_too_many_voided_batches_end_the_run():
 
 
 def test_settings_from_job_options():
-    parsed = BenchSettings.from_options({"target_half_width": 0.01, "min_pairs": 20, "max_pairs": 500,
+    parsed = BenchSettings.from_options({"target_half_width": 0.01, "min_pairs": 24, "max_pairs": 500,
                                          "overhead_us": 4.6}, MUSE)
-    assert parsed.rule == stats.StoppingRule(min_pairs=20, max_pairs=500, target_half_width=0.01)
+    assert parsed.rule == stats.StoppingRule(min_pairs=24, max_pairs=500, target_half_width=0.01)
     assert parsed.judge_overhead_us == 4.6
     assert BenchSettings.from_options({}, MUSE).judge_overhead_us == MUSE.judge_overhead_us
 
@@ -305,7 +261,8 @@ def test_settings_from_job_options():
     ({"captures": 0}, "captures"),
     ({"copies": 0}, "copies"),
     ({"copies": 2.0}, "copies"),
-    ({"copies": 4, "captures": 5}, "copies x captures"),
+    ({"copies": 8, "captures": 9}, "copies x captures"),
+    ({"copies": 65}, "copies"),
 ])
 def test_settings_refuse_bad_options(options, message):
     with pytest.raises(ValueError, match=message):
@@ -365,7 +322,7 @@ def test_the_gpu_side_imports_only_stdlib_torch_and_numpy(tmp_path):
 @pytest.mark.parametrize("seed", range(12))
 def test_a_run_stopped_by_the_target_reports_a_half_width_under_it(seed):
     # Batches still in flight at the decision join the table; the rule must hold on every pair reported.
-    rule = {"min_pairs": 20, "max_pairs": 2000, "target_half_width": 0.004}
+    rule = {"min_pairs": 24, "max_pairs": 2000, "target_half_width": 0.004}
     gpu = SimulatedGPU(seed=seed, noise=0.03)
     runner = simulated_runner(gpu, CANDIDATE, BASELINE, LOADS, settings(**rule))
     table, stopped_by = runner.run()
@@ -404,13 +361,15 @@ def test_sides_share_each_case_input_and_pool_and_interleave_their_copies(monkey
     assert all(len(side.modules) == 2 and len(set(map(id, side.modules))) == 2 for side in both.by_name.values())
     captures = [event for event in events if event[0] == "graph"]
     assert len(captures) == len(cases) * 2 * 4
-    for index, case_captures in enumerate(zip(*[iter(captures)] * 8)):
-        assert all(x is both.inputs[index] and not own for _, x, _, own in case_captures)  # one input buffer
-        assert len({pool for _, _, pool, _ in case_captures}) == 1  # one pool per case ...
-    assert len({pool for _, _, pool, _ in captures}) == len(cases)  # ... and not shared across cases
+    for index in range(len(cases)):
+        case_captures = [event for event in captures if event[1] is both.inputs[index]]  # one input buffer ...
+        assert len(case_captures) == 8 and not any(own for *_, own in case_captures)
+        assert len({pool for _, _, pool, _ in case_captures}) == 1  # ... and one pool per case ...
+    assert len({pool for _, _, pool, _ in captures}) == len(cases)  # ... not shared across cases
+    assert both.copies == 2
     for side in both.by_name.values():
         assert [len(slots) for slots in side.captured] == [4] * len(cases)
         assert all(graph.out is None for slots in side.captured for graph in slots)  # outputs let go
     assert all(torch.equal(buffer, x) for buffer, x in zip(both.inputs, first))
     with pytest.raises(ValueError, match="copies x captures"):
-        Sides(Side("a", Path("a.py")), Side("b", Path("b.py")), copies=4, captures=5)
+        Sides(Side("a", Path("a.py")), Side("b", Path("b.py")), copies=8, captures=9)

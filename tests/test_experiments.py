@@ -74,7 +74,7 @@ SLOWEST = {"MODE": "right", "DELAY_MS": 150}  # screened last, for long enough t
 WRONG = {"MODE": "wrong", "DELAY_MS": 0}  # the fastest of all: screened first, caught by the check
 BROKEN = {"MODE": "broken", "DELAY_MS": 0}
 SHAPES = ["proj/m=1", "gate/m=8"]
-FUNNEL = {"screen_pairs": 3, "keep": 1, "target_half_width": 0.5, "min_pairs": 6, "max_pairs": 8, "neighbours": [3]}
+FUNNEL = {"screen_pairs": 3, "keep": 1, "target_half_width": 0.5, "min_pairs": 24, "max_pairs": 24, "neighbours": [3]}
 
 
 def definition(points, shapes=SHAPES, **funnel) -> dict:
@@ -116,6 +116,7 @@ def table(lab, name: str) -> list[dict]:
     ({"needs": "cuda"}, "'needs' must be a list drawn from triton, cuda"),
     ({"funnel": {"target_half_width": 5}}, "funnel.target_half_width is relative"),
     ({"funnel": {"max_pairs": 3}}, "must not be below funnel.min_pairs"),
+    ({"funnel": {"min_pairs": 10}}, "funnel.min_pairs must be at least 24"),
     ({"funnel": {"neighbours": [0]}}, "funnel.neighbours must be a list of positive m values"),
     ({"funnel": {"pairs": 3}}, "unknown funnel key(s) pairs"),
     ({"shape": ["proj/m=1"]}, "unknown key(s) shape"),
@@ -228,7 +229,7 @@ def test_an_interrupted_sweep_resumes_funnels_to_the_winners_skips_failing_point
     assert checks[ids["fast"]]["status"] == "pass"
     measured = [r for r in rows if r["stage"] == "measure"]
     assert {r["point"] for r in measured} == {ids["fast"]}
-    assert all(6 <= r["pairs"] <= 8 and r["ci"] and r["time_us"] > 0 for r in measured)
+    assert all(r["pairs"] == 24 and r["ci"] and r["time_us"] > 0 for r in measured)
     assert set(result.failed) == {ids["wrong"], ids["broken"]}
 
     emitted = result.emitted

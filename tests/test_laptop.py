@@ -152,7 +152,7 @@ def test_the_cpu_bench_finds_a_known_ratio_and_says_it_is_a_cpu_timing(tmp_path,
     root = make_lab(tmp_path / "laptop", "tiny_matvec", monkeypatch)
     (root / "candidates" / "002_fast.py").write_text(SPINNING.format(spin_us=FAST_US))
     (root / "candidates" / "003_slow.py").write_text(SPINNING.format(spin_us=SLOW_US))
-    done = invoke("bench", "2", "--against", "3", "--min-pairs", "20", "--max-pairs", "60", "--target", "0.01")
+    done = invoke("bench", "2", "--against", "3", "--min-pairs", "24", "--max-pairs", "60", "--target", "0.01")
     assert done.exit_code == 0, done.output
     assert CPU_TIMING in done.output and "timer cost" in done.output and "replay cost" not in done.output
     (job_dir,) = [p for p in (root / "results").iterdir() if "-bench-" in p.name]

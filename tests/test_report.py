@@ -73,7 +73,7 @@ def test_markdown_report_without_a_floor_row_by_row(benched):
     assert by_key["pooler", 1]["floor µs"] == "13.99"
     assert by_key["pooler", 256]["floor µs"] == "17.37"
     assert by_key["unpooler", 8]["N"] == "1024" and by_key["unpooler", 16]["N"] == "8192"
-    per_load = tables["per load (median of per-pair ratios)"]
+    per_load = tables["per load (median over quads of pairs)"]
     assert [r["load"] for r in per_load] == ["decode1", "decode16", "decode32", "verify1", "verify16", "verify32"]
     for row, want in zip(per_load, loads):
         assert float(row["speedup"]) == pytest.approx(want["speedup"], abs=1e-4)

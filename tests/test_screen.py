@@ -17,7 +17,7 @@ import yaml
 from okc.jobs.folder import create_job
 from okc.jobs.runner import run_local
 from okc.judge.batch import POINTS_FILE, read_lines, read_spec
-from okc.judge.stats import MIN_SAMPLES_FOR_CI
+from okc.judge.stats import MIN_PAIRS_FOR_CI
 from okc.contract import BadJob
 from okc.lab.config import find_lab
 from okc.lab.ledger import open_ledger
@@ -107,7 +107,7 @@ def test_points_that_raise_segfault_and_hang_fail_alone_and_a_new_worker_takes_t
     for point in (ids[0], ids[3], ids[5]):
         assert [r["shape"] for r in rows[point]] == SHAPES
         assert all(r["status"] == "ok" and r["speedup"] > 0 and r["time_us"] > 0
-                   and r["pairs"] == MIN_SAMPLES_FOR_CI for r in rows[point])  # 3 asked, the fewest a CI takes
+                   and r["pairs"] == MIN_PAIRS_FOR_CI for r in rows[point])  # 3 asked, the fewest a CI takes
     assert {r["status"] for r in rows[ids[1]]} == {"fail"}
     assert "kernel_fn raised ValueError: this point raises" in rows[ids[1]][0]["reason"]
     assert {r["status"] for r in rows[ids[2]]} == {"fail"}

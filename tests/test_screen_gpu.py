@@ -8,6 +8,7 @@ import json
 import pytest
 import yaml
 
+from okc.jobs.options import MIN_PAIRS_FOR_CI
 from okc.judge.batch import read_lines
 from okc.lab.config import find_lab
 from okc.sweeps.experiments import Point, load_experiment
@@ -84,7 +85,7 @@ def test_an_out_of_bounds_store_fails_alone_and_a_compile_error_fails_with_the_c
     for row in run.rows:
         rows.setdefault(row["point"], []).append(row)
     for point in (ids[0], ids[3]):
-        assert all(r["status"] == "ok" and r["speedup"] > 0 and r["pairs"] == 10 for r in rows[point]), rows[point]
+        assert all(r["status"] == "ok" and r["speedup"] > 0 and r["pairs"] == MIN_PAIRS_FOR_CI for r in rows[point]), rows[point]
     oob = rows[ids[1]][0]
     assert oob["status"] == "fail" and "illegal memory access" in oob["reason"] and "context lost" in oob["reason"]
     no_compile = rows[ids[2]][0]

@@ -156,7 +156,7 @@ def test_stopping_rule(pairs, half_width, expected):
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"min_pairs": 3}, "at least 6"),
+        ({"min_pairs": 3}, "at least 24"),
         ({"min_pairs": 100, "max_pairs": 50}, "must not be below"),
         ({"target_half_width": 0.0}, "relative"),
         ({"target_half_width": 5}, "relative"),

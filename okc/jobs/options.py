@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # the CLI imports this module for --help (QUICK_MAX_M): what 
 
 DEVICES = ("auto", "cpu", "cuda")
 QUICK_MAX_M = 16  # a quick check still covers m = 1, 5, 7, 8, 9, 16: slices, probe rows, odd sizes
-MIN_PAIRS_FOR_CI = 6  # = okc.judge.stats.MIN_SAMPLES_FOR_CI (that module imports numpy; a test holds them equal)
+MIN_PAIRS_FOR_CI = 24  # = okc.judge.stats.MIN_PAIRS_FOR_CI (that module imports numpy; a test holds them equal)
 CUDA_PROBE_TIMEOUT_S = 60.0
 CUDA_PROBE = "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"
 NVIDIA_PATHS = ("/proc/driver/nvidia/version", "/dev/nvidiactl", "/dev/nvidia0")

@@ -11,6 +11,7 @@ instead (the same pairs and statistics).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import deque
 from collections.abc import Callable
@@ -27,7 +28,7 @@ from okc.judge.benchcases import (
 from okc.judge.pairs import PairTable
 from okc.judge.problem import Problem
 from okc.judge.seeds import derive_seed
-from okc.judge.sides import MAX_SLOTS, Side, Sides
+from okc.judge.sides import MAX_SLOTS, Side, Sides, copies_that_fit
 from okc.judge.timing import HoldTimeout, Step, TimingError
 
 NEEDS_CUDA = ("okc bench needs a CUDA GPU; this machine has none (torch.cuda.is_available() is False). "
@@ -37,7 +38,7 @@ MAX_HOLD_RETRIES = 3  # voided batches tolerated (each halves the batch) before 
 # Imports of each side's candidate (own weights each) and graphs per copy and case, replayed on
 # a seeded balanced schedule: they average the placement of what the sides cannot share
 # (okc.judge.sides; measured in benchmarks/NOTES.md, issue 15).
-DEFAULT_COPIES = 8
+DEFAULT_COPIES = 64
 DEFAULT_CAPTURES = 1
 PROGRESS_INTERVAL_S = 0.2  # progress.json is rewritten at most this often (the CLI polls at that pace)
 
@@ -128,7 +129,7 @@ class Runner:
             if unit.case is None:
                 steps.append(Step(timed=(self.overhead_graph,)))
                 continue
-            fresh = self.pool[unit.pair % len(self.pool)][unit.case]
+            fresh = self.pool[pairs.input_set(unit.pair, len(self.pool))][unit.case]
             graphs = self.sides.graphs(unit.pair, unit.case)
             steps.append(Step(timed=tuple(graphs[name].graph for name in pairs.order(unit.pair)),
                               copies=((self.sides.inputs[unit.case], fresh),)))
@@ -138,9 +139,16 @@ class Runner:
         for units in pairs.plan(0, self.settings.warmup_pairs, self.cases, self.settings.batch_ops):
             self.protocol.collect(self.protocol.submit(self.steps(units)))
 
+    @property
+    def rule(self) -> stats.StoppingRule:
+        """The settings' rule, its minimum raised so that every graph slot replays twice (pairs.slot_floor)."""
+        rule = self.settings.rule
+        floor = min(rule.max_pairs, max(rule.min_pairs, pairs.slot_floor(self.sides.slots)))
+        return dataclasses.replace(rule, min_pairs=floor)
+
     def run(self) -> tuple[PairTable, str]:
-        rule, budget = self.settings.rule, self.settings.batch_ops
-        table = PairTable(self.cases, rule.max_pairs)
+        rule, budget = self.rule, self.settings.batch_ops
+        table = PairTable(self.cases, rule.max_pairs, slot_plan=(self.sides.seed, self.sides.slots))
         batches = deque(pairs.plan(0, rule.max_pairs, self.cases, budget))
         pending: deque = deque()
         stopped_by, half, score, next_check, voided, last_progress = None, None, None, rule.min_pairs, 0, 0.0
@@ -149,9 +157,11 @@ class Runner:
                 units = batches.popleft()
                 pending.append((self.protocol.submit(self.steps(units)), units))
             if not pending:
-                if stopped_by == "target" and self._target_lost(table):
-                    stopped_by, next_check = None, table.complete + 1
-                    continue
+                if stopped_by in ("target", "placement"):
+                    stopped_by = self._decide_again(table)
+                    if stopped_by is None:
+                        next_check = table.complete + 1
+                        continue
                 break
             batch, units = pending.popleft()
             try:
@@ -167,31 +177,37 @@ class Runner:
                 batches = deque(pairs.plan(table.complete, rule.max_pairs - table.complete, self.cases, budget))
                 continue
             if stopped_by is None and table.complete >= min(next_check, rule.max_pairs):
-                estimate = pairs.score(table, self.matrix, self.settings.judge_overhead_us)
-                if estimate is None:
+                found = pairs.precision(table, self.matrix, self.settings.judge_overhead_us)
+                if found is None:
                     raise BenchFailed("a load's time minus the fixed overhead is not positive: "
                                       "the calls do (almost) nothing on the GPU")
+                estimate, weighed = found
                 half, score = estimate.half_width, estimate.value
-                stopped_by = rule.decide(table.complete, half)
+                stopped_by = rule.decide(table.complete, weighed)
                 next_check = rule.next_check(table.complete)
-                self.log(f"{table.complete} pairs: score {estimate.value:.4f} "
-                         f"[{estimate.lo:.4f}, {estimate.hi:.4f}] +-{half:.2%}")
+                self.log(f"{table.complete} pairs: score {estimate.value:.4f} [{estimate.lo:.4f}, {estimate.hi:.4f}] "
+                         f"+-{half:.2%} (the slots' luck +-{weighed.luck:.2%}), widest load "
+                         f"+-{max(width for width, _ in weighed.loads):.2%}")
+                if stopped_by == "placement":
+                    self.log(f"stopped short of the target: the luck of where the {self.sides.copies} copies a side "
+                             "landed keeps the CI over it, whatever the pairs (more copies would narrow it)")
             if time.monotonic() - last_progress > PROGRESS_INTERVAL_S or stopped_by:
                 last_progress = time.monotonic()
                 self.progress({"pairs": table.complete, "half_width": half, "score": score,
                                "target": rule.target_half_width, "max_pairs": rule.max_pairs})
         return table, stopped_by or "cap"
 
-    def _target_lost(self, table: PairTable) -> bool:
-        """Whether the pairs that were in flight at the stopping decision pushed the CI back over the target.
+    def _decide_again(self, table: PairTable) -> str | None:
+        """The stopping decision over every recorded pair, the ones in flight at the first decision too.
 
-        The reported half-width is computed over every recorded pair, so the rule must hold on all of them.
+        The reported half-width is computed over all of them, so the rule must hold on all of them
+        (None: they pushed the CI back over the target, and sampling goes on).
         """
-        rule = self.settings.rule
+        rule = self.rule
         if table.complete >= rule.max_pairs:
-            return False
-        estimate = pairs.score(table, self.matrix, self.settings.judge_overhead_us)
-        return estimate is not None and rule.decide(table.complete, estimate.half_width) is None
+            return "cap"
+        found = pairs.precision(table, self.matrix, self.settings.judge_overhead_us)
+        return None if found is None else rule.decide(table.complete, found[1])
 
     def _discard(self, pending: deque) -> None:
         while pending:
@@ -230,6 +246,9 @@ class Bench:
         torch.cuda.init()
         self.persisting = PersistingReport(device)
         weights = problem.make_weights(derive_seed(self.seed, "weights"), device)
+        self.sides.copies = copies_that_fit(self.settings.copies, self.settings.captures,
+                                            sum(w.numel() * w.element_size() for w in weights.values()),
+                                            torch.cuda.mem_get_info(device)[0], self.settings.rule.max_pairs)
         first = make_inputs(problem, self.cases, self.seed, "capture", 1, device)[0]
         self.shape_rows = shape_rows(problem, self.cases, first)
         self.sides.setup(problem, self.cases, weights, first, phase,
@@ -287,7 +306,8 @@ def run_bench(problem: Problem, candidate: Path, against: Path, *, device: torch
         "kind": "bench", "status": "ok", "reason": None, **identity, **summary,
         "target_half_width": settings.rule.target_half_width, "stopped_by": stopped_by,
         "flush": bench.flush.describe(), "persisting_l2": bench.persisting.done(),
-        "placement": {"copies": settings.copies, "captures": settings.captures, "shared_io": True},
+        "placement": {"copies": bench.sides.copies, "captures": settings.captures, "shared_io": True,
+                      "sd": summary["placement_sd"], "unit": "quad"},
         "gpu_readings": {"before": before, "after": after},
         "throttled": envinfo.is_throttled(before) or envinfo.is_throttled(after),
         "duration_s": round(time.monotonic() - started, 3),

@@ -4,7 +4,7 @@ It is the protocol of okc.judge.bench minus the parts only a GPU has: no CUDA gr
 call is an eager ``kernel_fn`` call), no cold-L2 flush, no hold kernel, no fixed replay cost
 subtracted unless asked for. What stays the same: both sides get the same weights (each its
 own clone) and, per pair, the same fresh input copied into each side's own buffer; within a
-pair the sides alternate case by case, and the side that goes first swaps every pair
+pair the sides alternate case by case, and each quad of pairs runs each order twice
 (okc.judge.pairs); each pair ends with one sample of the timer's own cost (an empty call);
 and the times go through the same statistics: per-load median ratios with order-statistic
 CIs, the bootstrap score CI and the stopping rule (okc.judge.pairs, okc.judge.stats).
@@ -140,7 +140,7 @@ class CpuBench:
         """The times of one unit in the order the table files them: both sides of a case, or the overhead."""
         if unit.case is None:
             return np.array([time_empty()])
-        fresh = self.pool[unit.pair % len(self.pool)][unit.case]
+        fresh = self.pool[pairs.input_set(unit.pair, len(self.pool))][unit.case]
         for side in self.sides.values():
             side.inputs[unit.case].copy_(fresh)
         case, order = self.cases[unit.case], pairs.order(unit.pair)
@@ -169,10 +169,11 @@ class CpuBench:
             while stopped_by is None:
                 self.run_pairs(table.complete, min(checkpoint, rule.max_pairs) - table.complete, table)
                 gc.collect()  # between looks, outside every timed call
-                estimate = pairs.score(table, self.matrix, overhead)
-                if estimate is None:
+                found = pairs.precision(table, self.matrix, overhead)
+                if found is None:
                     raise BenchFailed(f"a load's time minus the {overhead:g} us subtracted per call is not positive")
-                stopped_by = rule.decide(table.complete, estimate.half_width)
+                estimate, weighed = found
+                stopped_by = rule.decide(table.complete, weighed)
                 checkpoint = rule.next_check(table.complete)
                 self.log(f"{table.complete} pairs: score {estimate.value:.4f} "
                          f"[{estimate.lo:.4f}, {estimate.hi:.4f}] +-{estimate.half_width:.2%}")

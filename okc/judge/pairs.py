@@ -4,14 +4,17 @@ Pure Python and numpy, so the planning and the arithmetic are tested without a G
 
 A pair runs every scored case once on each side, on one fresh input per case copied into
 the input buffer both sides' graphs read, then one sample of the fixed replay cost. Within
-a pair the sides alternate case by case; which side goes first swaps from one pair to the
-next. Which of a side's graph slots (copies of its candidate, captures of each) replays in
-a pair comes from a seeded schedule that is balanced over every block of pairs.
+a pair the sides alternate case by case. Pairs come in quads of four: the same fresh inputs
+and the same graph slots, the candidate first in the first and last pair, the baseline in
+the middle two (ABBA), and the statistics take each quad's geometric mean (okc.judge.stats).
+Which of a side's graph slots (copies of its candidate, captures of each) a quad replays
+comes from a seeded schedule that is balanced over every block of pairs.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,18 +46,41 @@ class Unit:
         return 1 if self.case is None else 2
 
 
+QUAD = 4  # pairs per quad: the unit of every statistic (okc.judge.stats)
+QUAD_ORDER = (0, 1, 1, 0)  # per position in a quad: 0 the candidate first, 1 the baseline first (ABBA)
+
+
 def order(pair: int) -> tuple[str, str]:
-    """Which side replays first in ``pair``: the candidate in even pairs, the baseline in odd ones."""
-    return SIDES if pair % 2 == 0 else SIDES[::-1]
+    """Which side replays first in ``pair``: candidate, baseline, baseline, candidate, in every quad.
+
+    Each order comes once in an even pair and once in an odd one, and both at the same mean
+    position in the quad: on an H200 the odd pairs of an A/A run read up to 0.9% slower on
+    one case than the even ones, for every seed (benchmarks/NOTES.md, issue 15); with the
+    order tied to the parity, as it was, that read as a difference between the sides.
+    """
+    return SIDES if QUAD_ORDER[pair % QUAD] == 0 else SIDES[::-1]
+
+
+SLOT_VISITS = 2  # quads each graph slot runs before a run may stop: the placement term needs two
+
+
+def slot_floor(slots: int) -> int:
+    """The fewest pairs in which each of ``slots`` slots per side runs ``SLOT_VISITS`` quads."""
+    return SLOT_VISITS * QUAD * slots
+
+
+def input_set(pair: int, sets: int) -> int:
+    """Which of the ``sets`` fresh inputs ``pair`` copies in: one per quad, the same for all four."""
+    return (pair // QUAD) % sets
 
 
 @functools.lru_cache(maxsize=64)
 def slot_block(seed: int, block: int, slots: int) -> dict[str, tuple[int, ...]]:
-    """Per side, the slot each pair-pair of block ``block`` (``2 * slots`` pairs) replays.
+    """Per side, the slot each quad of block ``block`` (``QUAD * slots`` pairs) replays.
 
     Each side gets its own seeded random order of its slots: within a block every slot
-    runs two pairs in a row (once in each order), so each side's slots weigh the same in
-    every complete block, and no slot of one side is always met by the same slot of the other.
+    runs one quad (four pairs in a row, both orders twice), so each side's slots weigh the
+    same in every complete block, and no slot of one side is always met by the same slot of the other.
     """
     if slots < 1:
         raise ValueError(f"a side needs at least one graph slot, got {slots}")
@@ -77,8 +103,8 @@ def placement_order(seed: int, stream: int, count: int) -> list[tuple[str, str]]
 
 def slots(seed: int, pair: int, count: int) -> dict[str, int]:
     """Which of its ``count`` graph slots each side replays in ``pair`` (see :func:`slot_block`)."""
-    block, position = divmod(pair, 2 * count)
-    return {side: order[position // 2] for side, order in slot_block(seed, block, count).items()}
+    block, position = divmod(pair, QUAD * count)
+    return {side: order[position // QUAD] for side, order in slot_block(seed, block, count).items()}
 
 
 def plan(first_pair: int, pairs: int, cases: int, budget: int = BATCH_OPS) -> list[list[Unit]]:
@@ -107,12 +133,13 @@ def plan(first_pair: int, pairs: int, cases: int, budget: int = BATCH_OPS) -> li
 class PairTable:
     """Raw event times (us) of every pair: per side and case, and the overhead samples."""
 
-    def __init__(self, cases: int, capacity: int) -> None:
+    def __init__(self, cases: int, capacity: int, slot_plan: tuple[int, int] | None = None) -> None:
         self.cases = cases
         self.times = {side: np.full((capacity, cases), np.nan) for side in SIDES}
         self.overhead = np.full(capacity, np.nan)
         self._filled = np.zeros(capacity, dtype=np.int64)
         self.complete = 0  # pairs 0 .. complete-1 are fully recorded
+        self.slot_plan = slot_plan  # (seed, slots per side) of :func:`slots`; None: one slot per side
 
     def record(self, units: list[Unit], times: np.ndarray) -> None:
         """File one collected batch: ``times`` in the order its units enqueued them."""
@@ -145,6 +172,15 @@ class PairTable:
     def overheads(self) -> np.ndarray:
         return self.overhead[: self.complete]
 
+    def quad_slots(self) -> np.ndarray:
+        """(complete quads x 2): the candidate's and the baseline's slot in each."""
+        count = self.complete // QUAD
+        if self.slot_plan is None:
+            return np.zeros((count, 2), dtype=np.int64)
+        seed, per_side = self.slot_plan
+        return np.array([[slots(seed, QUAD * j, per_side)[side] for side in SIDES] for j in range(count)],
+                        dtype=np.int64).reshape(count, 2)
+
 
 def load_matrix(case_loads: list[int], loads: int) -> np.ndarray:
     """A (cases x loads) 0/1 matrix: times @ matrix sums each load's cases."""
@@ -167,13 +203,35 @@ def load_ratios(table: PairTable, matrix: np.ndarray, overhead_us: float) -> np.
     return baseline / candidate
 
 
-def score(table: PairTable, matrix: np.ndarray, overhead_us: float, resamples: int = stats.BOOTSTRAP_RESAMPLES,
-          seed: int = stats.BOOTSTRAP_SEED) -> stats.Estimate | None:
-    """The score and its bootstrap CI over the complete pairs (None: a load time was not positive)."""
+def load_speedups(quads: np.ndarray, slots: np.ndarray) -> list[tuple[stats.Estimate, float | None]]:
+    """Per load (a row of ``quads``): its median and CI widened by the slots' luck, and that luck's variance."""
+    found = []
+    for row in quads:
+        luck = stats.placement_variance(np.log(row), slots)
+        found.append((stats.widen(stats.median_with_ci(row), luck), luck))
+    return found
+
+
+def precision(table: PairTable, matrix: np.ndarray, overhead_us: float, resamples: int = stats.BOOTSTRAP_RESAMPLES,
+              seed: int = stats.BOOTSTRAP_SEED) -> tuple[stats.Estimate, stats.Precision] | None:
+    """The score with its CI over the complete quads (the bootstrap's, widened by the slots' luck),
+    and what the stopping rule weighs. None: a load time was not positive."""
     ratios = load_ratios(table, matrix, overhead_us)
     if ratios is None:
         return None
-    return stats.bootstrap_score(ratios, resamples=resamples, seed=seed)
+    quads, slots = stats.quads(ratios), table.quad_slots()
+    luck = stats.placement_variance(np.log(quads).mean(axis=0), slots)
+    estimate = stats.widen(stats.bootstrap_score(quads, resamples=resamples, seed=seed), luck)
+    loads = tuple((speedup.half_width, stats.luck_half_width(variance))
+                  for speedup, variance in load_speedups(quads, slots))
+    return estimate, stats.Precision(estimate.half_width, stats.luck_half_width(luck), loads)
+
+
+def score(table: PairTable, matrix: np.ndarray, overhead_us: float, resamples: int = stats.BOOTSTRAP_RESAMPLES,
+          seed: int = stats.BOOTSTRAP_SEED) -> stats.Estimate | None:
+    """The score and its CI over the complete quads (None: a load time was not positive)."""
+    found = precision(table, matrix, overhead_us, resamples, seed)
+    return None if found is None else found[0]
 
 
 def summarize(table: PairTable, shapes: list[dict], load_names: list[str], load_ms: list[int],
@@ -194,14 +252,16 @@ def summarize(table: PairTable, shapes: list[dict], load_names: list[str], load_
             "the calls do (almost) nothing on the GPU"
         )
     with_measured = score(table, matrix, measured, seed=seed)
-    ratios = load_ratios(table, matrix, judge_overhead_us)
+    quads = stats.quads(load_ratios(table, matrix, judge_overhead_us))
+    slots = table.quad_slots()
     base_loads = load_times(table.side("baseline"), matrix, judge_overhead_us)
     cand_loads = load_times(table.side("candidate"), matrix, judge_overhead_us)
     loads = []
-    for i, (name, m) in enumerate(zip(load_names, load_ms)):
-        speedup = stats.median_with_ci(ratios[i])
+    for i, (name, m, (speedup, luck)) in enumerate(zip(load_names, load_ms, load_speedups(quads, slots))):
         loads.append({"name": name, "m": m, "speedup": speedup.value, "ci": speedup.ci,
+                      "placement_sd": None if luck is None else math.sqrt(luck),
                       "baseline_us": float(np.median(base_loads[i])), "candidate_us": float(np.median(cand_loads[i]))})
+    score_luck = stats.placement_variance(np.log(quads).mean(axis=0), slots)
     base_cases = np.median(table.side("baseline") - judge_overhead_us, axis=0)
     cand_cases = np.median(table.side("candidate") - judge_overhead_us, axis=0)
     rows = []
@@ -210,12 +270,14 @@ def summarize(table: PairTable, shapes: list[dict], load_names: list[str], load_
                      "ratio": float(base_us / cand_us) if cand_us > 0 else None})
     return {
         "pairs": table.complete,
+        "quads": table.complete // QUAD,
         "score": judge.value,
         "score_ci": judge.ci,
         "half_width": judge.half_width,
         "score_measured_overhead": with_measured.value if with_measured else None,
         "score_measured_overhead_ci": with_measured.ci if with_measured else None,
         "overhead_us": {"judge": judge_overhead_us, "measured": measured},
+        "placement_sd": None if score_luck is None else math.sqrt(score_luck),
         "loads": loads,
         "shapes": rows,
         "bootstrap": {"resamples": stats.BOOTSTRAP_RESAMPLES, "seed": seed, "confidence": stats.CONFIDENCE},

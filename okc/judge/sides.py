@@ -15,7 +15,9 @@ placement they can, and average over the one they cannot:
   imports of its candidate, each prepared with its own clone of the weights, loaded and
   prepared interleaved with the other side's in a seeded order (each side first in half of
   them), so that no memory position belongs to one side in every run; each copy has
-  ``captures`` graphs per case, captured in a seeded interleaved order too.
+  ``captures`` graphs per case, captured in a seeded interleaved order too. What luck the
+  copies of a run drew is not averaged away by more pairs: okc.judge.stats estimates it from
+  the spread between slots and widens the CIs by it.
 
 A side's graph slots (copy-major: copy k, capture j is slot k * captures + j) are replayed on
 the seeded schedule of :func:`okc.judge.pairs.slots`. Every module, weight and graph stays
@@ -24,6 +26,7 @@ alive for the whole job.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -35,8 +38,23 @@ from okc.judge.capture import CaptureError, Captured, capture
 from okc.judge.loader import CandidateLoadError, load_candidate
 from okc.judge.problem import Case, Problem
 
-MAX_SLOTS = 16  # copies x captures per side at most: each copy holds a clone of the weights
+MAX_SLOTS = 64  # copies x captures per side at most: each copy holds a clone of the weights
+MEMORY_SHARE = 0.4  # of the GPU memory free before setup, the most the copies of both sides may take
+REPACK_ALLOWANCE = 2  # a copy is counted as this many clones of the weights (a candidate may repack)
+SETUP_BUDGET_S = 20.0  # no further copy once the copies made so far took this long (okc.judge.sides.Sides.setup)
+MIN_COPIES = 2  # two copies a side at least, so that the spread between them can be told
 
+
+
+def copies_that_fit(wanted: int, captures: int, weight_bytes: int, free_bytes: int, max_pairs: int) -> int:
+    """How many copies per side to make: ``wanted``, unless memory or the pairs cannot use them.
+
+    Both sides' copies must fit in ``MEMORY_SHARE`` of the free memory, and a run of at most
+    ``max_pairs`` pairs must be able to replay every slot twice (:func:`pairs.slot_floor`).
+    """
+    by_memory = int(MEMORY_SHARE * free_bytes) // max(1, 2 * REPACK_ALLOWANCE * weight_bytes)
+    by_pairs = max(1, max_pairs // pairs.slot_floor(1) // captures)
+    return max(1, min(wanted, by_memory, by_pairs))
 
 
 class Side:
@@ -88,6 +106,7 @@ class Sides:
         self.by_name = {"candidate": candidate, "baseline": baseline}
         self.copies, self.captures, self.seed = copies, captures, seed
         self.inputs: list = []  # per case: the one buffer every graph of the case reads
+        self.dropped: list = []  # copies made but left out of the schedule (Sides._keep)
 
     @property
     def slots(self) -> int:
@@ -98,21 +117,32 @@ class Sides:
         return [[(name, self.by_name[name]) for name in order] for order in pairs.placement_order(self.seed, stream, count)]
 
     def setup(self, problem: Problem, cases: list[Case], weights: dict[str, torch.Tensor],
-              first_inputs: list[torch.Tensor], phase: Callable[..., None], after_prepare: Callable[[str], None]) -> None:
-        """Import, prepare and capture every copy of both sides, interleaved."""
-        phase("import")
-        copy_orders = self.ordered(0, self.copies)
-        for order in copy_orders:
-            for _, side in order:
-                side.load()
-        for copy, order in enumerate(copy_orders):
+              first_inputs: list[torch.Tensor], phase: Callable[..., None], after_prepare: Callable[[str], None],
+              budget_s: float = SETUP_BUDGET_S) -> None:
+        """Import and prepare every copy of both sides, interleaved; then capture them, case by case.
+
+        The setup keeps within ``budget_s`` by making fewer copies (``MIN_COPIES`` at least):
+        a candidate whose import, prepare or warm-up takes seconds (compiling, autotuning)
+        would otherwise pay it ``copies`` times. Copies stop being prepared once the next
+        would pass the budget; after the first case's captures, the copies whose captures
+        would not fit are dropped before any other case is captured.
+        """
+        started = time.monotonic()
+        for copy, order in enumerate(self.ordered(0, self.copies)):
             for name, side in order:
+                phase("import", side=name, copy=copy)
+                side.load()
                 phase("prepare", side=name, copy=copy)
                 side.prepare(problem, copy, weights)
                 phase("capture", side=name, copy=copy)
                 after_prepare(name)
+            spent = time.monotonic() - started
+            if copy + 1 >= MIN_COPIES and spent + spent / (copy + 1) > budget_s:
+                self._keep(copy + 1)
+                break
         self.inputs = [x.clone() for x in first_inputs]
         for index, (case, x) in enumerate(zip(cases, self.inputs)):
+            case_started = time.monotonic()
             pool = torch.cuda.graph_pool_handle()
             per_side: dict[str, list[Captured]] = {name: [] for name in self.by_name}
             for slot, order in enumerate(self.ordered(1 + index, self.slots)):
@@ -120,6 +150,24 @@ class Sides:
                     per_side[name].append(side.capture(problem, slot // self.captures, case, x, pool))
             for name, side in self.by_name.items():
                 side.captured.append(per_side[name])
+            if index == 0 and len(cases) > 1:
+                left = budget_s - (time.monotonic() - started)
+                per_copy = (time.monotonic() - case_started) / self.copies * (len(cases) - 1)
+                if per_copy > 0 and per_copy * self.copies > left:
+                    self._keep(max(MIN_COPIES, int(max(left, 0.0) // per_copy)))
+
+    def _keep(self, copies: int) -> None:
+        """Replay only the first ``copies``: the others leave the schedule but stay alive in
+        ``dropped`` (freeing a graph can leave cuBLAS with a dangling workspace)."""
+        if copies >= self.copies:
+            return
+        self.copies = copies
+        for side in self.by_name.values():
+            self.dropped += side.modules[copies:]
+            del side.modules[copies:]
+            for per_case in side.captured:
+                self.dropped += per_case[self.slots:]
+                del per_case[self.slots:]
 
     def graphs(self, pair: int, case: int) -> dict[str, Captured]:
         """Each side's graph of ``case`` for ``pair``."""

@@ -8,8 +8,8 @@ it is the CPU bench (okc.judge.cpu_timing: the same pairs and statistics as eage
 and the result says those numbers are not judge-equivalent. Only the per-case summary is
 this module's.
 
-``job.bench`` holds either ``{"pairs": N}`` (a screen: N pairs, at least 6, the fewest a
-median CI takes) or the stopping rule ``{"min_pairs", "max_pairs",
+``job.bench`` holds either ``{"pairs": N}`` (a screen: N pairs, at least 24, the six
+quads the fewest a median CI takes) or the stopping rule ``{"min_pairs", "max_pairs",
 "target_half_width"}`` (a re-measure). The result's per-case rows are under ``timings``.
 """
 
@@ -81,24 +81,26 @@ def summarize(table: PairTable, cases: list[Case], overhead_us: float) -> tuple[
                "time_us": float(np.median(cand)), "ci": None, "baseline_us": float(np.median(base)),
                "speedup": None, "speedup_ci": None}
         positive = bool(np.all(cand > 0) and np.all(base > 0))
-        if positive:
-            row["speedup"] = float(np.median(base / cand))
+        both = stats.quads(base / cand)[0] if positive else None  # the order taken out (okc.judge.stats)
+        if positive and len(both):
+            row["speedup"] = float(np.median(both))
         if pairs >= stats.MIN_SAMPLES_FOR_CI:
             row["ci"] = stats.median_with_ci(cand).ci
+        if pairs >= stats.MIN_PAIRS_FOR_CI:
             if positive:
-                estimate = stats.median_with_ci(base / cand)
+                estimate = stats.median_with_ci(both)
                 row["speedup_ci"] = estimate.ci
                 widest = max(widest, estimate.half_width)
             else:
                 widest = float("inf")
         rows.append(row)
-    return rows, (widest if pairs >= stats.MIN_SAMPLES_FOR_CI else None)
+    return rows, (widest if pairs >= stats.MIN_PAIRS_FOR_CI else None)
 
 
 def _bench_settings(settings: Settings, problem: Problem, on_cuda: bool) -> BenchSettings:
     """The bench's settings for this job: a fixed count as min = max pairs (at least the 6 a median CI takes)."""
     if settings.fixed_pairs is not None:
-        pairs = max(settings.fixed_pairs, stats.MIN_SAMPLES_FOR_CI)
+        pairs = max(settings.fixed_pairs, stats.MIN_PAIRS_FOR_CI)
         rule = {"min_pairs": pairs, "max_pairs": pairs}
     else:
         rule = {"min_pairs": settings.rule.min_pairs, "max_pairs": settings.rule.max_pairs,

@@ -25,7 +25,7 @@ from okc.judge.bench import BenchSettings, PersistingReport, Runner
 from okc.judge.benchcases import INPUT_SETS, make_inputs, scored_cases, shape_rows
 from okc.judge.problem import Problem
 from okc.judge.seeds import derive_seed
-from okc.judge.sides import Side, Sides
+from okc.judge.sides import Side, Sides, copies_that_fit
 from okc.judge.sweep import summarize
 
 Step = Callable[[str], None]  # the screener names each step of a point as it starts it
@@ -102,14 +102,15 @@ class CudaScreener:
         self.baseline = Side("against", baseline)
         self.compile_clock = CompileClock()
         self.side: Side | None = None
+        self.copies = settings.copies  # what fits (okc.judge.sides.copies_that_fit), set in setup
 
     @property
     def slots(self) -> int:
-        return self.settings.copies * self.settings.captures
+        return self.copies * self.settings.captures
 
     def _make_ready(self, side: Side, step: Step = lambda name: None) -> None:
         """Import, prepare (each copy its own clone of the weights) and capture every copy of ``side``."""
-        problem, copies = self.problem, self.settings.copies
+        problem, copies = self.problem, self.copies
         step("load")
         for _ in range(copies):
             side.load()
@@ -129,6 +130,11 @@ class CudaScreener:
         self.compile_clock.install()
         self.persisting = PersistingReport(device)
         self.weights = problem.make_weights(derive_seed(self.seed, "weights"), device)  # each copy gets a clone
+        # A screen point brings its own copies each time: what fits is decided once, with the
+        # baseline's share and one point's counted in.
+        self.copies = copies_that_fit(settings.copies, settings.captures,
+                                      sum(w.numel() * w.element_size() for w in self.weights.values()),
+                                      torch.cuda.mem_get_info(device)[0], settings.rule.max_pairs)
         first = make_inputs(problem, self.cases, self.seed, "capture", 1, device)[0]
         self.inputs = [x.clone() for x in first]  # per case, the one buffer every graph of both sides reads
         self.pools = [torch.cuda.graph_pool_handle() for _ in self.cases]
@@ -151,7 +157,7 @@ class CudaScreener:
         self.side = side = Side("candidate", source)
         self._make_ready(side, step)
         step("time")
-        sides = Sides(side, self.baseline, copies=self.settings.copies, captures=self.settings.captures,
+        sides = Sides(side, self.baseline, copies=self.copies, captures=self.settings.captures,
                       seed=self.slot_seed)
         sides.inputs = self.inputs
         runner = Runner(self.protocol, sides, self.overhead, self.pool, self.matrix, self.settings,

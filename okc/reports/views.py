@@ -161,7 +161,7 @@ def load_table(result: JobResult, read_floor: Callable[[ShapeResult], float | No
                      _pair(load.ci), *_floor(load.candidate_us, floor), *_floor(load.candidate_us, read_sum)))
     spec = [("load", "load"), ("m", "m"), ("baseline_us", "baseline µs"), ("candidate_us", "candidate µs"),
             ("speedup", "speedup"), ("ci", "95% CI"), ("floor_us", "floor µs", 2), ("time_over_floor", "time/floor", 2)]
-    made = table("loads", "per load (median of per-pair ratios)", spec + READ_SPEC, rows)
+    made = table("loads", "per load (median over quads of pairs)", spec + READ_SPEC, rows)
     return made if read_floor else _without(made, {"read_floor_us", "time_over_read_floor"})
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from okc.errors import CandidateError, ConfigError
+from okc.jobs.options import MIN_PAIRS_FOR_CI
 
 PARAMS_NAME = "PARAMS"
 TABLE_NAME = "PARAMS_BY_SHAPE"
@@ -50,6 +51,9 @@ class Funnel:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"funnel.{name} must be a positive integer, got {value!r}")
+        if self.min_pairs < MIN_PAIRS_FOR_CI:
+            raise ConfigError(f"funnel.min_pairs must be at least {MIN_PAIRS_FOR_CI} (fewer pairs give no CI), "
+                              f"got {self.min_pairs}")
         if self.max_pairs < self.min_pairs:
             raise ConfigError(f"funnel.max_pairs ({self.max_pairs}) must not be below funnel.min_pairs ({self.min_pairs})")
         value = self.target_half_width
