@@ -13,7 +13,8 @@ Variants whose name starts with "main" import okc from ``--tree`` (an older chec
 numbers before the fix); the others from this repository.
 
 Usage:
-  python3 benchmarks/aa_bias.py [--pairs 600] [--runs 5] [--tree DIR] [VARIANT ...]
+  python3 benchmarks/aa_bias.py [--pairs 600] [--runs 5] [--tree DIR] [VARIANT ...] [--seeds S ...]
+  python3 benchmarks/aa_bias.py --cli-only --runs 5   (the target check alone)
   python3 benchmarks/aa_bias.py --one VARIANT [--pairs 600]   (one variant in this process)
 """
 
@@ -29,7 +30,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 SEED = 11
-VARIANT_TIMEOUT_S = 60
+VARIANT_TIMEOUT_S = 150
 CLI_TIMEOUT_S = 45
 TARGET = {"median": 0.003, "covering": 4, "wall_s": 15.0}
 
@@ -48,11 +49,21 @@ VARIANTS = {
     "shared-16": ("shared x/out, 16 copies per side", {"copies": 16, "captures": 1}, None),
     "shared-4-f512": ("shared x/out, 4 copies, 512 MB flush", {"copies": 4, "captures": 1}, "flush512"),
 }
+# Parametric: "shared-K" (K copies per side, K up to 64) and "ab-K" (the baseline against
+# candidates/001 with K copies per side: does the order effect of A/A show between two kernels?).
+for _k in (24, 32, 48, 64):
+    VARIANTS[f"shared-{_k}"] = (f"shared x/out, {_k} copies per side", {"copies": _k, "captures": 1}, None)
+VARIANTS["alt-64"] = ("64 copies, the order alternating pair by pair and a fresh input per pair (before)",
+                      {"copies": 64, "captures": 1}, "alternate")
+VARIANTS["alt-in-64"] = ("64 copies, the order alternating pair by pair, one input per quad",
+                         {"copies": 64, "captures": 1}, "alternate_order")
+for _k in (8, 32, 64):
+    VARIANTS[f"ab-{_k}"] = (f"baseline against 001, {_k} copies per side", {"copies": _k, "captures": 1}, "ab")
 DEFAULT_VARIANTS = ["main-4cap", "main-self", "shared-1", "shared-1-sw", "shared-4cap", "shared-4", "shared-8",
                     "shared-8x2"]
 
 
-def one(name: str, pairs_wanted: int) -> None:
+def one(name: str, pairs_wanted: int, seed: int = SEED) -> None:
     """Run one variant here and print its line (okc is imported from sys.path as set up by the caller)."""
     import numpy as np
     import torch
@@ -62,6 +73,11 @@ def one(name: str, pairs_wanted: int) -> None:
     from okc.problems.muse_bf16_proj import PROBLEM
 
     label, options, rig = VARIANTS[name]
+    if hasattr(bench_module, "MAX_SLOTS"):
+        from okc.judge import sides as sides_module
+
+        sides_module.MAX_SLOTS = max(sides_module.MAX_SLOTS, 64)
+    stamps: list = []  # (phase, seconds since the bench began)
     if rig == "flush512":
         timing.FLUSH_MIN_BYTES = 512 * 2**20
     outputs: dict = {}
@@ -76,6 +92,10 @@ def one(name: str, pairs_wanted: int) -> None:
             return captured
 
         sides_module.capture = recording
+    if rig in ("alternate", "alternate_order"):  # the order tied to the pair's parity, as before
+        pairs.order = lambda pair: pairs.SIDES if pair % 2 == 0 else pairs.SIDES[::-1]
+        if rig == "alternate":
+            pairs.input_set = lambda pair, sets: pair % sets
     if rig == "shared_weights":
         bench_module.Side.prepare = lambda side, problem, copy, weights: problem.prepare(side.modules[copy], dict(weights))
     fields = bench_module.BenchSettings.__dataclass_fields__
@@ -83,9 +103,11 @@ def one(name: str, pairs_wanted: int) -> None:
     rule = stats.StoppingRule(min_pairs=pairs_wanted, max_pairs=pairs_wanted)
     settings = bench_module.BenchSettings(rule=rule, judge_overhead_us=PROBLEM.judge_overhead_us, **options)
     baseline = PROBLEM.baseline_source
+    candidate = REPO / "candidates" / "001_triton_gemv.py" if rig == "ab" else baseline
     started = time.monotonic()
-    bench = bench_module.Bench(PROBLEM, baseline, baseline, device=torch.device("cuda"), seed=SEED,
-                               settings=settings, log=lambda text: None)
+    bench = bench_module.Bench(PROBLEM, candidate, baseline, device=torch.device("cuda"), seed=seed,
+                               settings=settings, log=lambda text: None,
+                               phase=lambda what, **info: stamps.append((what, time.monotonic() - started)))
     bench.setup()
     if rig == "self":  # main's runner reads this dict: both sides replay the very same graphs
         bench.sides["baseline"] = bench.sides["candidate"]
@@ -93,39 +115,47 @@ def one(name: str, pairs_wanted: int) -> None:
     started = time.monotonic()
     table, _ = bench.measure()
     pairs_s = time.monotonic() - started
-    ratios = pairs.load_ratios(table, bench.runner.matrix, PROBLEM.judge_overhead_us)
-    if os.environ.get("OUT"):  # raw times and the slots each pair used, for a closer look afterwards
+    if os.environ.get("OUT"):  # raw times, slots and orders of every pair, for a closer look afterwards
         raw = Path(os.environ["OUT"]) / "raw"
         raw.mkdir(exist_ok=True)
         sides = getattr(bench.sides, "slots", None)
         used = ([[pairs.slots(bench.sides.seed, p, sides)[n] for n in pairs.SIDES] for p in range(table.complete)]
                 if sides else [])
-        np.savez_compressed(raw / f"{name}-{os.getpid()}.npz", candidate=table.side("candidate"),
+        firsts: dict = {}
+        for what, at in stamps:
+            firsts.setdefault(what, at)
+        np.savez_compressed(raw / f"{name}-s{seed}.npz", phases=np.array(list(firsts.items()), dtype=object),
+                            setup_s=setup_s, pairs_s=pairs_s, candidate=table.side("candidate"),
                             baseline=table.side("baseline"), overhead=table.overheads(), slots=np.array(used),
+                            first=np.array([pairs.order(p)[0] == "candidate" for p in range(table.complete)]),
                             loads=np.array([load.name for load in bench.loads]),
                             cases=np.array([case.key for case in bench.cases]))
-    score = stats.bootstrap_score(ratios)
-    loads = stats.load_speedups(ratios)
+    summary = bench.summary(table)  # the estimator of the okc this variant imported
+    ratios = pairs.load_ratios(table, bench.runner.matrix, PROBLEM.judge_overhead_us)
     half = ratios.shape[1] // 2
     drift = max(abs(np.median(row[:half]) / np.median(row[half:]) - 1) for row in ratios)
     clocks = [f"{r.get('clocks.sm')}/{r.get('clocks.mem')}" if r else "?"
               for r in (bench.readings.get("before"), bench.readings.get("after"))]
-    text = "  ".join(f"{load.name} {s.value:.4f}[{s.lo:.4f},{s.hi:.4f}]{'*' if not s.lo <= 1 <= s.hi else ' '}"
-                     for load, s in zip(bench.loads, loads))
-    worst = max(abs(s.value - 1) for s in loads)
-    pp = stats.load_speedups(np.sqrt(ratios[:, 0:half * 2:2] * ratios[:, 1:half * 2:2]))  # order cancelled per pair-pair
-    text += "\n    pair-pair geomean: " + "  ".join(
-        f"{load.name} {s.value:.4f}[{s.lo:.4f},{s.hi:.4f}]{'*' if not s.lo <= 1 <= s.hi else ' '}"
-        for load, s in zip(bench.loads, pp))
+    loads = [(load["name"], load["speedup"], *load["ci"]) for load in summary["loads"]]
+    text = "  ".join(f"{name} {v:.4f}[{lo:.4f},{hi:.4f}]{'*' if not lo <= 1 <= hi else ' '}" for name, v, lo, hi in loads)
+    worst = max(abs(v - 1) for _, v, _, _ in loads)
+    if summary.get("placement_sd") is not None:
+        text += f"\n    placement sd: score {summary['placement_sd']:.3%}, loads " + " ".join(
+            f"{load['placement_sd']:.3%}" if load["placement_sd"] is not None else "?" for load in summary["loads"])
+    score = stats.Estimate(summary["score"], *summary["score_ci"])
+    offsets = {tensor.data_ptr() % 2**21 for side in getattr(bench.sides, "by_name", {}).values()
+               for module in side.modules for tensor in getattr(module, "_weights", {}).values()}
+    if offsets:
+        text += f"\n    weight offsets within 2 MiB pages: {sorted(offsets)[:8]}"
     if outputs:
         text += f"\n    distinct output addresses per case: {sorted({len(v) for v in outputs.values()})}"
     print(f"{name:<14} {label}\n    score {score.value:.4f} [{score.lo:.4f}, {score.hi:.4f}]  worst load {worst:.2%}  "
-          f"excluding 1: {sum(not s.lo <= 1 <= s.hi for s in loads)}/6  halves differ <= {drift:.2%}  "
+          f"excluding 1: {sum(not lo <= 1 <= hi for _, _, lo, hi in loads)}/6  halves differ <= {drift:.2%}  "
           f"clocks sm/mem {clocks[0]} -> {clocks[1]}  setup {setup_s:.1f} s, {table.complete} pairs {pairs_s:.1f} s\n"
           f"    {text}", flush=True)
 
 
-def run_variant(name: str, pairs_wanted: int, tree: Path | None) -> None:
+def run_variant(name: str, pairs_wanted: int, tree: Path | None, seed: int = SEED) -> None:
     root = tree if name.startswith("main") else REPO
     if root is None:
         print(f"{name:<14} skipped: needs --tree", flush=True)
@@ -133,7 +163,8 @@ def run_variant(name: str, pairs_wanted: int, tree: Path | None) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]),
            "PYTHONUNBUFFERED": "1"}
     try:
-        done = subprocess.run([sys.executable, __file__, "--one", name, "--pairs", str(pairs_wanted)], env=env,
+        done = subprocess.run([sys.executable, __file__, "--one", name, "--pairs", str(pairs_wanted),
+                               "--seeds", str(seed)], env=env,
                               capture_output=True, text=True, timeout=VARIANT_TIMEOUT_S)
         if done.returncode:
             print(f"{name:<14} failed (exit {done.returncode}): {done.stderr.strip()[-600:]}", flush=True)
@@ -192,17 +223,20 @@ def main() -> None:
     parser.add_argument("variants", nargs="*", help=f"from {', '.join(VARIANTS)}")
     parser.add_argument("--one", help="run this one variant in this process")
     parser.add_argument("--pairs", type=int, default=600)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[SEED], help="one fresh process per variant and seed")
     parser.add_argument("--runs", type=int, default=5, help="fresh `okc bench 000 --aa` runs (0: none)")
     parser.add_argument("--tree", type=Path, help="an older checkout for the main-* variants")
+    parser.add_argument("--cli-only", action="store_true", help="no variants: only the fresh `okc bench` runs")
     args = parser.parse_args()
     if args.one:
-        one(args.one, args.pairs)
+        one(args.one, args.pairs, args.seeds[0])
         return
     import torch
 
-    print(f"A/A position bias, {args.pairs} pairs per variant, seed {SEED}, {torch.cuda.get_device_name()}", flush=True)
-    for name in args.variants or DEFAULT_VARIANTS:
-        run_variant(name, args.pairs, args.tree.resolve() if args.tree else None)
+    print(f"A/A position bias, {args.pairs} pairs per variant, seeds {args.seeds}, {torch.cuda.get_device_name()}", flush=True)
+    for seed in [] if args.cli_only else args.seeds:
+        for name in args.variants or DEFAULT_VARIANTS:
+            run_variant(name, args.pairs, args.tree.resolve() if args.tree else None, seed)
     if args.runs:
         cli_runs(args.runs)
 
