@@ -37,8 +37,9 @@ WARMUP_PAIRS = 3  # pairs run and thrown away first: clocks ramp up, first repla
 MAX_HOLD_RETRIES = 3  # voided batches tolerated (each halves the batch) before giving up
 # Imports of each side's candidate (own weights each) and graphs per copy and case, replayed on
 # a seeded balanced schedule: they average the placement of what the sides cannot share
-# (okc.judge.sides; measured in benchmarks/NOTES.md, issue 15).
-DEFAULT_COPIES = 64
+# (okc.judge.sides; measured in benchmarks/NOTES.md, issue 15). Copies: None = as many as the
+# target needs (okc.judge.sides.copies_for_target: 64 at +-0.2%, 12 at +-0.5%).
+DEFAULT_COPIES = None
 DEFAULT_CAPTURES = 1
 PROGRESS_INTERVAL_S = 0.2  # progress.json is rewritten at most this often (the CLI polls at that pace)
 
@@ -55,7 +56,7 @@ class BenchSettings:
     aa_floor: float = stats.DEFAULT_AA_FLOOR
     batch_ops: int = pairs.BATCH_OPS
     warmup_pairs: int = WARMUP_PAIRS
-    copies: int = DEFAULT_COPIES  # imports per side, each with its own weights (okc.judge.sides)
+    copies: int | None = DEFAULT_COPIES  # imports per side, each with its own weights (okc.judge.sides)
     captures: int = DEFAULT_CAPTURES  # graphs per copy and case
 
     @classmethod
@@ -83,9 +84,11 @@ class BenchSettings:
             raise ValueError(f"warmup_pairs must be an integer >= 0, got {warmup!r}")
         copies, captures = options.get("copies", DEFAULT_COPIES), options.get("captures", DEFAULT_CAPTURES)
         for name, value in (("copies", copies), ("captures", captures)):
+            if value is None and name == "copies":
+                continue
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SLOTS:
                 raise ValueError(f"{name} must be an integer from 1 to {MAX_SLOTS}, got {value!r}")
-        if copies * captures > MAX_SLOTS:
+        if (copies or 1) * captures > MAX_SLOTS:
             raise ValueError(f"copies x captures must be at most {MAX_SLOTS}, got {copies} x {captures}")
         return cls(rule=stats.StoppingRule(**rule_options), judge_overhead_us=float(overhead),
                    flush=options.get("flush", "read"), aa_floor=float(aa_floor), batch_ops=batch_ops,
@@ -233,7 +236,7 @@ class Bench:
         self.progress = progress or (lambda state: None)
         self.cases = scored_cases(problem, cases)
         self.loads = scored_loads(problem, self.cases)
-        self.sides = Sides(Side("candidate", candidate), Side("against", against), copies=settings.copies,
+        self.sides = Sides(Side("candidate", candidate), Side("against", against), copies=settings.copies or 1,
                            captures=settings.captures, seed=derive_seed(seed, "slots"))
         self.persisting: PersistingReport | None = None
         self.flush: timing.Flush | None = None
@@ -246,9 +249,10 @@ class Bench:
         torch.cuda.init()
         self.persisting = PersistingReport(device)
         weights = problem.make_weights(derive_seed(self.seed, "weights"), device)
+        rule = self.settings.rule
         self.sides.copies = copies_that_fit(self.settings.copies, self.settings.captures,
                                             sum(w.numel() * w.element_size() for w in weights.values()),
-                                            torch.cuda.mem_get_info(device)[0], self.settings.rule.max_pairs)
+                                            torch.cuda.mem_get_info(device)[0], rule.max_pairs, rule.target_half_width)
         first = make_inputs(problem, self.cases, self.seed, "capture", 1, device)[0]
         self.shape_rows = shape_rows(problem, self.cases, first)
         self.sides.setup(problem, self.cases, weights, first, phase,

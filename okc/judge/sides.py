@@ -26,13 +26,14 @@ alive for the whole job.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
-from okc.judge import pairs, timing
+from okc.judge import pairs, stats, timing
 from okc.judge.benchcases import BenchFailed
 from okc.judge.capture import CaptureError, Captured, capture
 from okc.judge.loader import CandidateLoadError, load_candidate
@@ -43,15 +44,37 @@ MEMORY_SHARE = 0.4  # of the GPU memory free before setup, the most the copies o
 REPACK_ALLOWANCE = 2  # a copy is counted as this many clones of the weights (a candidate may repack)
 SETUP_BUDGET_S = 20.0  # no further copy once the copies made so far took this long (okc.judge.sides.Sides.setup)
 MIN_COPIES = 2  # two copies a side at least, so that the spread between them can be told
+# How far one copy's placement moves a load on an H200: 0.1-0.65% once the sampling noise is out
+# (benchmarks/NOTES.md, issue 15); the high end, so that the default copies do not come out short.
+COPY_LUCK = 0.0065
+LUCK_SHARE = 0.7  # of a load's goal, the most the copies' luck may take (in half-width)
 
 
 
-def copies_that_fit(wanted: int, captures: int, weight_bytes: int, free_bytes: int, max_pairs: int) -> int:
-    """How many copies per side to make: ``wanted``, unless memory or the pairs cannot use them.
+def copies_for_target(target_half_width: float) -> int:
+    """Copies a side so that their luck stays well inside a bench's target (up to ``MAX_SLOTS``).
+
+    One copy's luck moves a load by ``COPY_LUCK`` (sd); the mean of ``k`` copies a side moves
+    a load's ratio by ``COPY_LUCK * sqrt(2 / k)``, whose 95% half-width should take at most
+    ``LUCK_SHARE`` of a load's goal (``LOAD_TARGET_FACTOR`` x the target): 64 at +-0.2%, 12
+    at the default +-0.5%, 3 at +-1%. More would only cost setup time and pairs (every slot
+    runs twice before a run may stop).
+    """
+    goal = LUCK_SHARE * stats.LOAD_TARGET_FACTOR * target_half_width
+    wanted = math.ceil(2 * (1.96 * COPY_LUCK / goal) ** 2)
+    return max(MIN_COPIES, min(MAX_SLOTS, wanted))
+
+
+def copies_that_fit(wanted: int | None, captures: int, weight_bytes: int, free_bytes: int, max_pairs: int,
+                    target_half_width: float = stats.TARGET_HALF_WIDTH) -> int:
+    """How many copies per side to make: ``wanted`` (None: :func:`copies_for_target`), unless
+    memory or the pairs cannot use them.
 
     Both sides' copies must fit in ``MEMORY_SHARE`` of the free memory, and a run of at most
     ``max_pairs`` pairs must be able to replay every slot twice (:func:`pairs.slot_floor`).
     """
+    if wanted is None:
+        wanted = copies_for_target(target_half_width)
     by_memory = int(MEMORY_SHARE * free_bytes) // max(1, 2 * REPACK_ALLOWANCE * weight_bytes)
     by_pairs = max(1, max_pairs // pairs.slot_floor(1) // captures)
     return max(1, min(wanted, by_memory, by_pairs))

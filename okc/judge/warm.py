@@ -102,7 +102,7 @@ class CudaScreener:
         self.baseline = Side("against", baseline)
         self.compile_clock = CompileClock()
         self.side: Side | None = None
-        self.copies = settings.copies  # what fits (okc.judge.sides.copies_that_fit), set in setup
+        self.copies = settings.copies or 1  # what fits (okc.judge.sides.copies_that_fit), set in setup
 
     @property
     def slots(self) -> int:
@@ -134,7 +134,8 @@ class CudaScreener:
         # baseline's share and one point's counted in.
         self.copies = copies_that_fit(settings.copies, settings.captures,
                                       sum(w.numel() * w.element_size() for w in self.weights.values()),
-                                      torch.cuda.mem_get_info(device)[0], settings.rule.max_pairs)
+                                      torch.cuda.mem_get_info(device)[0], settings.rule.max_pairs,
+                                      settings.rule.target_half_width)
         first = make_inputs(problem, self.cases, self.seed, "capture", 1, device)[0]
         self.inputs = [x.clone() for x in first]  # per case, the one buffer every graph of both sides reads
         self.pools = [torch.cuda.graph_pool_handle() for _ in self.cases]
