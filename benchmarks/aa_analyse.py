@@ -24,16 +24,14 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from okc.judge import pairs as pairs_module  # noqa: E402
 from okc.judge import stats  # noqa: E402
 
 
 def load_matrix(cases: list[str], loads: list[str]) -> np.ndarray:
-    """Cases come five per load, in load order (okc.judge.benchcases.scored_cases)."""
+    """Cases come in load order, the same number per load (okc.judge.benchcases.scored_cases)."""
     per = len(cases) // len(loads)
-    matrix = np.zeros((len(cases), len(loads)))
-    for index in range(len(cases)):
-        matrix[index, index // per] = 1.0
-    return matrix
+    return pairs_module.load_matrix([index // per for index in range(len(cases))], len(loads))
 
 
 def slot_spread(values: np.ndarray, labels: np.ndarray, rng: np.random.Generator) -> tuple[float, float, float]:
@@ -61,7 +59,7 @@ def analyse(path: Path, overhead: float) -> None:
     logr, per_case = logr[:, :pairs], per_case[:, :pairs]
     first = data["first"][:pairs] if "first" in data.files else np.arange(pairs) % 2 == 0
     slots = data["slots"][:pairs]
-    quads = logr.reshape(len(loads), -1, 4).mean(axis=2)
+    quads = np.log(stats.quads(np.exp(logr)))
     quad_slots = slots[0::4]
     same = all(np.all(slots[offset::4] == quad_slots) for offset in (1, 2, 3))
     rng = np.random.default_rng(0)
@@ -82,7 +80,7 @@ def analyse(path: Path, overhead: float) -> None:
         print(f"  {name:<9} order {order:+.2%}  pairs {by_pair.value:.4f} +-{by_pair.half_width:.2%}  "
               f"quads {by_quad.value:.4f} +-{by_quad.half_width:.2%}, with the slots' luck "
               f"+-{widened.half_width:.2%}{mark}  " + "  ".join(parts))
-    case_quads = np.median(per_case.reshape(len(cases), -1, 4).mean(axis=2), axis=1)
+    case_quads = np.median(np.log(stats.quads(np.exp(per_case))), axis=1)
     worst = np.argsort(-np.abs(case_quads))[:4]
     print("  cases furthest from 1 (quad medians): " + "  ".join(f"{cases[i]} {case_quads[i]:+.2%}" for i in worst))
 

@@ -180,11 +180,11 @@ class Runner:
                 batches = deque(pairs.plan(table.complete, rule.max_pairs - table.complete, self.cases, budget))
                 continue
             if stopped_by is None and table.complete >= min(next_check, rule.max_pairs):
-                found = pairs.precision(table, self.matrix, self.settings.judge_overhead_us)
+                found = pairs.quad_stats(table, self.matrix, self.settings.judge_overhead_us)
                 if found is None:
                     raise BenchFailed("a load's time minus the fixed overhead is not positive: "
                                       "the calls do (almost) nothing on the GPU")
-                estimate, weighed = found
+                estimate, weighed = found.score, found.precision()
                 half, score = estimate.half_width, estimate.value
                 stopped_by = rule.decide(table.complete, weighed)
                 next_check = rule.next_check(table.complete)
@@ -209,8 +209,8 @@ class Runner:
         rule = self.rule
         if table.complete >= rule.max_pairs:
             return "cap"
-        found = pairs.precision(table, self.matrix, self.settings.judge_overhead_us)
-        return None if found is None else rule.decide(table.complete, found[1])
+        found = pairs.quad_stats(table, self.matrix, self.settings.judge_overhead_us)
+        return None if found is None else rule.decide(table.complete, found.precision())
 
     def _discard(self, pending: deque) -> None:
         while pending:

@@ -169,10 +169,10 @@ class CpuBench:
             while stopped_by is None:
                 self.run_pairs(table.complete, min(checkpoint, rule.max_pairs) - table.complete, table)
                 gc.collect()  # between looks, outside every timed call
-                found = pairs.precision(table, self.matrix, overhead)
+                found = pairs.quad_stats(table, self.matrix, overhead)
                 if found is None:
                     raise BenchFailed(f"a load's time minus the {overhead:g} us subtracted per call is not positive")
-                estimate, weighed = found
+                estimate, weighed = found.score, found.precision()
                 stopped_by = rule.decide(table.complete, weighed)
                 checkpoint = rule.next_check(table.complete)
                 self.log(f"{table.complete} pairs: score {estimate.value:.4f} "

@@ -203,35 +203,43 @@ def load_ratios(table: PairTable, matrix: np.ndarray, overhead_us: float) -> np.
     return baseline / candidate
 
 
-def load_speedups(quads: np.ndarray, slots: np.ndarray) -> list[tuple[stats.Estimate, float | None]]:
-    """Per load (a row of ``quads``): its median and CI widened by the slots' luck, and that luck's variance."""
-    found = []
-    for row in quads:
-        luck = stats.placement_variance(np.log(row), slots)
-        found.append((stats.widen(stats.median_with_ci(row), luck), luck))
-    return found
+@dataclass(frozen=True)
+class QuadStats:
+    """What the complete quads of a table say: the score and each load, their CIs widened by the
+    slots' luck, and that luck's variance (None where it cannot be told yet)."""
+
+    score: stats.Estimate
+    score_luck: float | None
+    loads: list[tuple[stats.Estimate, float | None]]
+
+    def precision(self) -> stats.Precision:
+        """What the stopping rule weighs."""
+        return stats.Precision(self.score.half_width, stats.luck_half_width(self.score_luck),
+                               tuple((speedup.half_width, stats.luck_half_width(luck)) for speedup, luck in self.loads))
 
 
-def precision(table: PairTable, matrix: np.ndarray, overhead_us: float, resamples: int = stats.BOOTSTRAP_RESAMPLES,
-              seed: int = stats.BOOTSTRAP_SEED) -> tuple[stats.Estimate, stats.Precision] | None:
-    """The score with its CI over the complete quads (the bootstrap's, widened by the slots' luck),
-    and what the stopping rule weighs. None: a load time was not positive."""
+def quad_stats(table: PairTable, matrix: np.ndarray, overhead_us: float, resamples: int = stats.BOOTSTRAP_RESAMPLES,
+               seed: int = stats.BOOTSTRAP_SEED) -> QuadStats | None:
+    """The score (bootstrap CI) and each load (order-statistic CI) over the complete quads, every CI
+    widened by the slots' luck. None: a load time was not positive."""
     ratios = load_ratios(table, matrix, overhead_us)
     if ratios is None:
         return None
     quads, slots = stats.quads(ratios), table.quad_slots()
-    luck = stats.placement_variance(np.log(quads).mean(axis=0), slots)
-    estimate = stats.widen(stats.bootstrap_score(quads, resamples=resamples, seed=seed), luck)
-    loads = tuple((speedup.half_width, stats.luck_half_width(variance))
-                  for speedup, variance in load_speedups(quads, slots))
-    return estimate, stats.Precision(estimate.half_width, stats.luck_half_width(luck), loads)
+    score_luck = stats.placement_variance(np.log(quads).mean(axis=0), slots)
+    loads = []
+    for row in quads:
+        luck = stats.placement_variance(np.log(row), slots)
+        loads.append((stats.widen(stats.median_with_ci(row), luck), luck))
+    estimate = stats.widen(stats.bootstrap_score(quads, resamples=resamples, seed=seed), score_luck)
+    return QuadStats(estimate, score_luck, loads)
 
 
 def score(table: PairTable, matrix: np.ndarray, overhead_us: float, resamples: int = stats.BOOTSTRAP_RESAMPLES,
           seed: int = stats.BOOTSTRAP_SEED) -> stats.Estimate | None:
     """The score and its CI over the complete quads (None: a load time was not positive)."""
-    found = precision(table, matrix, overhead_us, resamples, seed)
-    return None if found is None else found[0]
+    found = quad_stats(table, matrix, overhead_us, resamples, seed)
+    return None if found is None else found.score
 
 
 def summarize(table: PairTable, shapes: list[dict], load_names: list[str], load_ms: list[int],
@@ -245,23 +253,22 @@ def summarize(table: PairTable, shapes: list[dict], load_names: list[str], load_
     index = {name: i for i, name in enumerate(load_names)}
     matrix = load_matrix([index[shape["load"]] for shape in shapes], len(load_names))
     measured = float(np.median(table.overheads()))
-    judge = score(table, matrix, judge_overhead_us, seed=seed)
-    if judge is None:
+    found = quad_stats(table, matrix, judge_overhead_us, seed=seed)
+    if found is None:
         raise ValueError(
             f"a load's time minus the fixed overhead ({judge_overhead_us:g} us per call) is not positive: "
             "the calls do (almost) nothing on the GPU"
         )
+    judge = found.score
     with_measured = score(table, matrix, measured, seed=seed)
-    quads = stats.quads(load_ratios(table, matrix, judge_overhead_us))
-    slots = table.quad_slots()
     base_loads = load_times(table.side("baseline"), matrix, judge_overhead_us)
     cand_loads = load_times(table.side("candidate"), matrix, judge_overhead_us)
     loads = []
-    for i, (name, m, (speedup, luck)) in enumerate(zip(load_names, load_ms, load_speedups(quads, slots))):
+    for i, (name, m, (speedup, luck)) in enumerate(zip(load_names, load_ms, found.loads)):
         loads.append({"name": name, "m": m, "speedup": speedup.value, "ci": speedup.ci,
                       "placement_sd": None if luck is None else math.sqrt(luck),
                       "baseline_us": float(np.median(base_loads[i])), "candidate_us": float(np.median(cand_loads[i]))})
-    score_luck = stats.placement_variance(np.log(quads).mean(axis=0), slots)
+    score_luck = found.score_luck
     base_cases = np.median(table.side("baseline") - judge_overhead_us, axis=0)
     cand_cases = np.median(table.side("candidate") - judge_overhead_us, axis=0)
     rows = []
