@@ -173,9 +173,28 @@ def run_variant(name: str, pairs_wanted: int, tree: Path | None, seed: int = SEE
         print(f"{name:<14} timed out after {VARIANT_TIMEOUT_S} s", flush=True)
 
 
-def newest_result(before: set[Path]) -> dict | None:
+def newest_result(before: set[Path]) -> tuple[dict, Path] | tuple[None, None]:
     found = [path for path in (REPO / "results").glob("*/result.json") if path not in before]
-    return json.loads(max(found, key=lambda p: p.stat().st_mtime).read_text()) if found else None
+    if not found:
+        return None, None
+    newest = max(found, key=lambda p: p.stat().st_mtime)
+    return json.loads(newest.read_text()), newest.parent
+
+
+def wall_parts(job_dir: Path, result: dict, started_at: float, ended_at: float) -> str:
+    """Where one CLI run's wall went, in seconds: CLI until the launcher, launcher until the worker
+    runs Python, the worker's marks (torch, env, setup and its prepare/capture, warm-up, the two
+    nvidia-smi readings, the pairs), and the result until the CLI returned."""
+    launcher_at = json.loads((job_dir / "pid.json").read_text())["started_at"]
+    timeline, seconds = result.get("timeline", {}), result.get("seconds", {})
+    worker_at = timeline.get("started_at", launcher_at)
+    parts = {"cli": launcher_at - started_at, "spawn": worker_at - launcher_at, "torch": timeline.get("torch", 0.0),
+             "env": timeline.get("env", 0.0) - timeline.get("torch", 0.0),
+             "job-start": timeline.get("job", 0.0) - timeline.get("env", 0.0)}
+    parts.update({name: seconds.get(name, 0.0) for name in ("setup", "prepare", "capture", "warmup", "before",
+                                                            "pairs", "after")})
+    parts["after-result"] = ended_at - (worker_at + timeline.get("result", 0.0))
+    return " ".join(f"{name} {value:.2f}" for name, value in parts.items())
 
 
 def cli_runs(runs: int) -> None:
@@ -185,15 +204,15 @@ def cli_runs(runs: int) -> None:
     rows = []
     for run in range(1, runs + 1):
         before = set((REPO / "results").glob("*/result.json"))
-        started = time.monotonic()
+        started, started_at = time.monotonic(), time.time()
         try:
             done = subprocess.run([sys.executable, "-m", "okc", "bench", "000", "--aa", "--target", "0.002"], cwd=REPO,
                                   env=env, capture_output=True, text=True, timeout=CLI_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             print(f"run {run}: timed out after {CLI_TIMEOUT_S} s", flush=True)
             continue
-        wall = time.monotonic() - started
-        result = newest_result(before)
+        wall, ended_at = time.monotonic() - started, time.time()
+        result, job_dir = newest_result(before)
         if not result or result.get("status") != "ok":
             print(f"run {run}: no ok result ({(result or {}).get('reason')}): {(done.stdout + done.stderr)[-800:]}",
                   flush=True)
@@ -204,6 +223,7 @@ def cli_runs(runs: int) -> None:
         lo, hi = result["score_ci"]
         print(f"| {run} | {result['score']:.4f} [{lo:.4f}, {hi:.4f}] | {cells} | {result['pairs']} | "
               f"{result['duration_s']:.1f} | {wall:.1f} |", flush=True)
+        print(f"  run {run} wall parts (s): {wall_parts(job_dir, result, started_at, ended_at)}", flush=True)
     if not rows:
         return
     names = list(rows[0][2])

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on a GPU machine of the device tool: set up what the image lacks, run the GPU tests
 # and the benchmark scripts, and leave every log under $OUT (at most 8 files come back).
-# Usage there: bash benchmarks/device_run.sh [stage ...]   (stages: tests check bench floor ssh cli aa scaling screen)
+# Usage there: bash benchmarks/device_run.sh [stage ...]   (stages: tests check bench floor ssh cli aa setup scaling screen)
 set -uo pipefail
 export OUT=${OUT:-/tmp/okc-out}
 mkdir -p "$OUT"
@@ -40,7 +40,9 @@ for s in $stages; do
         ssh) stage ssh bash benchmarks/device_ssh.sh ;;
         cli) stage cli bash -c 'set -e; okc check 000; okc check 001; okc bench 000 --aa; okc bench 001; okc floor;
                   okc report 001; okc plot; okc plot 001; cp results/plots/*.png "$OUT"/; okc ledger; okc ledger --calibration' ;;
-        aa) stage aa_bias python3 benchmarks/aa_bias.py --cli-only --runs 5 ;;
+        aa) stage aa_bias python3 benchmarks/aa_bias.py --cli-only --runs ${OKC_AA_RUNS:-5} ;;
+        setup) stage setup_profile python3 benchmarks/setup_profile.py
+               stage setup_cprofile python3 benchmarks/setup_profile.py --one now --profile ;;
         scaling) stage scaling_12 python3 benchmarks/sweep_scaling.py --points 12 ;;
         screen) stage screen_tests python3 -m pytest -q -p no:cacheprovider tests/test_screen_gpu.py tests/test_ahead.py
                 stage scaling_12 python3 benchmarks/sweep_scaling.py --points 12

@@ -44,6 +44,9 @@ class Worker:
         self.job_dir = job_dir
         self.job: JobSpec | None = None
         self.started = time.monotonic()
+        # Where the job's seconds went: the wall clock at the start, then seconds since then at
+        # each mark (torch ready, env read, the kind's start, each phase's first entry, the result).
+        self.timeline: dict[str, float] = {"started_at": round(time.time(), 3)}
         self._timer: threading.Timer | None = None
         self._lock = threading.Lock()  # one result.json, whoever gets there first
         self._done = False
@@ -51,7 +54,11 @@ class Worker:
     def log(self, line: str) -> None:
         print(line, flush=True)
 
+    def mark(self, name: str) -> None:
+        self.timeline.setdefault(name, round(time.monotonic() - self.started, 3))
+
     def phase(self, name: str, **info) -> None:
+        self.mark(name)
         write_json(self.job_dir / PHASE_FILE, {"phase": name, **info, "at_s": round(time.monotonic() - self.started, 3)})
         if name == "prepare":
             self._arm()
@@ -84,6 +91,8 @@ class Worker:
         if status not in PASSING and fields.get("error_kind") is None:
             fields["error_kind"] = "candidate" if self.job and self.job.candidate else "harness"
         fields.setdefault("duration_s", round(time.monotonic() - self.started, 3))
+        self.mark("result")
+        fields["timeline"] = self.timeline
         return result_document(self.job, self.job_dir.name, status, fields.pop("reason", None),
                                fields.pop("error_kind", None), **fields)
 
@@ -107,6 +116,7 @@ class Worker:
             if target is None:
                 raise BadJob(f"unknown job kind {self.job.kind!r}; this worker runs {', '.join(KINDS)}")
             device = resolve_device(self.job.device)
+            self.mark("torch")
             from okc.judge.envinfo import collect
             from okc.judge.seeds import fresh_seed
 
@@ -114,9 +124,11 @@ class Worker:
             env = collect(device)
             env["seed"] = seed
             write_json(self.job_dir / ENV_FILE, env)
+            self.mark("env")
             self.log(f"job {self.job.job_id}: {self.job.kind} of {self.job.problem} on {device} (seed {seed})")
             module_name, function = target.split(":")
             run_kind = getattr(importlib.import_module(module_name), function)
+            self.mark("job")
             fields = run_kind(self.job, self.job_dir, device=device, seed=seed, phase=self.phase, log=self.log)
         except BadJob as exc:
             fields = {"status": "error", "reason": f"bad job: {exc}", "error_kind": "usage"}

@@ -3,6 +3,7 @@ GPU, result assembly, settings, and the refusal of bench and floor jobs on a CUD
 
 import json
 import math
+import os
 from pathlib import Path
 
 import numpy as np
@@ -277,6 +278,28 @@ def test_readings_parse_and_flag_throttling():
     assert hot["throttled_by"] == ["sw_thermal_slowdown", "hw_thermal_slowdown"] and envinfo.is_throttled(hot)
     assert envinfo.parse_readings("garbage") is None
     assert not envinfo.is_throttled(None)
+
+
+@pytest.mark.parametrize("uuid, asked", [("8f1c2a07-5b7e-4c3d-9e1f-0a2b3c4d5e6f", "GPU-8f1c2a07-5b7e-4c3d-9e1f-0a2b3c4d5e6f"),
+                                         ("GPU-8f1c2a07", "GPU-8f1c2a07"), (None, "0")])
+def test_readings_ask_nvidia_smi_for_the_gpu_the_job_runs_on(tmp_path, monkeypatch, uuid, asked):
+    # The launcher pins a worker with CUDA_VISIBLE_DEVICES=1, so torch calls the job's GPU 0;
+    # nvidia-smi ignores that variable, and --id=0 would read another job's GPU: ask by UUID.
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text(f"#!/bin/sh\necho \"$@\" >> {tmp_path / 'asked'}\necho '1980, 3201, 40, 120.5, 0x1'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+
+    def properties(index):
+        if uuid is None:
+            raise RuntimeError("no CUDA GPUs are available")
+        return type("Properties", (), {"uuid": uuid})()
+
+    monkeypatch.setattr(envinfo.torch.cuda, "get_device_properties", properties)
+    assert envinfo.gpu_readings(0)["clocks.sm"] == 1980.0
+    assert envinfo.nvidia_smi(0) is not None
+    assert [line.split()[0] for line in (tmp_path / "asked").read_text().splitlines()] == [f"--id={asked}"] * 2
 
 
 # --- refusal without CUDA, through the worker --------------------------------------------------

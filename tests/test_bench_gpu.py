@@ -65,6 +65,17 @@ def test_aa_scores_one_within_a_percent():
     assert result.flush == {"kind": "read", "bytes": 256 * 2**20}
 
 
+def test_nvidia_smi_is_asked_for_the_gpu_torch_runs_on():
+    import shutil
+
+    from okc.judge import envinfo
+
+    if shutil.which("nvidia-smi") is None:
+        pytest.skip("no nvidia-smi on this machine")
+    assert envinfo.nvidia_smi(0)["uuid"] == envinfo.smi_id(0)
+    assert envinfo.gpu_readings(0)["clocks.sm"] > 0
+
+
 def test_a_slowed_candidate_scores_clearly_below_one():
     lab = find_lab()
     result = bench(lab, add_candidate(lab, "001_slowed", SLOWED), bench=SHORT)

@@ -51,6 +51,12 @@ def test_a_check_leaves_a_complete_job_folder_and_one_ledger_row(tiny_lab):
     (row,) = runs(open_ledger(tiny_lab.ledger_path))
     assert row.kind == "check" and row.passed and row.job_id == outcome.result.job_id
     assert job_folder.record_job(open_ledger(tiny_lab.ledger_path), folder) is False  # exactly once
+    # Where the worker's seconds went: torch ready, env read, each phase's first entry, the result.
+    timeline = json.loads((folder / "result.json").read_text())["timeline"]
+    spec_written = (folder / "job.json").stat().st_mtime
+    assert spec_written - 1 <= timeline["started_at"] <= (folder / "result.json").stat().st_mtime
+    marks = [timeline[name] for name in ("torch", "env", "done", "result")]
+    assert 0 < marks[0] and marks == sorted(marks) and marks[-1] <= json.loads((folder / "launcher.json").read_text())["seconds"]
 
 
 def test_every_run_draws_a_fresh_seed_unless_given_one(tiny_lab):

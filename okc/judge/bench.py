@@ -15,6 +15,7 @@ import dataclasses
 import time
 from collections import deque
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -243,9 +244,11 @@ class Bench:
         self.runner: Runner | None = None
         self.readings: dict = {}
         self.shape_rows: list[dict] = []
+        self.seconds: dict[str, float] = {}  # setup (its prepare and capture), warm-up, readings, pairs
 
     def setup(self) -> None:
         problem, device, phase = self.problem, self.device, self.phase
+        started = time.monotonic()
         torch.cuda.init()
         self.persisting = PersistingReport(device)
         weights = problem.make_weights(derive_seed(self.seed, "weights"), device)
@@ -267,15 +270,26 @@ class Bench:
         matrix = pairs.load_matrix([names.index(case.load) for case in self.cases], len(names))
         protocol = timing.Protocol(device, self.flush)
         self.runner = Runner(protocol, self.sides, overhead, pool, matrix, self.settings, self.progress, self.log)
+        self.seconds = {"setup": round(time.monotonic() - started, 3), **self.sides.seconds}
 
     def measure(self) -> tuple[PairTable, str]:
         """Warm up, then run pairs until the stopping rule; GPU readings taken around the pairs."""
-        self.runner.warm_up()
         index = self.device.index or 0
-        self.readings["before"] = envinfo.gpu_readings(index)
-        table, stopped_by = self.runner.run()
-        self.readings["after"] = envinfo.gpu_readings(index)
+        with self._timed("warmup"):
+            self.runner.warm_up()
+        with self._timed("before"):
+            self.readings["before"] = envinfo.gpu_readings(index)
+        with self._timed("pairs"):
+            table, stopped_by = self.runner.run()
+        with self._timed("after"):
+            self.readings["after"] = envinfo.gpu_readings(index)
         return table, stopped_by
+
+    @contextmanager
+    def _timed(self, name: str):
+        started = time.monotonic()
+        yield
+        self.seconds[name] = round(time.monotonic() - started, 3)
 
     def summary(self, table: PairTable) -> dict:
         return summarize(table, self.shape_rows, self.loads, self.settings.judge_overhead_us)
@@ -314,6 +328,7 @@ def run_bench(problem: Problem, candidate: Path, against: Path, *, device: torch
                       "sd": summary["placement_sd"], "unit": "quad"},
         "gpu_readings": {"before": before, "after": after},
         "throttled": envinfo.is_throttled(before) or envinfo.is_throttled(after),
+        "seconds": bench.seconds,
         "duration_s": round(time.monotonic() - started, 3),
     }
     if aa:

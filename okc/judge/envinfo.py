@@ -24,22 +24,43 @@ SMI_FIELDS = (
 )
 
 
-def nvidia_smi(index: int = 0) -> dict[str, str] | None:
-    """nvidia-smi's view of GPU ``index`` (names as in ``--query-gpu``), or None without it."""
+def smi_id(index: int) -> str:
+    """nvidia-smi's name for torch's CUDA device ``index``: its UUID.
+
+    Not the index: nvidia-smi numbers every GPU of the machine in PCI order and ignores
+    CUDA_VISIBLE_DEVICES, which the launcher narrows to the job's GPU, so torch's GPU 0 of a
+    job pinned to GPU 1 is nvidia-smi's GPU 1.
+    """
+    try:
+        uuid = str(torch.cuda.get_device_properties(index).uuid)
+    except (AttributeError, AssertionError, RuntimeError):  # no CUDA, or a torch without uuids
+        return str(index)
+    return uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
+
+
+def _smi_line(index: int, fields: tuple[str, ...]) -> str | None:
+    """nvidia-smi's csv line of ``fields`` for torch's CUDA device ``index``, or None without it."""
     binary = shutil.which("nvidia-smi")
     if binary is None:
         return None
     try:
         done = subprocess.run(
-            [binary, f"--id={index}", f"--query-gpu={','.join(SMI_FIELDS)}", "--format=csv,noheader,nounits"],
+            [binary, f"--id={smi_id(index)}", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"],
             capture_output=True, text=True, timeout=NVIDIA_SMI_TIMEOUT_S, check=False,
         )
     except (OSError, subprocess.TimeoutExpired):
         return None
     if done.returncode != 0 or not done.stdout.strip():
         return None
-    values = [value.strip() for value in done.stdout.strip().splitlines()[0].split(",")]
-    return dict(zip(SMI_FIELDS, values))
+    return done.stdout.strip().splitlines()[0]
+
+
+def nvidia_smi(index: int = 0) -> dict[str, str] | None:
+    """nvidia-smi's view of torch's CUDA device ``index`` (names as in ``--query-gpu``), or None without it."""
+    line = _smi_line(index, SMI_FIELDS)
+    if line is None:
+        return None
+    return dict(zip(SMI_FIELDS, (value.strip() for value in line.split(","))))
 
 
 def gpu_info(device: torch.device) -> dict[str, Any] | None:
@@ -130,21 +151,12 @@ def parse_readings(line: str) -> dict[str, Any] | None:
 
 
 def gpu_readings(index: int = 0) -> dict[str, Any] | None:
-    """Clocks (MHz), temperature (C), power (W) and throttle reasons of GPU ``index`` now; None without nvidia-smi."""
-    binary = shutil.which("nvidia-smi")
-    if binary is None:
-        return None
+    """Clocks (MHz), temperature (C), power (W) and throttle reasons of torch's CUDA device ``index`` now;
+    None without nvidia-smi."""
     for reasons in REASON_FIELDS:
-        try:
-            done = subprocess.run(
-                [binary, f"--id={index}", f"--query-gpu={','.join((*READING_FIELDS, reasons))}",
-                 "--format=csv,noheader,nounits"],
-                capture_output=True, text=True, timeout=NVIDIA_SMI_TIMEOUT_S, check=False,
-            )
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        if done.returncode == 0 and done.stdout.strip():
-            return parse_readings(done.stdout.strip().splitlines()[0])
+        line = _smi_line(index, (*READING_FIELDS, reasons))
+        if line is not None:
+            return parse_readings(line)
     return None
 
 

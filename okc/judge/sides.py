@@ -130,6 +130,7 @@ class Sides:
         self.copies, self.captures, self.seed = copies, captures, seed
         self.inputs: list = []  # per case: the one buffer every graph of the case reads
         self.dropped: list = []  # copies made but left out of the schedule (Sides._keep)
+        self.seconds: dict[str, float] = {}  # what setup spent importing and preparing, and capturing
 
     @property
     def slots(self) -> int:
@@ -163,6 +164,7 @@ class Sides:
             if copy + 1 >= MIN_COPIES and spent + spent / (copy + 1) > budget_s:
                 self._keep(copy + 1)
                 break
+        self.seconds["prepare"] = round(time.monotonic() - started, 3)
         self.inputs = [x.clone() for x in first_inputs]
         for index, (case, x) in enumerate(zip(cases, self.inputs)):
             case_started = time.monotonic()
@@ -178,6 +180,7 @@ class Sides:
                 per_copy = (time.monotonic() - case_started) / self.copies * (len(cases) - 1)
                 if per_copy > 0 and per_copy * self.copies > left:
                     self._keep(max(MIN_COPIES, int(max(left, 0.0) // per_copy)))
+        self.seconds["capture"] = round(time.monotonic() - started - self.seconds["prepare"], 3)
 
     def _keep(self, copies: int) -> None:
         """Replay only the first ``copies``: the others leave the schedule but stay alive in
