@@ -7,10 +7,10 @@ Prints, on a CUDA machine:
   cProfile's top functions by own time.
 
 Variants (what the capture does per graph):
-  now      okc as it is
-  lean     no torch.cuda.graph context: capture_begin/capture_end on one capture stream,
-           without its synchronize and empty_cache (okc already synchronizes after the warm-up)
-  lean-w1  lean, and one warm-up call instead of three
+  now      okc as it is (capture_begin/capture_end on the warm-up's stream)
+  graph    the capture inside torch.cuda.graph(), with its synchronize and empty_cache (okc
+           before issue 15's third round)
+  w1       one warm-up call instead of three
 
 Usage: python3 benchmarks/setup_profile.py [--copies 64] [--profile] [VARIANT ...]
        python3 benchmarks/setup_profile.py --one VARIANT [--copies 64] [--profile]
@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-VARIANTS = ("now", "lean", "lean-w1")
+VARIANTS = ("now", "graph", "w1")
 
 
 def startup_costs() -> None:
@@ -47,22 +47,25 @@ def startup_costs() -> None:
 def rig(variant: str) -> None:
     import torch
 
-    from okc.judge import capture
+    from okc.judge import capture, sides
 
-    if variant.startswith("lean"):
-        stream = torch.cuda.Stream()
+    if variant == "graph":
+        def graph_capture(fn, x, *, warmup=capture.WARMUP_CALLS, pool=None, own_input=True):
+            x_buf = x.clone() if own_input else x
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(warmup):
+                    fn(x_buf)
+            torch.cuda.current_stream().wait_stream(side)
+            torch.cuda.synchronize()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=pool):  # its own synchronize, empty_cache, capture stream
+                out = fn(x_buf)
+            return capture.Captured(graph=graph, x=x_buf, out=out)
 
-        @contextmanager
-        def lean_graph(graph, pool=None, **_):
-            with torch.cuda.stream(stream):
-                graph.capture_begin(*(() if pool is None else (pool,)))
-                try:
-                    yield
-                finally:
-                    graph.capture_end()
-
-        capture.torch.cuda.graph = lean_graph
-    if variant.endswith("-w1"):
+        sides.capture = graph_capture
+    if variant == "w1":
         capture.capture.__kwdefaults__["warmup"] = 1
 
 

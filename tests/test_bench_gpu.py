@@ -76,6 +76,30 @@ def test_nvidia_smi_is_asked_for_the_gpu_torch_runs_on():
     assert envinfo.gpu_readings(0)["clocks.sm"] > 0
 
 
+def test_a_slow_prepare_gets_the_copies_its_setup_budget_holds_and_they_all_replay(tmp_path, monkeypatch):
+    # Each copy of the candidate pays its prepare: 12 copies of 0.3 s would pass a 2 s budget.
+    from okc.judge import sides
+    from okc.judge.bench import BenchSettings, run_bench
+    from okc.problems import load_problem
+
+    lab = find_lab()
+    baseline = resolve(lab.candidates, "0").path
+    slow = tmp_path / "slow.py"
+    slow.write_text(baseline.read_text() + "\nimport time\n_prepare = prepare\n\n\ndef prepare(weights):\n"
+                    "    time.sleep(0.3)\n    _prepare(weights)\n")
+    monkeypatch.setattr(sides, "SETUP_BUDGET_S", 2.0)
+    problem = load_problem("muse_bf16_proj")
+    settings = BenchSettings.from_options({"copies": 12, "max_pairs": 400, "target_half_width": 0.02}, problem)
+    started = time.monotonic()
+    result = run_bench(problem, slow, baseline, device=torch.device("cuda", 0), seed=8, settings=settings,
+                       log=lambda line: None)
+    assert result["status"] == "ok", result["reason"]
+    assert 2 <= result["placement"]["copies"] < 12, result["placement"]
+    assert result["seconds"]["prepare"] < 3.0 and time.monotonic() - started < 30
+    assert result["pairs"] >= 8 * result["placement"]["copies"]  # every kept slot replayed twice
+    assert abs(result["score"] - 1.0) < 0.05, result["score"]
+
+
 def test_a_slowed_candidate_scores_clearly_below_one():
     lab = find_lab()
     result = bench(lab, add_candidate(lab, "001_slowed", SLOWED), bench=SHORT)

@@ -66,7 +66,7 @@ class LocalTarget:
 
     name = "local"
     remote = False
-    poll_s = 0.2
+    poll_s = 0.05  # a job's files are read from disk: looking often is cheap, and the result shows sooner
     gpus = "0"  # one job at a time on this machine's first GPU (a sweep pins its slots to the others)
 
     def __init__(self, results: Path, env: dict[str, str] | None = None) -> None:

@@ -1,7 +1,7 @@
 """Capture one ``kernel_fn`` call into a CUDA graph, the way the judge does.
 
 The call is first warmed up on a side stream (so lazy initialisation, autotuning and
-allocator growth happen outside the capture), then captured once. The returned
+allocator growth happen outside the capture), then captured once, on that stream. The returned
 :class:`Captured` owns the graph, its input buffer and the output tensor the capture
 produced; replaying it after copying new values into ``x`` recomputes ``out`` in place.
 
@@ -81,10 +81,17 @@ def capture(
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
 
+    # Captured on the warm-up's stream, once the device is idle: what torch.cuda.graph() does,
+    # less its synchronize and empty_cache, which cost a bench of 64 copies a side about a
+    # second over its 3840 captures and change nothing in the graph (benchmarks/NOTES.md).
     graph = torch.cuda.CUDAGraph()
     try:
-        with torch.cuda.graph(graph, pool=pool):
-            out = fn(x_buf)
+        with torch.cuda.stream(side):
+            graph.capture_begin(pool=pool)
+            try:
+                out = fn(x_buf)
+            finally:
+                graph.capture_end()
     except Exception as exc:  # the capture's own failure, or the candidate's raise inside it
         raise _translate(exc) from exc
     return Captured(graph=graph, x=x_buf, out=out)

@@ -142,15 +142,16 @@ class Sides:
 
     def setup(self, problem: Problem, cases: list[Case], weights: dict[str, torch.Tensor],
               first_inputs: list[torch.Tensor], phase: Callable[..., None], after_prepare: Callable[[str], None],
-              budget_s: float = SETUP_BUDGET_S) -> None:
+              budget_s: float | None = None) -> None:
         """Import and prepare every copy of both sides, interleaved; then capture them, case by case.
 
-        The setup keeps within ``budget_s`` by making fewer copies (``MIN_COPIES`` at least):
+        The setup keeps within ``budget_s`` (default ``SETUP_BUDGET_S``) by making fewer copies (``MIN_COPIES`` at least):
         a candidate whose import, prepare or warm-up takes seconds (compiling, autotuning)
         would otherwise pay it ``copies`` times. Copies stop being prepared once the next
         would pass the budget; after the first case's captures, the copies whose captures
         would not fit are dropped before any other case is captured.
         """
+        budget_s = SETUP_BUDGET_S if budget_s is None else budget_s
         started = time.monotonic()
         for copy, order in enumerate(self.ordered(0, self.copies)):
             for name, side in order:

@@ -211,7 +211,10 @@ def run_job(results: str, folder: str, job_id: str, indexes: list, code_dir: str
                 print(f"okc: job {job_id} " + ("cancelled" if cancel.requested else f"exceeded its {timeout:g} s limit")
                       + "; its processes were killed", flush=True)
                 break
-            time.sleep(WAIT_POLL_S)
+            try:
+                proc.wait(timeout=WAIT_POLL_S)  # back as soon as the worker ends; a cancel waits this long at most
+            except subprocess.TimeoutExpired:
+                pass
         proc.wait()
         launcher["returncode"] = proc.returncode
         kill_group(proc)  # whatever the worker left running in its group goes with it
