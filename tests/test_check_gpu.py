@@ -36,6 +36,22 @@ def test_capture_replays_fresh_inputs_into_the_same_output():
         assert out is captured.out and torch.allclose(out, x @ w.T)
 
 
+def test_captures_that_share_a_pool_reuse_its_freed_output_memory():
+    # The bench's sides share each case's pool so that every graph of the case writes its output
+    # in the same place (okc.judge.sides); the allocator reuses a pool's freed block only on the
+    # stream that freed it, so every capture must run on one stream. (Captured on per-capture
+    # streams, outputs moved, and a Triton sweep point read freed memory: an illegal access.)
+    weight = torch.randn(512, 256, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(4, 256, device="cuda", dtype=torch.bfloat16)
+    pool = torch.cuda.graph_pool_handle()
+    graphs, addresses = [], []
+    for _ in range(3):
+        graphs.append(capture(lambda x_buf: x_buf @ weight.T, x, pool=pool, own_input=False))
+        addresses.append(graphs[-1].out.data_ptr())
+        graphs[-1].out = None
+    assert len(set(addresses)) == 1, addresses
+
+
 def test_capture_says_host_sync():
     with pytest.raises(CaptureError, match="host synchronisation") as caught:
         capture(lambda x: x * x.sum().item(), torch.ones(4, device="cuda"))

@@ -1,7 +1,7 @@
 """Capture one ``kernel_fn`` call into a CUDA graph, the way the judge does.
 
 The call is first warmed up on a side stream (so lazy initialisation, autotuning and
-allocator growth happen outside the capture), then captured once, on that stream. The returned
+allocator growth happen outside the capture), then captured once. The returned
 :class:`Captured` owns the graph, its input buffer and the output tensor the capture
 produced; replaying it after copying new values into ``x`` recomputes ``out`` in place.
 
@@ -56,6 +56,19 @@ class Captured:
         return self.out
 
 
+_capture_streams: dict[int, torch.cuda.Stream] = {}
+
+
+def capture_stream() -> torch.cuda.Stream:
+    """The one stream every capture of this process and device runs on, as torch.cuda.graph()
+    has: a graph pool's freed blocks are reused only on the stream that freed them, so graphs
+    that share a pool must be captured on one stream to share its memory (okc.judge.sides)."""
+    device = torch.cuda.current_device()
+    if device not in _capture_streams:
+        _capture_streams[device] = torch.cuda.Stream(device)
+    return _capture_streams[device]
+
+
 def capture(
     fn: Callable[[torch.Tensor], object],
     x: torch.Tensor,
@@ -81,12 +94,11 @@ def capture(
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
 
-    # Captured on the warm-up's stream, once the device is idle: what torch.cuda.graph() does,
-    # less its synchronize and empty_cache, which cost a bench of 64 copies a side about a
-    # second over its 3840 captures and change nothing in the graph (benchmarks/NOTES.md).
+    # What torch.cuda.graph() does, less its synchronize and empty_cache (the device is idle
+    # already), which cost a bench of 64 copies a side about a second over its 3840 captures.
     graph = torch.cuda.CUDAGraph()
     try:
-        with torch.cuda.stream(side):
+        with torch.cuda.stream(capture_stream()):
             graph.capture_begin(pool=pool)
             try:
                 out = fn(x_buf)
