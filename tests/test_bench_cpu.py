@@ -302,6 +302,21 @@ def test_readings_ask_nvidia_smi_for_the_gpu_the_job_runs_on(tmp_path, monkeypat
     assert [line.split()[0] for line in (tmp_path / "asked").read_text().splitlines()] == [f"--id={asked}"] * 2
 
 
+def test_readings_try_the_older_field_name_but_never_wait_twice_on_a_hung_nvidia_smi(tmp_path, monkeypatch):
+    asked = tmp_path / "asked"
+    fake = tmp_path / "nvidia-smi"
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.setattr(envinfo, "NVIDIA_SMI_TIMEOUT_S", 0.5)
+    # A driver that knows only the newer name of the throttle reasons: refused, then answered.
+    fake.write_text(f"#!/bin/sh\necho x >> {asked}\ncase \"$*\" in *throttle*) exit 2;; esac\n"
+                    "echo '1980, 3201, 40, 120.5, 0x1'\n")
+    fake.chmod(0o755)
+    assert envinfo.gpu_readings(0)["clocks.sm"] == 1980.0 and len(asked.read_text().split()) == 2
+    asked.unlink()
+    fake.write_text(f"#!/bin/sh\necho x >> {asked}\nexec sleep 5\n")  # hung
+    assert envinfo.gpu_readings(0) is None and len(asked.read_text().split()) == 1
+
+
 # --- refusal without CUDA, through the worker --------------------------------------------------
 
 

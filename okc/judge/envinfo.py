@@ -39,7 +39,8 @@ def smi_id(index: int) -> str:
 
 
 def _smi_line(index: int, fields: tuple[str, ...]) -> str | None:
-    """nvidia-smi's csv line of ``fields`` for torch's CUDA device ``index``, or None without it."""
+    """nvidia-smi's csv line of ``fields`` for torch's CUDA device ``index``: None without nvidia-smi
+    (or when it hung), "" when it ran and refused (a field this driver does not know)."""
     binary = shutil.which("nvidia-smi")
     if binary is None:
         return None
@@ -51,14 +52,14 @@ def _smi_line(index: int, fields: tuple[str, ...]) -> str | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     if done.returncode != 0 or not done.stdout.strip():
-        return None
+        return ""
     return done.stdout.strip().splitlines()[0]
 
 
 def nvidia_smi(index: int = 0) -> dict[str, str] | None:
     """nvidia-smi's view of torch's CUDA device ``index`` (names as in ``--query-gpu``), or None without it."""
     line = _smi_line(index, SMI_FIELDS)
-    if line is None:
+    if not line:
         return None
     return dict(zip(SMI_FIELDS, (value.strip() for value in line.split(","))))
 
@@ -153,9 +154,11 @@ def parse_readings(line: str) -> dict[str, Any] | None:
 def gpu_readings(index: int = 0) -> dict[str, Any] | None:
     """Clocks (MHz), temperature (C), power (W) and throttle reasons of torch's CUDA device ``index`` now;
     None without nvidia-smi."""
-    for reasons in REASON_FIELDS:
+    for reasons in REASON_FIELDS:  # a hung nvidia-smi is not asked twice
         line = _smi_line(index, (*READING_FIELDS, reasons))
-        if line is not None:
+        if line is None:
+            return None
+        if line:
             return parse_readings(line)
     return None
 
