@@ -9,7 +9,7 @@ from simgpu import SimulatedGPU, settings, simulated_runner
 
 from okc.judge import pairs, stats
 from okc.judge.pairs import PairTable
-from okc.judge.sides import copies_that_fit
+from okc.judge.sides import MAX_SLOTS, copies_that_fit
 
 SAME = [14.0, 14.0, 24.0, 24.0]  # both sides run the same code: an A/A run
 LOADS = [0, 0, 1, 1]
@@ -133,6 +133,13 @@ def test_the_table_knows_each_quads_slots():
 ])
 def test_copies_fit_the_memory_and_the_pairs(wanted, free_gb, max_pairs, expected):
     assert copies_that_fit(wanted, 1, 197 * 2**20, int(free_gb * 2**30), max_pairs) == expected
+
+
+def test_automatic_copies_keep_the_slots_within_the_limit_when_each_copy_has_several_captures():
+    roomy = dict(weight_bytes=2**20, free_bytes=2**40, max_pairs=2000, target_half_width=0.002)
+    assert copies_that_fit(None, 1, **roomy) == MAX_SLOTS
+    assert copies_that_fit(None, 2, **roomy) * 2 == MAX_SLOTS
+    assert copies_that_fit(None, 3, **roomy) * 3 <= MAX_SLOTS
 
 
 def test_a_slow_candidate_gets_fewer_copies_within_the_setup_budget(monkeypatch):

@@ -73,8 +73,8 @@ def copies_that_fit(wanted: int | None, captures: int, weight_bytes: int, free_b
     Both sides' copies must fit in ``MEMORY_SHARE`` of the free memory, and a run of at most
     ``max_pairs`` pairs must be able to replay every slot twice (:func:`pairs.slot_floor`).
     """
-    if wanted is None:
-        wanted = copies_for_target(target_half_width)
+    if wanted is None:  # as many as the target needs, within MAX_SLOTS slots a side
+        wanted = min(copies_for_target(target_half_width), MAX_SLOTS // captures)
     by_memory = int(MEMORY_SHARE * free_bytes) // max(1, 2 * REPACK_ALLOWANCE * weight_bytes)
     by_pairs = max(1, max_pairs // pairs.slot_floor(1) // captures)
     return max(1, min(wanted, by_memory, by_pairs))
