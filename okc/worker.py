@@ -54,12 +54,14 @@ class Worker:
     def log(self, line: str) -> None:
         print(line, flush=True)
 
-    def mark(self, name: str) -> None:
-        self.timeline.setdefault(name, round(time.monotonic() - self.started, 3))
+    def mark(self, name: str) -> float:
+        """Seconds since the start; the first time ``name`` is marked, they go into the timeline."""
+        at = round(time.monotonic() - self.started, 3)
+        self.timeline.setdefault(name, at)
+        return at
 
     def phase(self, name: str, **info) -> None:
-        self.mark(name)
-        write_json(self.job_dir / PHASE_FILE, {"phase": name, **info, "at_s": round(time.monotonic() - self.started, 3)})
+        write_json(self.job_dir / PHASE_FILE, {"phase": name, **info, "at_s": self.mark(name)})
         if name == "prepare":
             self._arm()
         else:
@@ -90,9 +92,10 @@ class Worker:
         status = fields.pop("status", "error")
         if status not in PASSING and fields.get("error_kind") is None:
             fields["error_kind"] = "candidate" if self.job and self.job.candidate else "harness"
-        fields.setdefault("duration_s", round(time.monotonic() - self.started, 3))
-        self.mark("result")
-        fields["timeline"] = self.timeline
+        fields.setdefault("duration_s", self.mark("result"))
+        # A copy: a prepare past its limit writes the result from the timer's thread while the
+        # main thread may still mark a phase.
+        fields["timeline"] = dict(self.timeline)
         return result_document(self.job, self.job_dir.name, status, fields.pop("reason", None),
                                fields.pop("error_kind", None), **fields)
 
