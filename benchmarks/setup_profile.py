@@ -7,9 +7,9 @@ Prints, on a CUDA machine:
   cProfile's top functions by own time.
 
 Variants (what the capture does per graph):
-  now      okc as it is (capture_begin/capture_end on the warm-up's stream)
-  graph    the capture inside torch.cuda.graph(), with its synchronize and empty_cache (okc
-           before issue 15's third round)
+  now      okc as it is (capture_begin/capture_end on one capture stream)
+  graph    and a synchronize and empty_cache before each capture, as inside torch.cuda.graph()
+           (okc before issue 15's third round)
   w1       one warm-up call instead of three
 
 Usage: python3 benchmarks/setup_profile.py [--copies 64] [--profile] [VARIANT ...]
