@@ -24,7 +24,7 @@ import torch
 # Importing timing binds torch's timing objects, before any candidate module is imported.
 from okc.judge import cpu_timing, envinfo, pairs, stats, timing
 from okc.judge.benchcases import (
-    INPUT_SETS, BenchFailed, error_result, make_inputs, scored_cases, scored_loads, shape_rows, summarize,
+    INPUT_SETS, BenchFailed, case_load_matrix, error_result, make_inputs, scored_cases, scored_loads, shape_rows, summarize,
 )
 from okc.judge.pairs import PairTable
 from okc.judge.problem import Problem
@@ -266,8 +266,7 @@ class Bench:
         self.flush = timing.make_flush(device, self.settings.flush)
         overhead = timing.trivial_graph(device)  # (graph, the tensor it writes): both live as long as the runner
         pool = make_inputs(problem, self.cases, self.seed, "input", INPUT_SETS, device)
-        names = [load.name for load in self.loads]
-        matrix = pairs.load_matrix([names.index(case.load) for case in self.cases], len(names))
+        matrix = case_load_matrix(self.cases, self.loads)
         protocol = timing.Protocol(device, self.flush)
         self.runner = Runner(protocol, self.sides, overhead, pool, matrix, self.settings, self.progress, self.log)
         self.seconds = {"setup": round(time.monotonic() - started, 3), **self.sides.seconds}

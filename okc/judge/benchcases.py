@@ -61,6 +61,14 @@ def scored_loads(problem: Problem, cases: list[Case]) -> list:
     return [load for load in problem.loads if any(case.load == load.name for case in cases)]
 
 
+def case_load_matrix(cases: list[Case], loads: list):
+    """The 0/1 matrix that sums ``cases``' times into ``loads``' (okc.judge.pairs.load_matrix)."""
+    from okc.judge import pairs
+
+    names = [load.name for load in loads]
+    return pairs.load_matrix([names.index(case.load) for case in cases], len(names))
+
+
 def summarize(table, shape_rows: list[dict], loads: list, overhead_us: float) -> dict:
     """result.json's per-shape, per-load and score fields from a finished pair table (both benches)."""
     from okc.judge import pairs

@@ -32,7 +32,7 @@ import torch
 
 from okc.judge import pairs, stats
 from okc.judge.benchcases import (
-    INPUT_SETS, BenchFailed, error_result, make_inputs, scored_cases, scored_loads, shape_rows, summarize,
+    INPUT_SETS, BenchFailed, case_load_matrix, error_result, make_inputs, scored_cases, scored_loads, shape_rows, summarize,
 )
 from okc.judge.loader import CandidateLoadError, load_candidate
 from okc.judge.pairs import PairTable, Unit
@@ -115,8 +115,7 @@ class CpuBench:
         self.cases = scored_cases(problem, cases)
         self.loads = scored_loads(problem, self.cases)
         self.sides = {"candidate": CpuSide("candidate", candidate), "baseline": CpuSide("against", against)}
-        names = [load.name for load in self.loads]
-        self.matrix = pairs.load_matrix([names.index(case.load) for case in self.cases], len(names))
+        self.matrix = case_load_matrix(self.cases, self.loads)
         self.pool: list[list[torch.Tensor]] = []
         self.shape_rows: list[dict] = []
 

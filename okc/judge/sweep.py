@@ -41,15 +41,6 @@ class Settings:
     rule: stats.StoppingRule | None
     overhead_us: float | None  # None: the problem's judge overhead
 
-    @property
-    def capacity(self) -> int:
-        return self.fixed_pairs if self.fixed_pairs is not None else self.rule.max_pairs
-
-    def decide(self, pairs: int, half_width: float | None) -> str | None:
-        if self.fixed_pairs is not None:
-            return "pairs" if pairs >= self.fixed_pairs else None
-        return self.rule.decide(pairs, half_width)
-
 
 def parse_settings(bench: dict) -> Settings:
     """``job.bench`` as :class:`Settings`; ValueError naming the field when it is unusable."""
@@ -69,12 +60,12 @@ def parse_settings(bench: dict) -> Settings:
     return Settings(None, rule, overhead)
 
 
-def summarize(table: PairTable, cases: list[Case], overhead_us: float) -> tuple[list[dict], float | None]:
-    """Per case: median times and speedup with CIs; and the widest speedup CI half-width (None: too few pairs)."""
+def summarize(table: PairTable, cases: list[Case], overhead_us: float) -> list[dict]:
+    """Per case: median times and speedup with CIs."""
     candidate = table.side("candidate") - overhead_us
     baseline = table.side("baseline") - overhead_us
     pairs = table.complete
-    rows, widest = [], 0.0
+    rows = []
     for index, case in enumerate(cases):
         cand, base = candidate[:, index], baseline[:, index]
         row = {"layer": case.layer, "m": case.m, "key": case.key, "pairs": pairs,
@@ -86,15 +77,10 @@ def summarize(table: PairTable, cases: list[Case], overhead_us: float) -> tuple[
             row["speedup"] = float(np.median(both))
         if pairs >= stats.MIN_SAMPLES_FOR_CI:
             row["ci"] = stats.median_with_ci(cand).ci
-        if pairs >= stats.MIN_PAIRS_FOR_CI:
-            if positive:
-                estimate = stats.median_with_ci(both)
-                row["speedup_ci"] = estimate.ci
-                widest = max(widest, estimate.half_width)
-            else:
-                widest = float("inf")
+        if pairs >= stats.MIN_PAIRS_FOR_CI and positive:
+            row["speedup_ci"] = stats.median_with_ci(both).ci
         rows.append(row)
-    return rows, (widest if pairs >= stats.MIN_PAIRS_FOR_CI else None)
+    return rows
 
 
 def _bench_settings(settings: Settings, problem: Problem, on_cuda: bool) -> BenchSettings:
@@ -165,7 +151,7 @@ def run_time(problem: Problem, candidate: Path, baseline: Path, *, cases: list[s
         if not is_cuda_error(exc):
             raise
         return ended("fail", f"CUDA error, the context is lost: {describe(exc)}")
-    rows, _ = summarize(table, scored_cases(problem, cases), overhead_us)
+    rows = summarize(table, scored_cases(problem, cases), overhead_us)
     return {
         **base, **extra, "status": "ok", "reason": CPU_NOTE if notes else None, "timings": rows,
         "pairs": table.complete, "stopped_by": stopped_by, "overhead_us": {"subtracted": overhead_us},

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import torch
 
-from okc.judge import pairs, timing
+from okc.judge import timing
 from okc.judge.bench import BenchSettings, PersistingReport, Runner
-from okc.judge.benchcases import INPUT_SETS, make_inputs, scored_cases, shape_rows
+from okc.judge.benchcases import INPUT_SETS, case_load_matrix, make_inputs, scored_cases, scored_loads, shape_rows
 from okc.judge.problem import Problem
 from okc.judge.seeds import derive_seed
 from okc.judge.sides import Side, Sides, copies_that_fit
@@ -143,8 +143,7 @@ class CudaScreener:
         self.flush = timing.make_flush(device, settings.flush)
         self.overhead = timing.trivial_graph(device)
         self.pool = make_inputs(problem, self.cases, self.seed, "input", INPUT_SETS, device)
-        loads = [load.name for load in problem.loads if any(case.load == load.name for case in self.cases)]
-        self.matrix = pairs.load_matrix([loads.index(case.load) for case in self.cases], len(loads))
+        self.matrix = case_load_matrix(self.cases, scored_loads(problem, self.cases))
         self.protocol = timing.Protocol(device, self.flush)
         self.slot_seed = derive_seed(self.seed, "slots")
         self.compile_clock.take()
@@ -165,7 +164,7 @@ class CudaScreener:
                         lambda state: None, self.log)
         runner.warm_up()
         table, _ = runner.run()
-        rows, _ = summarize(table, self.cases, self.settings.judge_overhead_us)
+        rows = summarize(table, self.cases, self.settings.judge_overhead_us)
         return rows, table.complete
 
     def release(self) -> None:
@@ -242,7 +241,7 @@ class CpuScreener:
         self.bench.sides["candidate"] = side
         step("time")
         table, _ = self.bench.measure()
-        rows, _ = summarize(table, self.cases, self.settings.judge_overhead_us)
+        rows = summarize(table, self.cases, self.settings.judge_overhead_us)
         return rows, table.complete
 
     def release(self) -> None:
