@@ -264,6 +264,8 @@ def test_settings_from_job_options():
     ({"copies": 2.0}, "copies"),
     ({"copies": 8, "captures": 9}, "copies x captures"),
     ({"copies": 65}, "copies"),
+    ({"target_half_width": "0.01"}, "target_half_width"),  # a string from a hand-written job.json
+    ({"max_pairs": 10**12}, "max_pairs must be at most"),  # a pair table holds max_pairs rows per side
 ])
 def test_settings_refuse_bad_options(options, message):
     with pytest.raises(ValueError, match=message):
@@ -312,6 +314,7 @@ def test_readings_try_the_older_field_name_but_never_wait_twice_on_a_hung_nvidia
                     "echo '1980, 3201, 40, 120.5, 0x1'\n")
     fake.chmod(0o755)
     assert envinfo.gpu_readings(0)["clocks.sm"] == 1980.0 and len(asked.read_text().split()) == 2
+    assert envinfo.nvidia_smi(0)["name"] == "1980"  # env.json keeps its nvidia-smi fields on that driver too
     asked.unlink()
     fake.write_text(f"#!/bin/sh\necho x >> {asked}\nexec sleep 5\n")  # hung
     assert envinfo.gpu_readings(0) is None and len(asked.read_text().split()) == 1
@@ -364,9 +367,12 @@ def test_a_run_stopped_by_the_target_reports_a_half_width_under_it(seed):
     gpu = SimulatedGPU(seed=seed, noise=0.03)
     runner = simulated_runner(gpu, CANDIDATE, BASELINE, LOADS, settings(**rule))
     table, stopped_by = runner.run()
-    estimate = pairs.score(table, pairs.load_matrix(LOADS, 2), 4.0)
+    found = pairs.quad_stats(table, pairs.load_matrix(LOADS, 2), 4.0)
     assert stopped_by == "target"
-    assert estimate.half_width < rule["target_half_width"]
+    assert found.score.half_width < rule["target_half_width"]
+    assert pairs.score(table, pairs.load_matrix(LOADS, 2), 4.0) == found.score
+    # And every load within its own share of the target, on every pair reported.
+    assert all(load.half_width < stats.LOAD_TARGET_FACTOR * rule["target_half_width"] for load, _ in found.loads)
 
 
 # --- placement: the sides' setup, with the capture stood in for (no GPU needed) -----------------

@@ -18,10 +18,13 @@ import torch
 import okc
 
 NVIDIA_SMI_TIMEOUT_S = 10.0
+# env.json's nvidia-smi fields; the throttle reasons (REASON_FIELDS) come last, under their older name.
 SMI_FIELDS = (
     "name", "uuid", "driver_version", "pci.bus_id", "memory.total", "temperature.gpu", "power.draw",
-    "clocks.sm", "clocks.mem", "clocks.max.sm", "clocks_throttle_reasons.active",
+    "clocks.sm", "clocks.mem", "clocks.max.sm",
 )
+# Newer drivers call the throttle reasons "clocks event reasons"; older ones know only the first name.
+REASON_FIELDS = ("clocks_throttle_reasons.active", "clocks_event_reasons.active")
 
 
 def smi_id(index: int) -> str:
@@ -56,12 +59,23 @@ def _smi_line(index: int, fields: tuple[str, ...]) -> str | None:
     return done.stdout.strip().splitlines()[0]
 
 
+def _smi_line_with_reasons(index: int, fields: tuple[str, ...]) -> str | None:
+    """:func:`_smi_line` of ``fields`` and the throttle reasons, under whichever name the driver knows."""
+    for reasons in REASON_FIELDS:  # a hung nvidia-smi is not asked twice
+        line = _smi_line(index, (*fields, reasons))
+        if line is None:
+            return None
+        if line:
+            return line
+    return None
+
+
 def nvidia_smi(index: int = 0) -> dict[str, str] | None:
     """nvidia-smi's view of torch's CUDA device ``index`` (names as in ``--query-gpu``), or None without it."""
-    line = _smi_line(index, SMI_FIELDS)
-    if not line:
+    line = _smi_line_with_reasons(index, SMI_FIELDS)
+    if line is None:
         return None
-    return dict(zip(SMI_FIELDS, (value.strip() for value in line.split(","))))
+    return dict(zip((*SMI_FIELDS, REASON_FIELDS[0]), (value.strip() for value in line.split(","))))
 
 
 def gpu_info(device: torch.device) -> dict[str, Any] | None:
@@ -116,8 +130,6 @@ def collect(device: torch.device) -> dict[str, Any]:
 # --- readings before and after a bench: clocks, temperature, power, throttle reasons ------------
 
 READING_FIELDS = ("clocks.sm", "clocks.mem", "temperature.gpu", "power.draw")
-# Newer drivers call the throttle reasons "clocks event reasons"; older ones know only the first name.
-REASON_FIELDS = ("clocks_throttle_reasons.active", "clocks_event_reasons.active")
 # Reason bits that mean the clocks were held down (nvmlClocksThrottleReasons); the others
 # (idle 0x1, application clocks 0x2, sync boost 0x10, display 0x100) are harmless.
 THROTTLE_BITS = {
@@ -154,13 +166,8 @@ def parse_readings(line: str) -> dict[str, Any] | None:
 def gpu_readings(index: int = 0) -> dict[str, Any] | None:
     """Clocks (MHz), temperature (C), power (W) and throttle reasons of torch's CUDA device ``index`` now;
     None without nvidia-smi."""
-    for reasons in REASON_FIELDS:  # a hung nvidia-smi is not asked twice
-        line = _smi_line(index, (*READING_FIELDS, reasons))
-        if line is None:
-            return None
-        if line:
-            return parse_readings(line)
-    return None
+    line = _smi_line_with_reasons(index, READING_FIELDS)
+    return None if line is None else parse_readings(line)
 
 
 def is_throttled(readings: dict[str, Any] | None) -> bool:

@@ -226,20 +226,26 @@ def quad_stats(table: PairTable, matrix: np.ndarray, overhead_us: float, resampl
     if ratios is None:
         return None
     quads, slots = stats.quads(ratios), table.quad_slots()
-    score_luck = stats.placement_variance(np.log(quads).mean(axis=0), slots)
+    estimate, score_luck = _score(quads, slots, resamples, seed)
     loads = []
     for row in quads:
         luck = stats.placement_variance(np.log(row), slots)
         loads.append((stats.widen(stats.median_with_ci(row), luck), luck))
-    estimate = stats.widen(stats.bootstrap_score(quads, resamples=resamples, seed=seed), score_luck)
     return QuadStats(estimate, score_luck, loads)
+
+
+def _score(quads: np.ndarray, slots: np.ndarray, resamples: int, seed: int) -> tuple[stats.Estimate, float | None]:
+    """The score's bootstrap CI widened by the slots' luck, and that luck's variance."""
+    luck = stats.placement_variance(np.log(quads).mean(axis=0), slots)
+    return stats.widen(stats.bootstrap_score(quads, resamples=resamples, seed=seed), luck), luck
 
 
 def score(table: PairTable, matrix: np.ndarray, overhead_us: float, resamples: int = stats.BOOTSTRAP_RESAMPLES,
           seed: int = stats.BOOTSTRAP_SEED) -> stats.Estimate | None:
-    """The score and its CI over the complete quads (None: a load time was not positive)."""
-    found = quad_stats(table, matrix, overhead_us, resamples, seed)
-    return None if found is None else found.score
+    """The score and its CI over the complete quads, as :func:`quad_stats` gives it without the
+    loads (None: a load time was not positive)."""
+    ratios = load_ratios(table, matrix, overhead_us)
+    return None if ratios is None else _score(stats.quads(ratios), table.quad_slots(), resamples, seed)[0]
 
 
 def summarize(table: PairTable, shapes: list[dict], load_names: list[str], load_ms: list[int],

@@ -39,6 +39,7 @@ BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 20261129  # fixed so the same pairs always give the same score CI
 MIN_PAIRS = 50
 MAX_PAIRS = 2000
+MAX_PAIRS_LIMIT = 100_000  # the most any job may ask for: a pair table holds max_pairs rows per side
 TARGET_HALF_WIDTH = 0.005  # relative: the score's CI is score * (1 +- 0.5%)
 # The score averages six loads, so its CI narrows about 2.4x faster than one load's: stopping on
 # the score alone left each load's median free to wander 0.5-0.9% in an A/A run at a score
@@ -257,7 +258,10 @@ class StoppingRule:
             raise ValueError(f"min_pairs must be at least {MIN_PAIRS_FOR_CI}, got {self.min_pairs}")
         if self.max_pairs < self.min_pairs:
             raise ValueError(f"max_pairs ({self.max_pairs}) must not be below min_pairs ({self.min_pairs})")
-        if not 0.0 < self.target_half_width < 1.0:
+        if self.max_pairs > MAX_PAIRS_LIMIT:
+            raise ValueError(f"max_pairs must be at most {MAX_PAIRS_LIMIT}, got {self.max_pairs}")
+        target = self.target_half_width
+        if isinstance(target, bool) or not isinstance(target, (int, float)) or not 0.0 < target < 1.0:
             raise ValueError(f"target_half_width is relative (0.005 = 0.5%), got {self.target_half_width!r}")
 
     def next_check(self, pairs: int) -> int:

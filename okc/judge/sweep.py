@@ -30,8 +30,6 @@ from okc.judge.cpu_timing import CPU_NOTE, NO_OVERHEAD
 from okc.judge.pairs import PairTable
 from okc.judge.problem import Case, Problem
 
-MAX_PAIRS_LIMIT = 100_000
-
 
 @dataclass(frozen=True)
 class Settings:
@@ -49,8 +47,8 @@ def parse_settings(bench: dict) -> Settings:
         raise ValueError(f"bench.overhead_us must be a non-negative number, got {overhead!r}")
     pairs = bench.get("pairs")
     if pairs is not None:
-        if isinstance(pairs, bool) or not isinstance(pairs, int) or not 1 <= pairs <= MAX_PAIRS_LIMIT:
-            raise ValueError(f"bench.pairs must be an integer from 1 to {MAX_PAIRS_LIMIT}, got {pairs!r}")
+        if isinstance(pairs, bool) or not isinstance(pairs, int) or not 1 <= pairs <= stats.MAX_PAIRS_LIMIT:
+            raise ValueError(f"bench.pairs must be an integer from 1 to {stats.MAX_PAIRS_LIMIT}, got {pairs!r}")
         return Settings(pairs, None, overhead)
     rule = stats.StoppingRule(
         min_pairs=bench.get("min_pairs", stats.MIN_PAIRS),
