@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -256,6 +257,36 @@ def test_an_interrupted_sweep_resumes_funnels_to_the_winners_skips_failing_point
     assert len(list(run_dir.parent.iterdir())) == 1
 
 
+def test_a_sweep_records_every_job_it_ran_in_the_ledgers_costs_once(tiny_lab):
+    # GPU time spent on a sweep is spent all the same: okc cost must see its jobs.
+    shutil.copy(REPO / "experiments" / "tiny_demo.yaml", tiny_lab.experiments)
+    shutil.copytree(REPO / "experiments" / "templates", tiny_lab.experiments / "templates", dirs_exist_ok=True)
+    swept = CliRunner().invoke(app, ["sweep", "tiny_demo"])
+    assert swept.exit_code == 0, swept.output
+    (run_dir,) = (tiny_lab.results / "experiments" / "tiny_demo").iterdir()
+    jobs = {job.name for job in (run_dir / "jobs").iterdir()}
+    assert {job.split("-")[2] for job in jobs} == {"screen", "check", "time"}
+    conn = open_ledger(tiny_lab.ledger_path)
+    costs = {row["job_id"]: row for row in conn.execute("SELECT * FROM job_costs")}
+    conn.close()
+    assert set(costs) == jobs
+    assert all(row["gpu_seconds"] > 0 and row["target"] == "local" for row in costs.values())
+
+
+def test_a_winner_without_a_whole_speedup_ci_is_recorded_without_one(tmp_path):
+    from okc.sweeps.record import Recorder
+
+    (tmp_path / "run" / "points").mkdir(parents=True)
+    (tmp_path / "run" / "points" / "p1.py").write_text("PARAMS = {}\n")
+    recorder = Recorder(tmp_path / "ledger.db", "demo", tmp_path / "run", {"p1": {}})
+    win = {"point": "p1", "time_us": 2.0, "speedup": 1.5, "speedup_ci": [1.4], "job": "j"}
+    assert recorder.winners({"proj/m=1": win, "gate/m=8": {**win, "speedup_ci": [1.4, 1.6]}}) == 2
+    conn = open_ledger(tmp_path / "ledger.db")
+    found = {row["shape"]: (row["speedup_lo"], row["speedup_hi"]) for row in conn.execute("SELECT * FROM sweep_winners")}
+    conn.close()
+    assert found == {"proj/m=1": (None, None), "gate/m=8": (1.4, 1.6)}
+
+
 def test_a_shape_the_problem_does_not_have_stops_the_sweep(tiny_lab):
     write_sweep(tiny_lab, "typo", definition([FAST], shapes=["proj/m=2"]))
     with pytest.raises(ConfigError, match="unknown scored case.*proj/m=2"):
@@ -273,7 +304,7 @@ def test_a_table_line_cut_short_by_a_kill_is_ignored_and_then_terminated(tmp_pat
 
 def test_emit_refuses_a_number_that_is_taken_before_running_anything(tiny_lab):
     write_sweep(tiny_lab, "demo", definition([FAST]))
-    with pytest.raises(CandidateError, match="candidate 000 exists already"):
+    with pytest.raises(CandidateError, match="--emit 000: candidate 000_baseline.py has that number"):
         from okc.sweeps.experiments import emit_candidate
 
         emit_candidate(tiny_lab.candidates, 0, "demo", "")

@@ -144,6 +144,43 @@ def test_two_processes_write_at_once(tmp_path):
     assert {r.candidate_number for r in runs(conn)} == {1, 2}
 
 
+def test_two_connections_noting_the_same_pod_rate_at_once_add_one_row(tmp_path, monkeypatch):
+    # The first connection dawdles between reading the latest rate and writing its own: the
+    # second must wait for it (the read is part of the write's transaction), then add nothing.
+    import threading
+    import time
+
+    from okc.lab import costs
+
+    path = tmp_path / "ledger.db"
+    rate = costs.PodRate("h200", 3.59, 1, "runpod")
+    read, real = threading.Event(), costs.latest_rate
+
+    def dawdling(conn, pod):
+        found = real(conn, pod)
+        if threading.current_thread().name == "first":
+            read.set()
+            time.sleep(0.5)
+        return found
+
+    monkeypatch.setattr(costs, "latest_rate", dawdling)
+    noted = []
+
+    def note():
+        conn = open_ledger(path)
+        noted.append(costs.note_pod_rate(conn, rate))
+        conn.close()
+
+    open_ledger(path).close()
+    first = threading.Thread(target=note, name="first")
+    first.start()
+    assert read.wait(10)
+    note()
+    first.join(10)
+    assert sorted(noted) == [False, True]
+    assert open_ledger(path).execute("SELECT COUNT(*) FROM pod_rates").fetchone()[0] == 1
+
+
 def test_latest_aa_is_per_target(tmp_path):
     conn = open_ledger(tmp_path / "ledger.db")
     aa = dict(kind="bench", against=f"000_baseline{ledger.AA_MARK}", score=0.997, ci_lo=0.994, ci_hi=1.001)

@@ -61,6 +61,8 @@ def assert_refused(result, lab_root, message):
         (["ledger", "--json", "--format", "csv"], "choose one output format, not csv and json"),
         (["ledger", "--json", "--nl"], "choose one output format, not json and nl"),
         (["ledger", "--format", "xml"], "unknown format 'xml'"),
+        (["ledger", "--sweep", "gemv_decod"], "no sweep definition"),
+        (["ledger", "--sweep", "gemv_decode", "--calibration"], "--sweep and --calibration are two views; choose one"),
     ],
 )
 def test_usage_errors_exit_2_with_one_line_and_leave_nothing(lab_root, args, message):

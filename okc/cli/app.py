@@ -146,19 +146,15 @@ _OUTPUT_PARAMETERS = (
 def output_options(command: Callable) -> Callable:
     """Give a command the shared output options (--format, --json, --nl); it receives ``fmt``, one format.
 
-    Like sqlite-utils' output options: declared once here, not in every command.
+    Like sqlite-utils' output options: declared once here, not in every command. Goes under
+    @handles_errors, which reports a bad choice of format.
     """
     signature = inspect.signature(command, eval_str=True)
     kept = [p for p in signature.parameters.values() if p.name != "fmt"]
 
     @functools.wraps(command)
     def wrapper(*args, format_: str = "table", as_json: bool = False, nl: bool = False, **kwargs):
-        try:
-            fmt = output_format(format_, as_json, nl)
-        except OkcError as exc:
-            error_line(str(exc))
-            raise typer.Exit(exc.exit_code) from None
-        return command(*args, fmt=fmt, **kwargs)
+        return command(*args, fmt=output_format(format_, as_json, nl), **kwargs)
 
     parameters = kept + list(_OUTPUT_PARAMETERS)
     wrapper.__signature__ = signature.replace(parameters=parameters)

@@ -26,8 +26,11 @@ def ledger(
 
     Example: okc ledger --format markdown (or: okc ledger --sweep gemv_decode)
     """
+    from okc.errors import ConfigError
     from okc.reports import ledger_views
 
+    if sweep is not None and calibration:  # refused rather than one of them silently ignored
+        raise ConfigError("--sweep and --calibration are two views; choose one")
     lab = load_lab()
     if sweep is not None:
         document = ledger_views.sweep_document(lab, sweep)

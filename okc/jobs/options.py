@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from okc.contract import DEVICES
 from okc.errors import ConfigError
 
 if TYPE_CHECKING:  # the CLI imports this module for --help (QUICK_MAX_M): what it needs later comes later
     from okc.lab.config import Lab
 
-DEVICES = ("auto", "cpu", "cuda")
 QUICK_MAX_M = 16  # a quick check still covers m = 1, 5, 7, 8, 9, 16: slices, probe rows, odd sizes
 MIN_PAIRS_FOR_CI = 24  # = okc.judge.stats.MIN_PAIRS_FOR_CI (that module imports numpy; a test holds them equal)
 CUDA_PROBE_TIMEOUT_S = 60.0
@@ -125,19 +125,17 @@ class SweepOptions:
     def __post_init__(self) -> None:
         if self.gpus is not None and _integer("--gpus", self.gpus) < 1:
             raise ConfigError(f"--gpus is how many GPUs a target may use, 1 or more; got {self.gpus}")
-        if self.emit is not None and not 0 <= _integer("--emit", self.emit) <= 999:
-            raise ConfigError(f"--emit takes a candidate number from 0 to 999, got {self.emit}")
+        if self.emit is not None:
+            from okc.lab.candidates import check_emit
+
+            check_emit(_integer("--emit", self.emit))
 
     def check_free(self, lab: Lab) -> None:
         """The number --emit will write is free now, not only after hours of sweeping."""
-        from okc.errors import CandidateError
-        from okc.lab.candidates import discover
+        from okc.lab.candidates import check_emit
 
-        if self.emit is None:
-            return
-        taken = [c for c in discover(lab.candidates) if c.number == self.emit]
-        if taken:
-            raise CandidateError(f"--emit {self.emit:03d}: candidate {taken[0].path.name} has that number; pick a free one")
+        if self.emit is not None:
+            check_emit(self.emit, lab.candidates)
 
 
 def check_cases(problem: str, cases: tuple[str, ...] | None, max_m: int | None) -> None:

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from okc.errors import CandidateError
+from okc.errors import CandidateError, ConfigError
 
 NAME_PATTERN = re.compile(r"^(?P<number>\d{3})_(?P<slug>[A-Za-z0-9][A-Za-z0-9_-]*)$")
 FOLDER_ENTRY = "submission.py"
@@ -85,6 +85,15 @@ def discover(folder: Path) -> list[Candidate]:
             )
         found[candidate.number] = candidate
     return [found[n] for n in sorted(found)]
+
+
+def check_emit(number: int, folder: Path | None = None) -> None:
+    """``--emit``'s number is 0 to 999 and, given the candidates ``folder``, not taken yet."""
+    if not 0 <= number <= 999:
+        raise ConfigError(f"--emit takes a candidate number from 0 to 999, got {number}")
+    taken = [c for c in discover(folder) if c.number == number] if folder is not None else []
+    if taken:
+        raise CandidateError(f"--emit {number:03d}: candidate {taken[0].path.name} has that number; pick a free one")
 
 
 def resolve(folder: Path, ref: str) -> Candidate:

@@ -69,13 +69,13 @@ class JobCost:
 
 def note_pod_rate(conn: sqlite3.Connection, rate: PodRate) -> bool:
     """Append ``rate`` unless it is what the ledger already holds for the pod; True if new."""
-    latest = latest_rate(conn, rate.pod)
-    if latest is not None and (latest.usd_per_hour, latest.gpus, latest.source, latest.runpod_id, latest.started_at) == (
-        rate.usd_per_hour, rate.gpus, rate.source, rate.runpod_id, rate.started_at
-    ):
-        return False
     values = asdict(rate)
-    with transaction(conn):
+    with transaction(conn):  # the read too: two okc processes noting one rate at once add one row
+        latest = latest_rate(conn, rate.pod)
+        if latest is not None and (latest.usd_per_hour, latest.gpus, latest.source, latest.runpod_id, latest.started_at) == (
+            rate.usd_per_hour, rate.gpus, rate.source, rate.runpod_id, rate.started_at
+        ):
+            return False
         conn.execute(
             f"INSERT INTO pod_rates ({', '.join(values)}) VALUES ({', '.join(':' + k for k in values)})", values
         )

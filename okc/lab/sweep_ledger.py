@@ -60,14 +60,15 @@ class SweepWinner:
     check: str | None = None  # read back only: the point's check status in that run
 
 
-def _ci(row: dict) -> tuple[float | None, float | None]:
+def speedup_ci(row: dict) -> tuple[float | None, float | None]:
+    """A table row's (or winner's) speedup CI as (lo, hi); (None, None) unless it is a pair."""
     ci = row.get("speedup_ci")
     return (ci[0], ci[1]) if isinstance(ci, (list, tuple)) and len(ci) == 2 else (None, None)
 
 
 def sweep_row(sweep: str, run_id: str, params: dict, sha256: str, row: dict) -> SweepRow:
     """A funnel table row (okc.sweeps.funnel) as the ledger keeps it."""
-    lo, hi = _ci(row)
+    lo, hi = speedup_ci(row)
     return SweepRow(sweep=sweep, run_id=run_id, point=row["point"], params=params, point_sha256=sha256,
                     stage=row["stage"], shape=row.get("shape") or CHECK_SHAPE, status=row["status"],
                     reason=row.get("reason"), time_us=row.get("time_us"), speedup=row.get("speedup"),

@@ -14,7 +14,7 @@ from okc.lab.config import Lab
 from okc.lab.ledger import Run, ledger, runs
 from okc.lab.status import Status, statuses
 from okc.reports.tables import Column, Document, Table, table
-from okc.reports.views import fmt_score
+from okc.reports.views import fmt_score, rounded, rounded_pair
 
 TABLE_HASH = 8  # hash characters in the table: enough to tell versions apart, and the table fits 80 columns
 STALE_CAPTION = "stale: a result of an older version of the file (it changed since); --json has its hash"
@@ -119,7 +119,9 @@ def ledger_document(lab: Lab) -> Document:
 def sweep_document(lab: Lab, sweep: str) -> Document:
     """``okc ledger --sweep NAME``: per shape the winning point, its numbers, its check and the candidate emitted."""
     from okc.lab.sweep_ledger import latest_winners
+    from okc.sweeps.experiments import load_experiment
 
+    sweep = load_experiment(lab.experiments, sweep).name  # a typo is refused before the ledger is opened (or made)
     with ledger(lab.ledger_path) as conn:
         winners = latest_winners(conn, sweep)
     rows = [(w.shape, w.point, w.params, w.time_us, w.speedup,
@@ -163,10 +165,6 @@ def _local_loads(lab: Lab):
     return loads
 
 
-def _round(value: float | None, digits: int = 4) -> float | None:
-    return None if value is None else round(value, digits)
-
-
 def calibration_document(lab: Lab) -> Document:
     """Local against official scores (and a prediction), and per load where an official timing table exists."""
     from okc.lab.official import timing_tables
@@ -183,7 +181,7 @@ def calibration_document(lab: Lab) -> Document:
         scores.append((r.number, r.name, r.local and r.local.score, _ci(r.local), r.local and r.local.job_id,
                        r.official.kind.removeprefix("official-") if r.official else None,
                        r.official and r.official.score, _ci(r.official), r.official and r.official.official_job,
-                       _round(r.ratio), p and round(p.score, 4), p and [round(p.lo, 4), round(p.hi, 4)], r.note))
+                       rounded(r.ratio), p and round(p.score, 4), p and rounded_pair((p.lo, p.hi)), r.note))
     spec = [("number", "#"), ("name", "name"), ("local_score", "local", 0), ("local_ci", "local 95% CI", 3),
             ("local_job_id", "local job", 9), ("official_kind", "kind", 2), ("official_score", "official"),
             ("official_ci", "official 95% CI", 4), ("official_job", "official job", 8), ("ratio", "ratio"),
@@ -193,10 +191,10 @@ def calibration_document(lab: Lab) -> Document:
     loads = []
     for row in per_load_rows(history, tables, _local_loads(lab), baseline):
         local = row.local
-        loads.append((row.number, row.name, row.official_job, row.load, local and _round(local.speedup),
-                      local and local.ci and [round(local.ci[0], 4), round(local.ci[1], 4)],
-                      _round(row.official_speedup), _round(row.ratio), local and _round(local.baseline_us, 2),
-                      round(row.official_baseline_us, 2), _round(row.baseline_ratio), local and _round(local.candidate_us, 2),
+        loads.append((row.number, row.name, row.official_job, row.load, local and rounded(local.speedup),
+                      local and rounded_pair(local.ci),
+                      rounded(row.official_speedup), rounded(row.ratio), local and rounded(local.baseline_us, 2),
+                      round(row.official_baseline_us, 2), rounded(row.baseline_ratio), local and rounded(local.candidate_us, 2),
                       round(row.official_candidate_us, 2), row.local_job))
     spec = [("number", "#"), ("name", "name", 7), ("official_job", "official job", 8), ("load", "load"),
             ("local_speedup", "local"), ("local_ci", "local 95% CI", 6), ("official_speedup", "official"),

@@ -39,11 +39,11 @@ def fmt_score(score: float | None, ci: Any) -> str | None:
     return f"{score:.4f}" + (f" [{fmt_ci(*ci)}]" if ci else "")
 
 
-def _round(value: float | None, digits: int) -> float | None:
+def rounded(value: float | None, digits: int = 4) -> float | None:
     return None if value is None else round(value, digits)
 
 
-def _pair(ci: Any, digits: int = 4) -> list[float] | None:
+def rounded_pair(ci: Any, digits: int = 4) -> list[float] | None:
     return None if ci is None else [round(ci[0], digits), round(ci[1], digits)]
 
 
@@ -158,7 +158,7 @@ def load_table(result: JobResult, read_floor: Callable[[ShapeResult], float | No
         read = [read_floor(s) for s in shapes] if read_floor else []
         read_sum = sum(read) if read and None not in read else None
         rows.append((load.name, load.m, round(load.baseline_us, 2), round(load.candidate_us, 2), round(load.speedup, 4),
-                     _pair(load.ci), *_floor(load.candidate_us, floor), *_floor(load.candidate_us, read_sum)))
+                     rounded_pair(load.ci), *_floor(load.candidate_us, floor), *_floor(load.candidate_us, read_sum)))
     spec = [("load", "load"), ("m", "m"), ("baseline_us", "baseline µs"), ("candidate_us", "candidate µs"),
             ("speedup", "speedup"), ("ci", "95% CI"), ("floor_us", "floor µs", 2), ("time_over_floor", "time/floor", 2)]
     made = table("loads", "per load (median over quads of pairs)", spec + READ_SPEC, rows)
@@ -167,9 +167,9 @@ def load_table(result: JobResult, read_floor: Callable[[ShapeResult], float | No
 
 def bench_fields(result: JobResult) -> dict[str, Any]:
     """A bench result's facts for scripts: the score, its CI, how it stopped, the verdict."""
-    return {"score": _round(result.score, 4), "ci": _pair(result.score_ci),
-            "score_measured_overhead": _round(result.score_measured_overhead, 4),
-            "ci_measured_overhead": _pair(result.score_measured_overhead_ci),
+    return {"score": rounded(result.score, 4), "ci": rounded_pair(result.score_ci),
+            "score_measured_overhead": rounded(result.score_measured_overhead, 4),
+            "ci_measured_overhead": rounded_pair(result.score_measured_overhead_ci),
             "overhead_us": result.overhead_us, "pairs": result.pairs, "half_width": result.half_width,
             "stopped_by": result.stopped_by, "verdict": result.verdict, "aa": result.aa,
             "aa_floor": result.aa_floor, "throttled": result.throttled, "speedups": result.speedups}

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from okc.errors import CandidateError, ConfigError
+from okc.errors import ConfigError
 from okc.jobs.options import MIN_PAIRS_FOR_CI
 
 PARAMS_NAME = "PARAMS"
@@ -106,9 +106,6 @@ class Experiment:
     funnel: Funnel = field(default_factory=Funnel)
     description: str = ""
     needs: tuple[Need, ...] = ()
-
-    def need(self, what: str) -> Need | None:
-        return next((need for need in self.needs if need.what == what), None)
 
     @property
     def layers(self) -> tuple[str, ...]:
@@ -336,13 +333,9 @@ def emit_source(template: Path, table: dict[tuple[str, int], dict[str, Any]], no
 
 def emit_candidate(candidates_dir: Path, number: int, name: str, source: str) -> Path:
     """Write candidates/NNN_<name>.py; refuses a number already taken."""
-    from okc.lab.candidates import discover
+    from okc.lab.candidates import check_emit
 
-    if not 0 <= number <= 999:
-        raise ConfigError(f"--emit takes a candidate number from 0 to 999, got {number}")
-    taken = [c for c in discover(candidates_dir) if c.number == number]
-    if taken:
-        raise CandidateError(f"candidate {number:03d} exists already ({taken[0].path.name}); pick a free number")
+    check_emit(number, candidates_dir)  # again: a candidate may have taken the number during the sweep
     slug = re.sub(r"[^A-Za-z0-9_-]", "_", name)
     path = candidates_dir / f"{number:03d}_{slug}.py"
     path.write_text(source, encoding="utf-8")

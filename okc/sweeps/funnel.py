@@ -262,6 +262,7 @@ class Sweep:
             job_dir = create_job(self.jobs_lab, "time", self.candidate(task.point), against=self.baseline,
                                  target=slot.target, cases=list(task.cases), bench=settings)
         result = run_on(self.lab, slot, job_dir, self.cancel)
+        self.recorder.cost(job_dir)
         if result.error_kind in ("usage", "harness"):  # the sweep itself is wrong (or okc is), not the point
             raise ConfigError(f"sweep {self.experiment.name}: {result.reason} (job {job_dir.name})")
         self.record(task, table_rows(task, result, job_dir.name, slot.label))

@@ -2,7 +2,8 @@
 
 The table (points.jsonl) is written first and stays the source of truth; the ledger
 records each row exactly once (okc.lab.sweep_ledger), so a resumed run records its whole
-table again at the start and only the rows the ledger missed are added.
+table again at the start and only the rows the ledger missed are added. Each finished job
+also gets its cost row (okc.lab.costs), as every other job does.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ import threading
 from pathlib import Path
 
 from okc.lab.candidates import Candidate
+from okc.lab.costs import record_job_cost
 from okc.lab.ledger import ledger
-from okc.lab.sweep_ledger import SweepWinner, record_sweep_rows, record_winners, sweep_row
+from okc.lab.sweep_ledger import SweepWinner, record_sweep_rows, record_winners, speedup_ci, sweep_row
 
 
 class Recorder:
@@ -38,11 +40,17 @@ class Recorder:
             with ledger(self.ledger_path) as conn:
                 return record_sweep_rows(conn, records)
 
+    def cost(self, job_dir: Path) -> bool:
+        """Record a finished job's cost row (once: the ledger's job id is unique); True if new."""
+        with self._lock:
+            with ledger(self.ledger_path) as conn:
+                return record_job_cost(conn, job_dir)
+
     def winners(self, best: dict[str, dict], emitted: Candidate | None = None) -> int:
         """Record the run's winners per shape (with the emitted candidate's number and hash, when given)."""
         records = []
         for shape, win in sorted(best.items()):
-            ci = win.get("speedup_ci") or (None, None)
+            ci = speedup_ci(win)
             records.append(SweepWinner(
                 sweep=self.sweep, run_id=self.run_path.name, shape=shape, point=win["point"],
                 params=self.params.get(win["point"], {}), point_sha256=self.point_sha256(win["point"]),

@@ -197,6 +197,7 @@ class ScreenStage:
             job_dir = self._create(slot, list(remaining.values()))
             harvest = Harvest(job_dir, remaining, sweep.experiment.shapes, slot.label, self.record)
             result = run_screen_job(sweep.lab, slot, job_dir, harvest, sweep.cancel)
+            sweep.recorder.cost(job_dir)
             reason = result.reason or ""
             if result.error_kind in ("usage", "harness"):  # the sweep itself is wrong (or okc is), not a point
                 raise ConfigError(f"sweep {sweep.experiment.name}: {reason} (job {job_dir.name})")
