@@ -43,6 +43,7 @@ def assert_refused(result, lab_root, message):
         (["bench", "000", "--max-pairs", "0"], "--max-pairs (0) must not be below --min-pairs (50)"),
         (["bench", "000", "--min-pairs", "300", "--max-pairs", "200"], "--max-pairs (200) must not be below --min-pairs (300)"),
         (["bench", "000", "--min-pairs", "2"], "--min-pairs must be at least 24"),
+        (["bench", "000", "--max-pairs", "1000000000000"], "--max-pairs must be at most 100000"),
         (["bench", "000", "--overhead-us", "-5"], "--overhead-us is a replay cost in microseconds, 0 or more"),
         (["bench", "000", "--overhead-us", "inf"], "--overhead-us must be a finite number"),
         (["bench", "000", "--aa", "--against", "001"], "--aa benches the candidate against itself; it cannot also be --against 001"),
@@ -209,11 +210,12 @@ def test_a_ledger_that_breaks_during_the_job_does_not_lose_the_verdict(tmp_path,
     assert "Traceback" not in result.output
 
 
-def test_the_pairs_floor_matches_the_judge():
+def test_the_pairs_floor_and_limit_match_the_judge():
     from okc.jobs import options
-    from okc.judge.stats import MIN_PAIRS_FOR_CI
+    from okc.judge.stats import MAX_PAIRS_LIMIT, MIN_PAIRS_FOR_CI
 
     assert options.MIN_PAIRS_FOR_CI == MIN_PAIRS_FOR_CI
+    assert options.MAX_PAIRS_LIMIT == MAX_PAIRS_LIMIT
 
 
 def test_a_candidate_failure_is_still_a_row(lab_root):

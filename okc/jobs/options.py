@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # the CLI imports this module for --help (QUICK_MAX_M): what 
 
 QUICK_MAX_M = 16  # a quick check still covers m = 1, 5, 7, 8, 9, 16: slices, probe rows, odd sizes
 MIN_PAIRS_FOR_CI = 24  # = okc.judge.stats.MIN_PAIRS_FOR_CI (that module imports numpy; a test holds them equal)
+MAX_PAIRS_LIMIT = 100_000  # = okc.judge.stats.MAX_PAIRS_LIMIT (a test holds them equal)
 CUDA_PROBE_TIMEOUT_S = 60.0
 CUDA_PROBE = "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"
 NVIDIA_PATHS = ("/proc/driver/nvidia/version", "/dev/nvidiactl", "/dev/nvidia0")
@@ -101,6 +102,8 @@ class BenchOptions:
             raise ConfigError(f"--min-pairs must be at least {MIN_PAIRS_FOR_CI} (fewer pairs give no CI), got {self.min_pairs}")
         if _integer("--max-pairs", self.max_pairs) < self.min_pairs:
             raise ConfigError(f"--max-pairs ({self.max_pairs}) must not be below --min-pairs ({self.min_pairs})")
+        if self.max_pairs > MAX_PAIRS_LIMIT:
+            raise ConfigError(f"--max-pairs must be at most {MAX_PAIRS_LIMIT}, got {self.max_pairs}")
         if self.overhead_us is not None and not _number("--overhead-us", self.overhead_us) >= 0:
             raise ConfigError(f"--overhead-us is a replay cost in microseconds, 0 or more; got {self.overhead_us}")
         if self.aa and self.against is not None:
