@@ -144,7 +144,21 @@ def test_apply_extracts_a_big_file_in_bounded_memory(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("name", [".okc/manifest.json", ".okc/staging/x", "results/job/result.json"])
-def test_apply_refuses_okc_state_and_results(tmp_path, monkeypatch, name):
+def test_apply_refuses_okc_state_and_results(tmp_path, monkeypatch, capsys, name):
     remote = tmp_path / "remote"
-    _apply(remote, io.BytesIO(_tar([(name, tarfile.REGTYPE, "")], [])), monkeypatch)
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(_tar([(name, tarfile.REGTYPE, "")], []))))
+    # The refusal itself: apply empties .okc/staging/ whatever happens, so a missing file proves nothing there.
+    with pytest.raises(SystemExit) as refused:
+        agent.apply(str(remote))
+    assert refused.value.code == 2
+    assert f"sync never writes under {name.split('/')[0]}/" in capsys.readouterr().err
     assert not (remote / name).exists()
+
+
+def test_apply_with_extra_arguments_is_a_usage_error(tmp_path, capsys):
+    remote = tmp_path / "remote"
+    with pytest.raises(SystemExit) as refused:
+        agent.main(["apply", str(remote), "extra"])
+    assert refused.value.code == 2
+    assert "usage: apply takes other arguments" in capsys.readouterr().err
+    assert not remote.exists()  # refused before anything was made

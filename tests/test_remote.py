@@ -14,7 +14,7 @@ import pytest
 import okc
 
 from okc.jobs import folder as job_folder, runner
-from okc.pods import agent, launcher, remote
+from okc.pods import agent, launcher, lifecycle
 from okc.pods.target import PodTarget
 from okc.pods.views import status_document
 from okc.lab.candidates import resolve
@@ -153,13 +153,40 @@ def test_job_ids_cannot_inject_or_escape(ssh_lab, job_id):
             runner.pull(ssh_lab, target, job_id)
 
 
+class _FetchInterrupted:
+    """A pod whose finished job is being fetched when Ctrl-C comes."""
+
+    remote, name, poll_s, gpus = True, "fakepod", 0.0, "0"
+
+    def start(self, job_dir, gpus):
+        pass
+
+    def done(self, job_id):
+        return True
+
+    def read(self, job_id, name, offset):
+        return b""
+
+    def fetch(self, job_id, job_dir):
+        raise KeyboardInterrupt
+
+
+def test_ctrl_c_while_a_pod_job_comes_home_writes_no_verdict(lab):
+    """The pod's job was not stopped, and its folder here is half fetched: no launcher verdict
+    (result.json) is made up from it; okc pull brings the real one."""
+    job_dir = job_folder.create_job(lab, "check", resolve(lab.candidates, "0"), target="fakepod")
+    with pytest.raises(KeyboardInterrupt):
+        runner.execute(_FetchInterrupted(), job_dir)
+    assert not (job_dir / "result.json").exists()
+
+
 def test_unknown_job_and_status(ssh_lab):
     pod = resolve_pod(ssh_lab)
     with pytest.raises(PodError, match="no job nope"), _pod_target(ssh_lab, pod) as target:
         runner.pull(ssh_lab, target, "nope")
-    status = remote.pod_status(ssh_lab, pod)
+    status = lifecycle.status(ssh_lab, pod)
     assert status["reachable"] and status["disk_free_bytes"] > 0 and status["running"] == []
-    gone = remote.pod_status(ssh_lab, replace(pod, port=free_port()))
+    gone = lifecycle.status(ssh_lab, replace(pod, port=free_port()))
     assert not gone["reachable"] and "connection refused" in gone["error"]
 
 

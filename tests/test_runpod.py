@@ -444,3 +444,54 @@ def test_cost_tables_sum_per_candidate_day_and_pod():
     # this session: 4 h up, 0.35 h of jobs since its start (j2, j4), so 3.65 h idle at $4/h
     assert (h200["session_hours"], h200["session_busy_hours"], h200["session_idle_hours"], h200["session_idle_usd"]) == (4.0, 0.35, 3.65, 14.6)
     assert h200["usd"] == 3.4 and next(p for p in by_pod if p["pod"] == "local")["usd"] is None
+
+
+@pytest.mark.parametrize("answer", [b"[]", b"not json", b'"watchdog"'])
+def test_a_watchdog_answer_that_is_not_an_object_is_a_pod_error(sshd, tmp_path, answer):
+    """ensure_watchdog reads the agent's answer as every verb does: `okc sync` and `okc pod
+    status` index it as a dict, so anything else must stop as one clear PodError."""
+    from hostile_sftp import Crafted, hostile_server
+
+    from okc.pods.config import Pod
+    from okc.pods.lifecycle import _watchdog
+    from okc.pods.ssh import SSHTarget
+    from okc.pods.sync import ensure_watchdog
+
+    with hostile_server(sshd.host_key, sshd.client_key, Crafted(answer=answer)) as server:
+        pins = HostKeyPins(tmp_path / "pins")
+        pins.pin(f"runpod:{POD_ID}", server.host_key)
+        pod = Pod(NAME, host="127.0.0.1", port=server.port, user=sshd.user, identity_file=str(sshd.client_key),
+                  remote_dir=str(tmp_path / "remote"), python=sys.executable, runpod_id=POD_ID, resolved=True)
+        with SSHTarget(pod, pins) as target:
+            with pytest.raises(PodError, match="answered something that is not a JSON object"):
+                ensure_watchdog(target)
+            assert _watchdog(target)["watchdog"] == "not running"  # what `okc pod status` shows
+
+
+def test_the_watchdog_counts_a_zombie_as_ended():
+    """A stopped watchdog not yet reaped by its parent must not look alive (nor block a restart)."""
+    import subprocess
+
+    from okc.pods import launcher
+
+    child = subprocess.Popen(["true"])
+    started = launcher.process_start(child.pid)
+    assert started is not None
+    try:
+        wait_for(lambda: launcher.process_start(child.pid, living=True) is None, "the child to exit", timeout=10)
+        assert launcher.process_start(child.pid) == started  # still there, a zombie
+        assert not watchdog.process_alive(child.pid, started)
+    finally:
+        child.wait()
+    assert watchdog.process_alive(os.getpid(), launcher.process_start(os.getpid()))
+
+
+def test_a_broken_ledger_does_not_keep_okc_from_reaching_a_pod(lab):
+    """Noting a pod's $/h is a nicety: garbage where the ledger should be must not fail the
+    address lookup that okc sync, okc pod status and every job start with."""
+    from okc.pods.config import Pod
+
+    lab.ledger_path.parent.mkdir(parents=True, exist_ok=True)
+    lab.ledger_path.write_bytes(b"this is not an SQLite database\n" * 200)
+    pod = Pod("hourly", host="203.0.113.7", remote_dir="/workspace/okc", cost_per_hour=2.5)
+    assert runpod.connectable(lab, pod).resolved

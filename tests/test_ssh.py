@@ -11,7 +11,7 @@ import paramiko
 import pytest
 import yaml
 
-from okc.errors import EXIT_UNREACHABLE, ConfigError, PodError, UnreachableError
+from okc.errors import EXIT_UNREACHABLE, ConfigError, OkcError, PodError, UnreachableError
 from okc.pods.hostkeys import HostKeyPins, fingerprint, pins_path
 from okc.pods.config import SSH_CONFIG_ENV, Pod, load_pod_file, parse_pod_file, resolve_pod
 from okc.pods.sshconfig import resolve_endpoint
@@ -235,3 +235,13 @@ def test_put_and_get(ssh_lab, tmp_path):
         assert not (tmp_path / "never").exists()
         with pytest.raises(ConfigError):
             target.put(source, "../escape.txt")
+
+
+def test_a_failed_download_leaves_no_partial_file(ssh_lab, tmp_path):
+    remote = Path(resolve_pod(ssh_lab).remote_dir)
+    (remote / "folder").mkdir(parents=True)  # opened, then unreadable: the download fails midway
+    home = tmp_path / "home_side"
+    home.mkdir()
+    with _target(ssh_lab) as target, pytest.raises(OkcError):
+        target.get("folder", home / "folder")
+    assert list(home.iterdir()) == []  # neither the file nor its .part temporary

@@ -224,3 +224,46 @@ def test_a_pin_file_from_before_per_pod_pins_still_works(ssh_lab, sshd):
     assert invoke("sync").exit_code == 0
     pins = HostKeyPins(path)
     assert fingerprint(pins.lookup(pin_name(resolve_pod(ssh_lab, POD_NAME)))["ssh-ed25519"]) == fingerprint(sshd.host_key_public)
+
+
+def _written_at_once(monkeypatch, write) -> list[str]:
+    """Run ``write(0)`` and ``write(1)`` in two threads, both temporaries written before either
+    is renamed into place; the temporaries' names (an error in either thread fails the test)."""
+    real_replace, both_written, temporaries, errors = os.replace, threading.Barrier(2, timeout=10), [], []
+
+    def replace(source, target):
+        temporaries.append(Path(source).name)
+        both_written.wait()
+        real_replace(source, target)
+
+    def run(index):
+        try:
+            write(index)
+        except Exception as exc:  # a shared temporary: the second rename finds it gone
+            errors.append(exc)
+
+    monkeypatch.setattr(os, "replace", replace)
+    threads = [threading.Thread(target=run, args=(index,)) for index in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    return temporaries
+
+
+def test_two_threads_pinning_at_once_write_their_own_temporaries(tmp_path, monkeypatch):
+    pins = HostKeyPins(tmp_path / "known_hosts")
+    keys = []
+    for index in range(2):
+        write_ed25519(tmp_path / f"key{index}")
+        keys.append(paramiko.Ed25519Key.from_private_key_file(str(tmp_path / f"key{index}")))
+    temporaries = _written_at_once(monkeypatch, lambda index: pins.pin(f"pod{index}", keys[index]))
+    assert len(set(temporaries)) == 2
+
+
+def test_two_threads_adding_pods_at_once_write_their_own_temporaries(tmp_path, monkeypatch):
+    from okc.pods.podfile import add_pod
+
+    temporaries = _written_at_once(monkeypatch, lambda index: add_pod(tmp_path / "pod.yaml", f"pod{index}", GOOD))
+    assert len(set(temporaries)) == 2

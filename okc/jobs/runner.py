@@ -157,7 +157,8 @@ def execute(target: Target, job_dir: Path, gpus: str | None = None, on_log: Call
         follow(target, job_dir, on_log, on_progress, cancel)
         target.fetch(job_dir.name, job_dir)
     except KeyboardInterrupt:  # a local job was stopped: its folder says so (result.json: interrupted)
-        if target.done(job_dir.name):
+        # A pod's job is not stopped by Ctrl-C, and its folder here may be half fetched: left for okc pull.
+        if not target.remote and target.done(job_dir.name):
             finish_job(job_dir)
         raise
     except UnreachableError as exc:

@@ -75,8 +75,8 @@ def synced_path(remote_dir: str, relative: object) -> str:
 # -- sync ------------------------------------------------------------------------------
 
 
-def apply(remote_dir: str, stream=None) -> dict:
-    """Put a sync's files in place: stage the stream's files as they arrive, then delete,
+def apply(remote_dir: str) -> dict:
+    """Put a sync's files in place: stage the stream's files (stdin) as they arrive, then delete,
     then rename each file into place."""
     os.makedirs(os.path.join(remote_dir, STATE_DIR), exist_ok=True)
     lock = open(os.path.join(remote_dir, STATE_DIR, "sync.lock"), "w")
@@ -86,7 +86,7 @@ def apply(remote_dir: str, stream=None) -> dict:
     os.makedirs(staging)
     control, staged = None, []
     try:
-        with tarfile.open(fileobj=stream or sys.stdin.buffer, mode="r|") as tar:
+        with tarfile.open(fileobj=sys.stdin.buffer, mode="r|") as tar:
             for member in tar:
                 if not member.isfile():
                     fail(f"refusing tar member {member.name!r}: not a regular file")

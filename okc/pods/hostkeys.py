@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import stat
+import threading
 from pathlib import Path
 
 import paramiko
@@ -106,7 +107,8 @@ class HostKeyPins:
             folder.mkdir(mode=0o700, parents=True)
         elif folder.name == PINS_FILE.parent.name and stat.S_IMODE(folder.stat().st_mode) != 0o700:
             folder.chmod(0o700)  # okc's own state folder; someone else's folder ($OKC_KNOWN_HOSTS) is left alone
-        temporary = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        # Per process and thread: two pods pinned at once never write the same temporary file.
+        temporary = self.path.with_name(f".{self.path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
         try:
             os.fchmod(handle, 0o600)  # O_CREAT's mode does not reset a leftover temporary's

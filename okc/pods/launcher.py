@@ -40,14 +40,15 @@ def atomic_write(path: str, data: bytes) -> None:
     os.replace(temporary, path)
 
 
-def process_start(pid: int) -> str | None:
-    """The kernel's start time of ``pid`` (field 22 of /proc/PID/stat), None if it is gone."""
+def process_start(pid: int, living: bool = False) -> str | None:
+    """The kernel's start time of ``pid`` (field 22 of /proc/PID/stat), None if it is gone
+    (``living``: or ended and not yet reaped, a zombie)."""
     try:
         with open(f"/proc/{pid}/stat") as handle:
-            stat = handle.read()
+            fields = handle.read().rsplit(")", 1)[1].split()
     except OSError:
         return None
-    return stat.rsplit(")", 1)[1].split()[19]
+    return None if living and fields[0] == "Z" else fields[19]
 
 
 def job_dir(results: str, job_id: str) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import threading
 from pathlib import Path
 
 import yaml
@@ -76,7 +77,7 @@ def add_pod(path: Path, name: str, settings: dict, comment: str | None = None) -
     """Write ``name`` into pod.yaml at ``path`` (created if absent), keeping everything else."""
     text = path.read_text(encoding="utf-8") if path.exists() else ""
     new_text = check_addition(text, name, settings, comment, source=str(path))
-    temporary = path.with_name(f".{path.name}.tmp")
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")  # two writers never share it
     temporary.write_text(new_text, encoding="utf-8")
     os.replace(temporary, path)
 

@@ -1,4 +1,5 @@
-"""Looking at and trusting pods: their status (GPU, clocks, disk, running jobs) and host keys.
+"""Reaching and trusting pods: a connection to one, and its host key (a pod's status is
+okc.pods.lifecycle.status).
 
 Jobs on pods run through okc.pods.target (the pod as a job target) and okc.jobs.runner.
 """
@@ -10,27 +11,15 @@ from pathlib import Path
 
 import paramiko
 
-from okc.errors import UnreachableError
 from okc.pods.config import Pod
 from okc.pods.hostkeys import HostKeyPins, fingerprint, legacy_pin_name, pins_path
 from okc.pods.ssh import SSHTarget
-from okc.pods.target import call_agent
 
 
 def open_target(lab, pod: Pod) -> SSHTarget:
     from okc.pods.runpod import connectable  # a Runpod pod's address is read from its API
 
     return SSHTarget(connectable(lab, pod), HostKeyPins(pins_path(lab)))
-
-
-def pod_status(lab, pod: Pod) -> dict:
-    """Reachable?, GPUs (name, memory, SM clock, utilisation), running okc jobs, free disk."""
-    try:
-        with open_target(lab, pod) as target:
-            status = call_agent(target, "status", pod.remote_dir)
-    except UnreachableError as exc:
-        return {"pod": pod.name, "reachable": False, "error": str(exc)}
-    return {"pod": pod.name, "reachable": True, **status}
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from okc.errors import ConfigError, PodError, UnreachableError
+from okc.errors import ConfigError, LedgerError, PodError, UnreachableError
 
 API_URL_ENV = "OKC_RUNPOD_API_URL"  # another base URL (a proxy; the tests' fake API)
 API_KEY_ENV = "RUNPOD_API_KEY"
@@ -266,11 +266,18 @@ def require_reachable(pod, info: RunpodPod) -> None:
 
 
 def note_rate(lab, pod, usd_per_hour: float, gpus: int, source: str, info: RunpodPod | None = None) -> None:
+    """Note the pod's $/h in the ledger; a broken or busy ledger is passed over (the rate is a
+    nicety, and reaching the pod must not depend on it)."""
+    import sqlite3
+
     from okc.lab.costs import PodRate, note_pod_rate
     from okc.lab.ledger import ledger
 
     started = info.last_started_at.isoformat(timespec="seconds") if info and info.last_started_at else None
     rate = PodRate(pod=pod.name, usd_per_hour=usd_per_hour, gpus=gpus, source=source,
                    runpod_id=pod.runpod_id, started_at=started)
-    with ledger(lab.ledger_path) as conn:
-        note_pod_rate(conn, rate)
+    try:
+        with ledger(lab.ledger_path) as conn:
+            note_pod_rate(conn, rate)
+    except (LedgerError, sqlite3.Error):  # opening reports LedgerError; a lock held past the busy timeout, sqlite3's own
+        pass

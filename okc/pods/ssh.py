@@ -386,7 +386,9 @@ class SSHTarget:
                     size = sftp.stat(source).st_size or 0
                 with self.watched(what, self.transfer_deadline(size)) as watch:
                     sftp.get(source, str(temporary), callback=lambda done, total: watch.kick())
-            except FileNotFoundError:
+            except BaseException as exc:  # a timeout, a dropped connection, Ctrl-C: no .part left behind
                 temporary.unlink(missing_ok=True)
-                raise PodError(f"pod {self.pod.name!r}: no file {source}") from None
+                if isinstance(exc, FileNotFoundError):
+                    raise PodError(f"pod {self.pod.name!r}: no file {source}") from None
+                raise
         temporary.replace(local)

@@ -45,7 +45,7 @@ NEVER_SYNCED = ("results/", ".okc/")  # remote folders a sync must leave alone w
 APPLY_TIMEOUT_S = 600.0  # the agent's work besides receiving: staging renames, deletes, the manifest
 STREAM_CHUNK = 1 << 20
 NUL = b"\0"
-WATCHDOG_TIMEOUT_S = 60.0
+AGENT_TIMEOUT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -233,12 +233,7 @@ def ensure_watchdog(target: SSHTarget, active: bool = True) -> dict | None:
     pod = target.pod
     if pod.runpod_id is None:
         return None
-    argv = agent_argv(target, "watchdog", pod.remote_dir, repr(pod.idle_stop_minutes), "active" if active else "report")
-    result = target.run(argv, timeout=WATCHDOG_TIMEOUT_S, what="okc agent watchdog").check("starting the idle-stop watchdog")
-    try:
-        return json.loads(result.stdout)
-    except ValueError:
-        raise PodError(f"the watchdog verb on pod {pod.name!r} answered something that is not JSON") from None
+    return call_agent(target, "watchdog", pod.remote_dir, repr(pod.idle_stop_minutes), "active" if active else "report")
 
 
 def _push(lab, target: SSHTarget, dry_run: bool, progress: Callable[[SyncProgress], None] | None) -> SyncReport:
@@ -292,3 +287,15 @@ def agent_argv(target: SSHTarget, verb: str, *args: str) -> list[str]:
     matches this okc. ``-I -S``: the agent needs only the standard library, and skipping
     site-packages saves a noticeable part of every call's start-up."""
     return [*target.python_argv(), "-I", "-S", "-c", agent.program(), verb, *args]
+
+
+def call_agent(ssh: SSHTarget, verb: str, *args: str) -> dict:
+    """Run one agent verb on the pod; its JSON answer."""
+    result = ssh.run(agent_argv(ssh, verb, *args), timeout=AGENT_TIMEOUT_S, what=f"okc agent {verb}").check(f"okc agent {verb}")
+    try:
+        answer = json.loads(result.stdout)
+    except ValueError:
+        answer = None
+    if not isinstance(answer, dict):
+        raise PodError(f"okc agent {verb} on pod {ssh.pod.name!r} answered something that is not a JSON object")
+    return answer

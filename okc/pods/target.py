@@ -9,7 +9,6 @@ exit_code last, so an interrupted fetch is simply done again.
 
 from __future__ import annotations
 
-import json
 import stat
 import threading
 from pathlib import Path, PurePosixPath
@@ -21,9 +20,8 @@ from okc.pods.config import Pod
 from okc.pods.hostkeys import HostKeyPins, pins_path
 from okc.pods.paths import MAX_JOB_DEPTH, MAX_JOB_FILES, checked_job_id, checked_name, local_path_under
 from okc.pods.ssh import SSHTarget
-from okc.pods.sync import agent_argv, sync
+from okc.pods.sync import call_agent, sync  # call_agent: also for this module's importers
 
-AGENT_TIMEOUT_S = 60.0
 READ_CHUNK = 1 << 20
 _synced: set[tuple[str, str]] = set()  # (lab root, pod name) synced by this process
 _sync_lock = threading.Lock()
@@ -33,18 +31,6 @@ def remote_job_dir(job_id: str) -> str:
     if not is_job_id(job_id):
         raise ConfigError(f"not a job id: {job_id!r}")
     return f"results/{job_id}"
-
-
-def call_agent(ssh: SSHTarget, verb: str, *args: str) -> dict:
-    """Run one agent verb on the pod; its JSON answer."""
-    result = ssh.run(agent_argv(ssh, verb, *args), timeout=AGENT_TIMEOUT_S, what=f"okc agent {verb}").check(f"okc agent {verb}")
-    try:
-        answer = json.loads(result.stdout)
-    except ValueError:
-        answer = None
-    if not isinstance(answer, dict):
-        raise PodError(f"okc agent {verb} on pod {ssh.pod.name!r} answered something that is not a JSON object")
-    return answer
 
 
 class PodTarget:

@@ -224,12 +224,7 @@ def watch(remote_dir: str, minutes: float) -> int:
 
 def process_alive(pid: int, started: str | None) -> bool:
     """``pid`` is the process that started at ``started`` and has not ended (a zombie has)."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            fields = handle.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return False
-    return started is not None and fields[19] == started and fields[0] != "Z"
+    return started is not None and launcher.process_start(pid, living=True) == started
 
 
 def _digest(path: str) -> str | None:
