@@ -160,7 +160,7 @@ def test_a_slow_candidate_gets_fewer_copies_within_the_setup_budget(monkeypatch)
     def prepare(side, problem, copy, weights):
         clock[0] += costs["prepare"]
 
-    def capture(side, problem, copy, case, x, pool):
+    def capture(side, problem, copy, case, x, pool, keep_output=False):
         clock[0] += costs["capture"]
         return SimpleNamespace(copy=copy)
 

@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 
 # Importing timing binds torch's timing objects, before any candidate module is imported.
@@ -42,6 +43,8 @@ MAX_HOLD_RETRIES = 3  # voided batches tolerated (each halves the batch) before 
 # target needs (okc.judge.sides.copies_for_target: 64 at +-0.2%, 12 at +-0.5%).
 DEFAULT_COPIES = None
 DEFAULT_CAPTURES = 1
+LAYOUTS = ("paired", "solo")
+INPUT_COPIES = ("pair", "replay")
 PROGRESS_INTERVAL_S = 0.2  # progress.json is rewritten at most this often (the CLI polls at that pace)
 
 Log = Callable[[str], None]
@@ -59,12 +62,15 @@ class BenchSettings:
     warmup_pairs: int = WARMUP_PAIRS
     copies: int | None = DEFAULT_COPIES  # imports per side, each with its own weights (okc.judge.sides)
     captures: int = DEFAULT_CAPTURES  # graphs per copy and case
+    layout: str = "paired"  # "paired": the sides alternate case by case; "solo": each batch times one side alone
+    input_copy: str = "pair"  # "pair": one fresh-input copy per case and pair; "replay": one before every replay
+    shared_outputs: bool = True  # each capture's output let go, so the next capture of the case reuses its memory
 
     @classmethod
     def from_options(cls, options: dict, problem: Problem) -> BenchSettings:
         """Parse ``options``; ValueError names the bad one."""
         known = {"target_half_width", "min_pairs", "max_pairs", "overhead_us", "flush", "aa_floor", "batch_ops",
-                 "warmup_pairs", "copies", "captures"}
+                 "warmup_pairs", "copies", "captures", "layout", "input_copy", "shared_outputs"}
         unknown = sorted(set(options) - known)
         if unknown:
             raise ValueError(f"unknown bench setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
@@ -91,9 +97,18 @@ class BenchSettings:
                 raise ValueError(f"{name} must be an integer from 1 to {MAX_SLOTS}, got {value!r}")
         if (copies or 1) * captures > MAX_SLOTS:
             raise ValueError(f"copies x captures must be at most {MAX_SLOTS}, got {copies} x {captures}")
+        layout, input_copy = options.get("layout", "paired"), options.get("input_copy", "pair")
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+        if input_copy not in INPUT_COPIES:
+            raise ValueError(f"input_copy must be one of {', '.join(INPUT_COPIES)}, got {input_copy!r}")
+        shared = options.get("shared_outputs", True)
+        if not isinstance(shared, bool):
+            raise ValueError(f"shared_outputs must be true or false, got {shared!r}")
         return cls(rule=stats.StoppingRule(**rule_options), judge_overhead_us=float(overhead),
                    flush=options.get("flush", "read"), aa_floor=float(aa_floor), batch_ops=batch_ops,
-                   warmup_pairs=warmup, copies=copies, captures=captures)
+                   warmup_pairs=warmup, copies=copies, captures=captures, layout=layout, input_copy=input_copy,
+                   shared_outputs=shared)
 
 
 class PersistingReport:
@@ -127,21 +142,64 @@ class Runner:
         self.matrix, self.settings, self.progress, self.log = matrix, settings, progress, log
         self.cases = len(sides.inputs)
 
-    def steps(self, units: list[pairs.Unit]) -> list[Step]:
-        steps = []
-        for unit in units:
+    def steps(self, units: list[pairs.Unit], batch: int = 0) -> tuple[list[Step], list[tuple[int, str | None]]]:
+        """The stream steps of ``units``, and per timed replay in enqueue order (unit index, side).
+
+        "paired": each case's two replays back to back, in the pair's order. "solo": every
+        replay of one side in the batch, then every replay of the other (which goes first
+        follows ABBA over the batches), so a side is timed next to itself only.
+        """
+        settings = self.settings
+        each = settings.input_copy == "replay" or settings.layout == "solo"
+        planned: list[tuple[int, str | None]] = []
+        steps: list[Step] = []
+
+        def add(index: int, unit: pairs.Unit, names) -> None:
             if unit.case is None:
                 steps.append(Step(timed=(self.overhead_graph,)))
-                continue
+                planned.append((index, None))
+                return
             fresh = self.pool[pairs.input_set(unit.pair, len(self.pool))][unit.case]
             graphs = self.sides.graphs(unit.pair, unit.case)
-            steps.append(Step(timed=tuple(graphs[name].graph for name in pairs.order(unit.pair)),
-                              copies=((self.sides.inputs[unit.case], fresh),)))
-        return steps
+            copy = ((self.sides.inputs[unit.case], fresh),)
+            if each:
+                for name in names:
+                    steps.append(Step(timed=(graphs[name].graph,), copies=copy))
+            else:
+                steps.append(Step(timed=tuple(graphs[name].graph for name in names), copies=copy))
+            planned.extend((index, name) for name in names)
+
+        if settings.layout == "solo":
+            first = pairs.order(batch)
+            for name in first:
+                for index, unit in enumerate(units):
+                    if unit.case is not None or name == first[0]:
+                        add(index, unit, (name,))
+        else:
+            for index, unit in enumerate(units):
+                add(index, unit, pairs.order(unit.pair))
+        return steps, planned
+
+    def submit(self, units: list[pairs.Unit], batch: int):
+        steps, planned = self.steps(units, batch)
+        return self.protocol.submit(steps), planned
+
+    def collect(self, submitted, units: list[pairs.Unit]) -> np.ndarray:
+        """The batch's times in the order the table files them (per unit: the pair's order)."""
+        batch, planned = submitted
+        times = self.protocol.collect(batch)
+        found = {key: value for key, value in zip(planned, times)}
+        ordered = []
+        for index, unit in enumerate(units):
+            if unit.case is None:
+                ordered.append(found[(index, None)])
+            else:
+                ordered.extend(found[(index, name)] for name in pairs.order(unit.pair))
+        return np.array(ordered)
 
     def warm_up(self) -> None:
-        for units in pairs.plan(0, self.settings.warmup_pairs, self.cases, self.settings.batch_ops):
-            self.protocol.collect(self.protocol.submit(self.steps(units)))
+        for number, units in enumerate(pairs.plan(0, self.settings.warmup_pairs, self.cases, self.settings.batch_ops)):
+            self.collect(self.submit(units, number), units)
 
     @property
     def rule(self) -> stats.StoppingRule:
@@ -156,10 +214,12 @@ class Runner:
         batches = deque(pairs.plan(0, rule.max_pairs, self.cases, budget))
         pending: deque = deque()
         stopped_by, half, score, next_check, voided, last_progress = None, None, None, rule.min_pairs, 0, 0.0
+        submitted = 0
         while True:
             while batches and stopped_by is None and len(pending) < timing.MAX_IN_FLIGHT:
                 units = batches.popleft()
-                pending.append((self.protocol.submit(self.steps(units)), units))
+                pending.append((self.submit(units, submitted), units))
+                submitted += 1
             if not pending:
                 if stopped_by in ("target", "placement"):
                     stopped_by = self._decide_again(table)
@@ -169,7 +229,7 @@ class Runner:
                 break
             batch, units = pending.popleft()
             try:
-                table.record(units, self.protocol.collect(batch))
+                table.record(units, self.collect(batch, units))
             except HoldTimeout as exc:
                 voided += 1
                 if voided > MAX_HOLD_RETRIES:
@@ -215,7 +275,7 @@ class Runner:
 
     def _discard(self, pending: deque) -> None:
         while pending:
-            batch, _ = pending.popleft()
+            (batch, _), _ = pending.popleft()
             try:
                 self.protocol.collect(batch)
             except HoldTimeout:
@@ -238,7 +298,8 @@ class Bench:
         self.cases = scored_cases(problem, cases)
         self.loads = scored_loads(problem, self.cases)
         self.sides = Sides(Side("candidate", candidate), Side("against", against), copies=settings.copies or 1,
-                           captures=settings.captures, seed=derive_seed(seed, "slots"))
+                           captures=settings.captures, seed=derive_seed(seed, "slots"),
+                           shared_outputs=settings.shared_outputs)
         self.persisting: PersistingReport | None = None
         self.flush: timing.Flush | None = None
         self.runner: Runner | None = None
@@ -323,7 +384,7 @@ def run_bench(problem: Problem, candidate: Path, against: Path, *, device: torch
         "kind": "bench", "status": "ok", "reason": None, **identity, **summary,
         "target_half_width": settings.rule.target_half_width, "stopped_by": stopped_by,
         "flush": bench.flush.describe(), "persisting_l2": bench.persisting.done(),
-        "placement": {"copies": bench.sides.copies, "captures": settings.captures, "shared_io": True,
+        "placement": {"copies": bench.sides.copies, "captures": settings.captures, "shared_io": settings.shared_outputs,
                       "sd": summary["placement_sd"], "unit": "quad"},
         "gpu_readings": {"before": before, "after": after},
         "throttled": envinfo.is_throttled(before) or envinfo.is_throttled(after),

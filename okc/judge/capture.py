@@ -42,11 +42,63 @@ class CaptureError(Exception):
         self.host_sync = host_sync
 
 
+@dataclass(frozen=True)
+class OutputPlace:
+    """Where a captured call's output lives, and its form, read at capture time.
+
+    A bench lets go of its outputs so that the captures of a case share memory
+    (okc.judge.sides); every replay of the graph still writes to this place, and
+    :meth:`view` reads it back without owning it (the graph's pool keeps the memory).
+    ``tensor`` False: the call returned something that is not exactly a torch.Tensor.
+    """
+
+    tensor: bool
+    data_ptr: int = 0
+    shape: tuple[int, ...] = ()
+    stride: tuple[int, ...] = ()
+    dtype: torch.dtype | None = None
+    device: int = 0
+
+    @classmethod
+    def of(cls, out: object) -> OutputPlace:
+        if type(out) is not torch.Tensor or not out.is_cuda:
+            return cls(tensor=False)
+        return cls(True, _data_ptr(out), tuple(_shape(out)), tuple(_stride(out)), _dtype(out), out.device.index or 0)
+
+    def view(self) -> torch.Tensor:
+        """A tensor over the output's memory, owning nothing; valid while the graph lives."""
+        if not self.tensor:
+            raise ValueError("the captured call returned no CUDA tensor")
+        itemsize = torch.empty((), dtype=self.dtype).element_size()
+        interface = {"shape": self.shape, "strides": tuple(s * itemsize for s in self.stride),
+                     "typestr": _TYPESTR[self.dtype], "data": (self.data_ptr, False), "version": 3}
+        if self.dtype is torch.bfloat16:  # no array-interface code for bf16: read it as int16 and reinterpret
+            interface["typestr"] = "<i2"
+            return _as_tensor(_Interface(interface), device=f"cuda:{self.device}").view(torch.bfloat16)
+        return _as_tensor(_Interface(interface), device=f"cuda:{self.device}")
+
+
+class _Interface:
+    def __init__(self, interface: dict) -> None:
+        self.__cuda_array_interface__ = interface
+
+
+# Bound at import, like okc.judge.timing: the form of an output is read with torch's own C getters.
+_data_ptr = torch._C.TensorBase.data_ptr
+_shape = torch._C.TensorBase.size
+_stride = torch._C.TensorBase.stride
+_dtype = torch._C.TensorBase.dtype.__get__
+_as_tensor = torch.as_tensor
+_TYPESTR = {torch.float32: "<f4", torch.float16: "<f2", torch.float64: "<f8", torch.int32: "<i4",
+            torch.int64: "<i8", torch.int16: "<i2", torch.int8: "|i1", torch.uint8: "|u1", torch.bool: "|b1"}
+
+
 @dataclass
 class Captured:
     graph: torch.cuda.CUDAGraph
     x: torch.Tensor  # the graph's input buffer: copy new inputs into it, never rebind it
-    out: object  # what the captured call returned (a tensor, unless the candidate is wrong)
+    out: object  # what the captured call returned (a tensor, unless the candidate is wrong); None once let go
+    place: OutputPlace | None = None  # where the output lives (set by a bench, which lets ``out`` go)
 
     def replay(self, x_new: torch.Tensor | None = None) -> object:
         """Copy ``x_new`` (if given) into the input buffer, replay, and return the output."""

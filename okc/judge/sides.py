@@ -35,7 +35,7 @@ import torch
 
 from okc.judge import pairs, stats, timing
 from okc.judge.benchcases import BenchFailed
-from okc.judge.capture import CaptureError, Captured, capture
+from okc.judge.capture import CaptureError, Captured, OutputPlace, capture
 from okc.judge.loader import CandidateLoadError, load_candidate
 from okc.judge.problem import Case, Problem
 
@@ -102,8 +102,9 @@ class Side:
             raise BenchFailed(f"{self.name}: prepare raised {type(exc).__name__}: {exc}".splitlines()[0],
                               self.name) from None
 
-    def capture(self, problem: Problem, copy: int, case: Case, x: torch.Tensor, pool) -> Captured:
-        """Capture ``copy``'s call of ``case`` reading ``x`` itself, in ``pool``; its output is let go."""
+    def capture(self, problem: Problem, copy: int, case: Case, x: torch.Tensor, pool, keep_output: bool = False) -> Captured:
+        """Capture ``copy``'s call of ``case`` reading ``x`` itself, in ``pool``; its output is let go
+        unless ``keep_output`` (where it lives is kept either way: okc.judge.capture.OutputPlace)."""
         module = self.modules[copy]
         try:
             captured = capture(lambda x_buf: problem.call(module, x_buf, case), x, pool=pool, own_input=False)
@@ -114,20 +115,24 @@ class Side:
                               .splitlines()[0], self.name) from None
         if not timing.is_graph(captured.graph):
             raise BenchFailed(f"{self.name} {case.key}: the capture did not produce a torch CUDA graph", self.name)
-        # Nothing reads a bench output; dropping it hands its memory back to the case's pool,
-        # where the next capture of this case finds it.
-        captured.out = None
+        captured.place = OutputPlace.of(captured.out)
+        if not keep_output:
+            # Dropping the output hands its memory back to the case's pool, where the next
+            # capture of this case finds it; the re-checks read it through captured.place.
+            captured.out = None
         return captured
 
 
 class Sides:
     """Both sides of a bench, the input buffer per case they share, and which slot replays when."""
 
-    def __init__(self, candidate: Side, baseline: Side, *, copies: int = 1, captures: int = 1, seed: int = 0) -> None:
+    def __init__(self, candidate: Side, baseline: Side, *, copies: int = 1, captures: int = 1, seed: int = 0,
+                 shared_outputs: bool = True) -> None:
         if not 1 <= copies * captures <= MAX_SLOTS:
             raise ValueError(f"copies x captures must be from 1 to {MAX_SLOTS}, got {copies} x {captures}")
         self.by_name = {"candidate": candidate, "baseline": baseline}
         self.copies, self.captures, self.seed = copies, captures, seed
+        self.shared_outputs = shared_outputs
         self.inputs: list = []  # per case: the one buffer every graph of the case reads
         self.dropped: list = []  # copies made but left out of the schedule (Sides._keep)
         self.seconds: dict[str, float] = {}  # what setup spent importing and preparing, and capturing
@@ -173,7 +178,8 @@ class Sides:
             per_side: dict[str, list[Captured]] = {name: [] for name in self.by_name}
             for slot, order in enumerate(self.ordered(1 + index, self.slots)):
                 for name, side in order:
-                    per_side[name].append(side.capture(problem, slot // self.captures, case, x, pool))
+                    per_side[name].append(side.capture(problem, slot // self.captures, case, x, pool,
+                                                       keep_output=not self.shared_outputs))
             for name, side in self.by_name.items():
                 side.captured.append(per_side[name])
             if index == 0 and len(cases) > 1:
