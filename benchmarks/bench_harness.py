@@ -77,7 +77,7 @@ def aa_noise() -> None:
     baseline = PROBLEM.baseline_source
     bench, table, seconds = in_process(baseline, baseline, stats.StoppingRule(min_pairs=AA_PAIRS, max_pairs=AA_PAIRS),
                                        settings={"copies": 1})
-    ratios = pairs.load_ratios(table, bench.runner.matrix, PROBLEM.judge_overhead_us)
+    ratios = pairs.load_ratios(table, bench.loop.matrix, PROBLEM.judge_overhead_us)
     say(f"   {'pairs':>6} {'score':>8} {'CI lo':>8} {'CI hi':>8} {'+-':>7}")
     for count in AA_CHECKPOINTS:
         estimate = stats.bootstrap_score(ratios[:, :count])
@@ -88,7 +88,7 @@ def aa_noise() -> None:
     say(f"   {AA_PAIRS} pairs of 30 shapes x 2 sides in {seconds:.1f} s; measured fixed replay cost {overhead:.2f} us")
     rule = stats.StoppingRule(min_pairs=AA_PAIRS, max_pairs=AA_PAIRS)
     bench, table, _ = in_process(baseline, baseline, rule)
-    estimate = stats.bootstrap_score(pairs.load_ratios(table, bench.runner.matrix, PROBLEM.judge_overhead_us))
+    estimate = stats.bootstrap_score(pairs.load_ratios(table, bench.loop.matrix, PROBLEM.judge_overhead_us))
     say(f"   the same with {bench.settings.copies} copies per side (the default): {estimate.value:.4f} "
         f"[{estimate.lo:.4f}, {estimate.hi:.4f}] +-{estimate.half_width:.2%}")
 

@@ -1,4 +1,4 @@
-"""A stand-in for the timing protocol, and a bench Runner over it: the pairs loop without a GPU."""
+"""A stand-in for the timing protocol, and the bench loop over it (the GPU clock): the pairs loop without a GPU."""
 
 from pathlib import Path
 from types import SimpleNamespace
@@ -6,7 +6,9 @@ from types import SimpleNamespace
 import numpy as np
 
 from okc.judge import pairs, stats
-from okc.judge.bench import BenchSettings, Runner
+from okc.judge.bench import BenchSettings
+from okc.judge.gpu_clock import GpuClock
+from okc.judge.loop import PairLoop
 from okc.judge.sides import Side, Sides
 from okc.judge.timing import HoldTimeout
 
@@ -46,7 +48,7 @@ class SimulatedGPU:
 
 
 def simulated_runner(gpu, candidate_costs, baseline_costs, case_loads, settings, log=None, luck=None):
-    """A Runner over graphs that cost what they are told; ``luck`` (side -> one relative offset
+    """The bench loop over graphs that cost what they are told; ``luck`` (side -> one relative offset
     per slot) stands in for where each copy landed in memory."""
     luck = luck or {}
 
@@ -64,8 +66,8 @@ def simulated_runner(gpu, candidate_costs, baseline_costs, case_loads, settings,
     pool = [[f"input{s}/{c}" for c in range(len(candidate_costs))] for s in range(4)]
     matrix = pairs.load_matrix(case_loads, max(case_loads) + 1)
     messages = log if log is not None else []
-    return Runner(gpu, sides, (SimpleNamespace(cost=4.0), None), pool, matrix, settings, lambda state: None,
-                  messages.append)
+    clock = GpuClock(gpu, sides, SimpleNamespace(cost=4.0), pool, settings)
+    return PairLoop(clock, len(candidate_costs), matrix, settings, lambda state: None, messages.append)
 
 
 def settings(copies: int = 1, captures: int = 1, **rule) -> BenchSettings:

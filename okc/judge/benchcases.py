@@ -1,11 +1,14 @@
-"""What the two paired benches share: which cases they time, their inputs, what each case is.
+"""What the two paired benches share: which cases they time, their inputs, what each case is, the result.
 
 The GPU bench (okc.judge.bench) and the CPU bench (okc.judge.cpu_timing) time the same
-scored cases on the same inputs and describe them the same way in result.json; both stop
-with :class:`BenchFailed` when a side cannot go on.
+scored cases on the same inputs through the one loop (okc.judge.loop), re-check what the
+timed calls returned the same way (okc.judge.recheck), and make their result.json in one
+place (:func:`run_paired`); both stop with :class:`BenchFailed` when a side cannot go on.
 """
 
 from __future__ import annotations
+
+import time
 
 import torch
 
@@ -16,11 +19,15 @@ INPUT_SETS = 16  # fresh inputs per case, cycled over the pairs (each pair diffe
 
 
 class BenchFailed(Exception):
-    """The bench cannot go on; the message is result.json's reason, ``side`` the side at fault (None: neither)."""
+    """The bench cannot go on; the message is result.json's reason, ``side`` the side at fault (None: neither).
 
-    def __init__(self, message: str, side: str | None = None) -> None:
+    ``error_kind`` overrides whose fault it is (default: the other side's failing is a usage
+    error, it says nothing of this candidate; anything else is the candidate's)."""
+
+    def __init__(self, message: str, side: str | None = None, error_kind: str | None = None) -> None:
         super().__init__(message)
         self.side = side
+        self.error_kind = error_kind or ("usage" if side == "against" else "candidate")
 
 
 def error_result(reason: str, error_kind: str = "candidate", **fields) -> dict:
@@ -44,6 +51,14 @@ def make_inputs(problem: Problem, cases: list[Case], seed: int, label: str, sets
     variant = problem.input_variants[0]
     return [[problem.make_input(case, derive_seed(seed, label, index, case.key), variant, device).x for case in cases]
             for index in range(sets)]
+
+
+def recheck_inputs(problem: Problem, cases: list[Case], seed: int, rounds: list, device) -> dict:
+    """Per (round, case index): a fresh input no timed unit reads, drawn from ``("recheck", round, case key)``,
+    the label the verifier draws it from again."""
+    variant = problem.input_variants[0]
+    return {(round_, index): problem.make_input(case, derive_seed(seed, "recheck", round_, case.key), variant, device).x
+            for round_ in rounds for index, case in enumerate(cases)}
 
 
 def shape_rows(problem: Problem, cases: list[Case], inputs: list[torch.Tensor]) -> list[dict]:
@@ -77,3 +92,47 @@ def summarize(table, shape_rows: list[dict], loads: list, overhead_us: float) ->
         return pairs.summarize(table, shape_rows, [load.name for load in loads], [load.m for load in loads], overhead_us)
     except ValueError as exc:
         raise BenchFailed(str(exc)) from None
+
+
+def run_paired(bench, *, names: tuple[str, str], aa: bool, verifier, log) -> dict:
+    """Set up, measure and summarise ``bench`` (okc.judge.bench.Bench or okc.judge.cpu_timing.CpuBench),
+    judge its re-checks with ``verifier``; return result.json's bench fields."""
+    from okc.judge import recheck, stats
+    from okc.judge.timing import TimingError
+
+    started = time.monotonic()
+    settings = bench.settings
+    identity = {"problem": bench.problem.name, "candidate": names[0], "against": names[1], "aa": aa,
+                "seed": bench.seed, "protocol": settings.protocol()}
+    try:
+        bench.setup()
+        log(f"bench {names[0]} against {names[1]}{' (A/A)' if aa else ''}: {len(bench.cases)} cases, "
+            f"{bench.describe()}, target +-{settings.rule.target_half_width:.2%}")
+        table, stopped_by = bench.measure()
+        summary = bench.summary(table)
+        extra = bench.report(summary)
+        outcome = recheck.judge(bench.loop.staged, verifier, bench.cases, bench.problem.input_variants[0])
+    except BenchFailed as exc:
+        return error_result(str(exc), exc.error_kind, **identity)
+    except TimingError as exc:
+        return error_result(f"the timing protocol failed: {exc}", "harness", **identity)
+    except recheck.JudgeError as exc:
+        return error_result(f"the re-checks could not be judged: {exc}", "harness", **identity)
+    except RuntimeError as exc:  # a CUDA error in a replay: the context is gone, nothing more can run
+        return error_result(f"CUDA error during the bench (the context is lost): {exc}".splitlines()[0], **identity)
+    tail = {"target_half_width": settings.rule.target_half_width, "stopped_by": stopped_by,
+            "rechecks": outcome.report() if outcome is not None else None}
+    if outcome is not None:
+        log(f"re-checks: {outcome.judged} timed outputs judged in {outcome.seconds:.2f} s, "
+            f"{'all passed' if outcome.passed else f'{len(outcome.failures)} failed'}")
+        if not outcome.passed:  # no score: what was timed is not what the check passed
+            return {"kind": "bench", "status": "invalid", "reason": outcome.reason(), "error_kind": "candidate",
+                    **identity, "pairs": summary["pairs"], **extra, **tail, "verdict": "invalid",
+                    "duration_s": round(time.monotonic() - started, 3)}
+    result = {"kind": "bench", "status": "ok", "reason": None, **identity, **summary, **extra, **tail}
+    if aa:
+        result["aa_floor"] = stats.aa_floor(summary["score_ci"])
+    else:
+        result["verdict"] = stats.verdict(summary["score_ci"], settings.aa_floor)
+    result["duration_s"] = round(time.monotonic() - started, 3)
+    return result

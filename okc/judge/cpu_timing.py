@@ -6,8 +6,8 @@ subtracted unless asked for. What stays the same: both sides get the same weight
 own clone) and, per pair, the same fresh input copied into each side's own buffer; within a
 pair the sides alternate case by case, and each quad of pairs runs each order twice
 (okc.judge.pairs); each pair ends with one sample of the timer's own cost (an empty call);
-and the times go through the same statistics: per-load median ratios with order-statistic
-CIs, the bootstrap score CI and the stopping rule (okc.judge.pairs, okc.judge.stats).
+and the times go through the same loop (okc.judge.loop: statistics, stopping rule,
+re-checks) as on a GPU; this module is the CPU's clock for it (:class:`CpuClock`).
 
 A GPU's L2 is flushed so that both sides start cold; a CPU's caches cannot be, so both start
 warm instead: before a case's two timed calls, each side makes one untimed call. Without it
@@ -17,12 +17,11 @@ agree within about 1% and the A/A score's CI narrows to about +-0.15%.
 
 A call is timed with ``time.perf_counter_ns``, bound here at import (the worker imports this
 module before any candidate, so a candidate that patches ``time`` cannot change the numbers),
-on one thread, with the garbage collector paused while pairs run.
+on one thread, with the garbage collector frozen and paused while pairs run (okc.judge.loop).
 """
 
 from __future__ import annotations
 
-import gc
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -30,13 +29,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from okc.judge import pairs, stats
+from okc.judge import pairs
 from okc.judge.benchcases import (
-    INPUT_SETS, BenchFailed, case_load_matrix, error_result, make_inputs, scored_cases, scored_loads, shape_rows, summarize,
+    INPUT_SETS, BenchFailed, case_load_matrix, make_inputs, recheck_inputs, scored_cases, scored_loads, shape_rows,
+    summarize,
 )
 from okc.judge.loader import CandidateLoadError, load_candidate
+from okc.judge.loop import PairLoop
 from okc.judge.pairs import PairTable, Unit
 from okc.judge.problem import Case, Problem
+from okc.judge.recheck import FINAL, Recheck, Schedule
 from okc.judge.seeds import derive_seed
 
 _now = time.perf_counter_ns  # bound at import: see the module docstring
@@ -59,7 +61,7 @@ def _empty() -> None:
 
 
 class CpuSide:
-    """One side: its module, and its own input buffer per case (refilled before each pair)."""
+    """One side: its module, and its own input buffer per case (refilled before each of its calls)."""
 
     def __init__(self, name: str, source: Path) -> None:
         self.name, self.source = name, source
@@ -79,8 +81,8 @@ class CpuSide:
             raise BenchFailed(f"{self.name}: prepare raised {type(exc).__name__}: {exc}".splitlines()[0],
                               self.name) from None
 
-    def call(self, problem: Problem, case: Case, index: int, timed: bool = True) -> float:
-        """One call on this side's input for case ``index``; its time in microseconds (0 if not ``timed``)."""
+    def call(self, problem: Problem, case: Case, index: int) -> tuple[float, object]:
+        """One call on this side's input for case ``index``: its time in microseconds, and what it returned."""
         x = self.inputs[index]
         try:
             start = _now()
@@ -89,8 +91,7 @@ class CpuSide:
         except Exception as exc:
             raise BenchFailed(f"{self.name} {case.key}: kernel_fn raised {type(exc).__name__}: {exc}"
                               .splitlines()[0], self.name) from None
-        del out  # freed after the clock stopped, as a graph's output is never freed inside its replay
-        return (end - start) / 1e3 if timed else 0.0
+        return (end - start) / 1e3, out
 
 
 def time_empty() -> float:
@@ -99,120 +100,146 @@ def time_empty() -> float:
     return (_now() - start) / 1e3
 
 
-class CpuBench:
-    """One paired bench on the CPU, in the steps of okc.judge.bench.Bench: ``setup``, ``measure``, ``summary``.
+class CpuClock:
+    """The CPU's clock for okc.judge.loop: a batch's units run as soon as they are submitted.
 
-    ``settings`` is an okc.judge.bench.BenchSettings; only its stopping rule, warm-up pairs
-    and overhead are used (the flush, captures and batches are GPU matters).
+    Per side and case: its buffer refilled with the pair's fresh input, one untimed call (the
+    side starts warm), one timed call; the sides in the pair's order ("paired"), or each side's
+    calls of the whole batch in a row ("solo"). A re-checked unit refills with its own fresh
+    input and keeps what the timed call returned.
+    """
+
+    in_flight = 1
+    slots = 1
+    slot_seed = 0
+
+    def __init__(self, problem: Problem, cases: list[Case], sides: dict[str, CpuSide], pool: list[list[torch.Tensor]],
+                 settings, recheck_inputs: dict | None = None) -> None:
+        self.problem, self.cases, self.sides, self.pool, self.settings = problem, cases, sides, pool, settings
+        self.recheck_inputs = recheck_inputs or {}
+
+    def _fresh(self, unit: Unit, round_) -> torch.Tensor:
+        if round_ is None:
+            return self.pool[pairs.input_set(unit.pair, len(self.pool))][unit.case]
+        return self.recheck_inputs[(round_, unit.case)]
+
+    def _unit(self, unit: Unit, names, round_, found: dict, index: int, outputs: list) -> None:
+        """Every buffer of ``names`` refilled, one untimed call each, then one timed call each, in order."""
+        case, fresh = self.cases[unit.case], self._fresh(unit, round_)
+        for name in names:
+            self.sides[name].inputs[unit.case].copy_(fresh)
+        for name in names:  # untimed: both sides start warm, as on a GPU both start from a flushed L2
+            self.sides[name].call(self.problem, case, unit.case)
+        for name in names:
+            found[(index, name)], out = self.sides[name].call(self.problem, case, unit.case)
+            if round_ is not None:
+                outputs.append((Recheck(name, unit.case, None if round_ == FINAL else unit.pair, round_), out))
+            del out  # freed after the clock stopped, as a graph's output is never freed inside its replay
+
+    def submit(self, units: list[Unit], number: int, rechecks: dict):
+        found: dict = {}
+        outputs: list = []
+        layout = self.settings.layout
+        for name in pairs.order(max(number, 0)) if layout == "solo" else (None,):
+            for index, unit in enumerate(units):
+                if unit.case is None:
+                    if (index, None) not in found:
+                        found[(index, None)] = time_empty()
+                    continue
+                names = (name,) if layout == "solo" else pairs.order(unit.pair)
+                self._unit(unit, names, rechecks.get(index), found, index, outputs)
+        times = []
+        for index, unit in enumerate(units):
+            names = (None,) if unit.case is None else pairs.order(unit.pair)
+            times.extend(found[(index, name)] for name in names)
+        return np.array(times), outputs
+
+    def collect(self, handle, units: list[Unit]):
+        return handle
+
+    def discard(self, handle) -> None:
+        pass
+
+
+class CpuBench:
+    """One paired bench on the CPU, in the steps of okc.judge.bench.Bench: ``setup``, ``measure``, ``summary``, ``report``.
+
+    ``settings`` is an okc.judge.settings.BenchSettings; its flush, copies and captures are GPU
+    matters. :meth:`setup_shared` and :meth:`add_side` are the two halves of :meth:`setup`, which
+    a warm screen (okc.judge.warm) calls apart to hold one side across points.
     """
 
     def __init__(self, problem: Problem, candidate: Path, against: Path, *, seed: int, settings,
-                 cases: list[str] | None = None, phase: Callable[..., None] | None = None, log: Log = print,
-                 progress: Callable[[dict], None] | None = None) -> None:
+                 device: torch.device = CPU, cases: list[str] | None = None, phase: Callable[..., None] | None = None,
+                 log: Log = print, progress: Callable[[dict], None] | None = None) -> None:
         self.problem, self.seed, self.settings, self.log = problem, seed, settings, log
         self.phase = phase or (lambda *args, **info: None)
         self.progress = progress or (lambda state: None)
         self.cases = scored_cases(problem, cases)
         self.loads = scored_loads(problem, self.cases)
-        self.sides = {"candidate": CpuSide("candidate", candidate), "baseline": CpuSide("against", against)}
+        self.sources = {"candidate": candidate, "baseline": against}
+        self.sides: dict[str, CpuSide] = {}
         self.matrix = case_load_matrix(self.cases, self.loads)
         self.pool: list[list[torch.Tensor]] = []
         self.shape_rows: list[dict] = []
+        self.weights: dict[str, torch.Tensor] = {}
+        self.loop: PairLoop | None = None
 
     def setup(self) -> None:
-        problem, phase = self.problem, self.phase
-        phase("import")
-        for side in self.sides.values():
-            side.load()
-        weights = problem.make_weights(derive_seed(self.seed, "weights"), CPU)
-        for name, side in self.sides.items():
-            phase("prepare", side=name)
-            side.prepare(problem, weights)
-        del weights
-        phase("bench")
+        self.phase("import")
+        self.setup_shared()
+        for name in ("candidate", "baseline"):
+            self.add_side(name, self.sources[name])
+        self.phase("bench")
+
+    def setup_shared(self) -> None:
+        """The weights, the fresh inputs, the loop: what both sides share."""
+        problem, rule = self.problem, self.settings.rule
+        self.weights = problem.make_weights(derive_seed(self.seed, "weights"), CPU)
         self.pool = make_inputs(problem, self.cases, self.seed, "input", INPUT_SETS, CPU)
         self.shape_rows = shape_rows(problem, self.cases, self.pool[0])
-        for side in self.sides.values():
-            side.inputs = [x.clone() for x in self.pool[0]]
+        schedule = None
+        if self.settings.rechecks:
+            schedule = Schedule(len(self.cases), rule.max_pairs, derive_seed(self.seed, "rechecks"))
+        rounds = [*range(schedule.rounds), FINAL] if schedule else []
+        clock = CpuClock(problem, self.cases, self.sides, self.pool, self.settings,
+                         recheck_inputs(problem, self.cases, self.seed, rounds, CPU))
+        self.loop = PairLoop(clock, len(self.cases), self.matrix, self.settings, self.progress, self.log, schedule)
 
-    def time_unit(self, unit: Unit) -> np.ndarray:
-        """The times of one unit in the order the table files them: both sides of a case, or the overhead."""
-        if unit.case is None:
-            return np.array([time_empty()])
-        fresh = self.pool[pairs.input_set(unit.pair, len(self.pool))][unit.case]
-        for side in self.sides.values():
-            side.inputs[unit.case].copy_(fresh)
-        case, order = self.cases[unit.case], pairs.order(unit.pair)
-        for name in order:  # untimed: both sides start warm, as on a GPU both start from a flushed L2
-            self.sides[name].call(self.problem, case, unit.case, timed=False)
-        return np.array([self.sides[name].call(self.problem, case, unit.case) for name in order])
+    def add_side(self, name: str, source: Path, step: Callable[[str], None] | None = None) -> CpuSide:
+        """Import and prepare ``source`` as side ``name`` (replacing the one it had); ``step`` hears
+        "load" and "prepare" as they start (a warm screen's accounting). BenchFailed."""
+        side = CpuSide("against" if name == "baseline" else name, source)
+        self.phase("import", side=name)
+        if step is not None:
+            step("load")
+        side.load()
+        self.phase("prepare", side=name)
+        if step is not None:
+            step("prepare")
+        side.prepare(self.problem, self.weights)
+        side.inputs = [x.clone() for x in self.pool[0]]
+        self.sides[name] = side
+        return side
 
-    def run_pairs(self, first: int, count: int, table: PairTable | None) -> None:
-        """Pairs ``first`` .. ``first + count - 1``, filed in ``table`` (None: a warm-up, thrown away)."""
-        for batch in pairs.plan(first, count, len(self.cases)):
-            for unit in batch:
-                times = self.time_unit(unit)
-                if table is not None:
-                    table.record([unit], times)
+    def describe(self) -> str:
+        return CPU_NOTE
 
     def measure(self) -> tuple[PairTable, str]:
-        """Warm up, then run pairs until the stopping rule says enough."""
-        rule, overhead = self.settings.rule, self.settings.judge_overhead_us
-        table = PairTable(len(self.cases), rule.max_pairs)
-        threads, collecting = torch.get_num_threads(), gc.isenabled()
+        """Warm up, then run pairs until the stopping rule says enough, then the final re-checks."""
+        threads = torch.get_num_threads()
         torch.set_num_threads(THREADS)
-        gc.disable()
         try:
-            self.run_pairs(0, self.settings.warmup_pairs, None)
-            stopped_by, checkpoint = None, rule.min_pairs
-            while stopped_by is None:
-                self.run_pairs(table.complete, min(checkpoint, rule.max_pairs) - table.complete, table)
-                gc.collect()  # between looks, outside every timed call
-                found = pairs.quad_stats(table, self.matrix, overhead)
-                if found is None:
-                    raise BenchFailed(f"a load's time minus the {overhead:g} us subtracted per call is not positive")
-                estimate, weighed = found.score, found.precision()
-                stopped_by = rule.decide(table.complete, weighed)
-                checkpoint = rule.next_check(table.complete)
-                self.log(f"{table.complete} pairs: score {estimate.value:.4f} "
-                         f"[{estimate.lo:.4f}, {estimate.hi:.4f}] +-{estimate.half_width:.2%}")
-                self.progress({"pairs": table.complete, "half_width": estimate.half_width, "score": estimate.value,
-                               "target": rule.target_half_width, "max_pairs": rule.max_pairs})
+            self.loop.warm_up()
+            table, stopped_by = self.loop.run()
+            self.loop.final_rechecks(table.complete)
         finally:
             torch.set_num_threads(threads)
-            if collecting:
-                gc.enable()
         return table, stopped_by
 
     def summary(self, table: PairTable) -> dict:
         return summarize(table, self.shape_rows, self.loads, self.settings.judge_overhead_us)
 
-
-def run_cpu_bench(problem: Problem, candidate: Path, against: Path, *, seed: int, settings,
-                  cases: list[str] | None = None, aa: bool = False, names: tuple[str, str] = ("candidate", "against"),
-                  phase: Callable[..., None] | None = None, log: Log = print,
-                  progress: Callable[[dict], None] | None = None) -> dict:
-    """Benchmark ``candidate`` against ``against`` on the CPU; return result.json's bench fields."""
-    started = time.monotonic()
-    identity = {"problem": problem.name, "candidate": names[0], "against": names[1], "aa": aa, "seed": seed,
-                "device": "cpu"}
-    bench = CpuBench(problem, candidate, against, seed=seed, settings=settings, cases=cases, phase=phase, log=log,
-                     progress=progress)
-    try:
-        bench.setup()
-        log(f"bench {names[0]} against {names[1]}{' (A/A)' if aa else ''}: {len(bench.cases)} cases, "
-            f"target +-{settings.rule.target_half_width:.2%}; {CPU_NOTE}")
-        table, stopped_by = bench.measure()
-        summary = bench.summary(table)
-    except BenchFailed as exc:  # the other side failing says nothing of this candidate: not its row
-        return error_result(str(exc), "usage" if exc.side == "against" else "candidate", **identity)
-    result = {
-        "kind": "bench", "status": "ok", "reason": CPU_NOTE, "notes": [CPU_NOTE], **identity, **summary,
-        "target_half_width": settings.rule.target_half_width, "stopped_by": stopped_by, "flush": None,
-        "threads": THREADS, "duration_s": round(time.monotonic() - started, 3),
-    }
-    if aa:
-        result["aa_floor"] = stats.aa_floor(summary["score_ci"])
-    else:
-        result["verdict"] = stats.verdict(summary["score_ci"], settings.aa_floor)
-    return result
+    def report(self, summary: dict) -> dict:
+        """result.json's CPU fields beside the summary."""
+        return {"reason": CPU_NOTE, "notes": [CPU_NOTE], "device": "cpu", "flush": None, "threads": THREADS}

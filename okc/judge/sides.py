@@ -38,8 +38,8 @@ from okc.judge.benchcases import BenchFailed
 from okc.judge.capture import CaptureError, Captured, OutputPlace, capture
 from okc.judge.loader import CandidateLoadError, load_candidate
 from okc.judge.problem import Case, Problem
+from okc.judge.settings import MAX_SLOTS
 
-MAX_SLOTS = 64  # copies x captures per side at most: each copy holds a clone of the weights
 MEMORY_SHARE = 0.4  # of the GPU memory free before setup, the most the copies of both sides may take
 REPACK_ALLOWANCE = 2  # a copy is counted as this many clones of the weights (a candidate may repack)
 SETUP_BUDGET_S = 20.0  # no further copy once the copies made so far took this long (okc.judge.sides.Sides.setup)
@@ -116,6 +116,10 @@ class Side:
         if not timing.is_graph(captured.graph):
             raise BenchFailed(f"{self.name} {case.key}: the capture did not produce a torch CUDA graph", self.name)
         captured.place = OutputPlace.of(captured.out)
+        if not captured.place.tensor:
+            out = captured.out
+            raise BenchFailed(f"{self.name} {case.key}: kernel_fn returned {type(out).__module__}.{type(out).__qualname__}, "
+                              "not exactly a CUDA torch.Tensor", self.name)
         if not keep_output:
             # Dropping the output hands its memory back to the case's pool, where the next
             # capture of this case finds it; the re-checks read it through captured.place.
@@ -201,6 +205,10 @@ class Sides:
             for per_case in side.captured:
                 self.dropped += per_case[self.slots:]
                 del per_case[self.slots:]
+
+    def slot_of(self, pair: int, name: str) -> int:
+        """Which graph slot side ``name`` replays in ``pair``."""
+        return pairs.slots(self.seed, pair, self.slots)[name]
 
     def graphs(self, pair: int, case: int) -> dict[str, Captured]:
         """Each side's graph of ``case`` for ``pair``."""

@@ -24,7 +24,8 @@ import numpy as np
 import torch
 
 from okc.judge import stats
-from okc.judge.bench import BenchSettings, scored_cases
+from okc.judge.benchcases import scored_cases
+from okc.judge.settings import BenchSettings
 from okc.judge.check import describe, is_cuda_error
 from okc.judge.cpu_timing import CPU_NOTE, NO_OVERHEAD
 from okc.judge.pairs import PairTable
@@ -91,40 +92,33 @@ def _bench_settings(settings: Settings, problem: Problem, on_cuda: bool) -> Benc
                 "target_half_width": settings.rule.target_half_width}
     if settings.overhead_us is not None:
         rule["overhead_us"] = settings.overhead_us
+    # No re-checks: a sweep ranks points, and the funnel checks a point before it becomes a candidate
+    # (whose okc bench re-checks it).
+    rule["rechecks"] = False
     return BenchSettings.from_options(rule if on_cuda else {**NO_OVERHEAD, **rule}, problem)
 
 
-def _time_cuda(problem: Problem, candidate: Path, baseline: Path, cases: list[str], settings: Settings,
-               device: torch.device, seed: int, phase, log) -> tuple[PairTable, str, float, dict]:
-    """The paired bench itself (okc.judge.bench) on ``cases``: the judge's protocol, nothing re-implemented."""
+def _time(problem: Problem, candidate: Path, baseline: Path, cases: list[str], settings: Settings,
+          device: torch.device, seed: int, phase, log) -> tuple[PairTable, str, float, dict]:
+    """The paired bench itself (okc.judge.bench on a GPU, okc.judge.cpu_timing on a CPU) on ``cases``:
+    the judge's protocol, nothing re-implemented (on a CPU enough to rank points, not judge-equivalent)."""
     from okc.judge.bench import Bench
-
-    bench_settings = _bench_settings(settings, problem, on_cuda=True)
-    bench = Bench(problem, candidate, baseline, device=device, seed=seed, settings=bench_settings, cases=cases,
-                  phase=phase, log=log)
-    bench.setup()
-    table, stopped_by = bench.measure()
-    return table, stopped_by, bench_settings.judge_overhead_us, {"flush": bench.flush.describe(),
-                                                                 "persisting_l2": bench.persisting.done()}
-
-
-def _time_cpu(problem: Problem, candidate: Path, baseline: Path, cases: list[str], settings: Settings,
-              device: torch.device, seed: int, phase, log) -> tuple[PairTable, str, float, dict]:
-    """The CPU bench (okc.judge.cpu_timing) on ``cases``: enough to rank points, not judge-equivalent."""
     from okc.judge.cpu_timing import CpuBench
 
-    bench_settings = _bench_settings(settings, problem, on_cuda=False)
-    bench = CpuBench(problem, candidate, baseline, seed=seed, settings=bench_settings, cases=cases, phase=phase,
-                     log=log)
+    on_cuda = device.type == "cuda"
+    bench_settings = _bench_settings(settings, problem, on_cuda=on_cuda)
+    bench = (Bench if on_cuda else CpuBench)(problem, candidate, baseline, device=device, seed=seed,
+                                             settings=bench_settings, cases=cases, phase=phase, log=log)
     bench.setup()
     table, stopped_by = bench.measure()
-    return table, stopped_by, bench_settings.judge_overhead_us, {}
+    extra = {"flush": bench.flush.describe(), "persisting_l2": bench.persisting.done()} if on_cuda else {}
+    return table, stopped_by, bench_settings.judge_overhead_us, extra
 
 
 def run_time(problem: Problem, candidate: Path, baseline: Path, *, cases: list[str], settings: Settings,
              device: torch.device, seed: int, phase: Callable[..., None], log: Callable[[str], None]) -> dict:
     """Time ``candidate`` against ``baseline`` on ``cases``; result.json's fields."""
-    from okc.judge.bench import BenchFailed
+    from okc.judge.benchcases import BenchFailed
     from okc.judge.timing import TimingError
 
     started = time.monotonic()
@@ -138,8 +132,7 @@ def run_time(problem: Problem, candidate: Path, baseline: Path, *, cases: list[s
                 "duration_s": round(time.monotonic() - started, 3)}
 
     try:
-        timed = _time_cuda if on_cuda else _time_cpu
-        table, stopped_by, overhead_us, extra = timed(problem, candidate, baseline, cases, settings, device, seed,
+        table, stopped_by, overhead_us, extra = _time(problem, candidate, baseline, cases, settings, device, seed,
                                                       phase, log)
     except BenchFailed as exc:  # the baseline failing is the sweep's fault, not the point's
         return ended("error", str(exc), "usage") if exc.side == "against" else ended("fail", str(exc))

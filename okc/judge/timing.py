@@ -36,6 +36,7 @@ _Stream = torch.cuda.Stream
 _set_stream = getattr(torch._C, "_cuda_setStream", None)
 _get_stream = getattr(torch._C, "_cuda_getCurrentStream", None)
 _device_synchronize = getattr(torch._C, "_cuda_synchronize", None)
+_copy = torch._C.TensorBase.copy_  # inputs in, re-checked outputs out: never a candidate's rebinding
 
 FLUSH_MIN_BYTES = 256 * 2**20  # SPEC 4.5: at least 256 MB ...
 FLUSH_L2_MULTIPLE = 2  # ... and at least twice the L2
@@ -243,15 +244,17 @@ class PersistingL2:
 
 @dataclass(frozen=True)
 class Step:
-    """Copies (dst, src) done first, then one timed replay per graph, in order."""
+    """Copies (dst, src) done first, then one timed replay per graph, in order; ``outputs`` (one
+    (dst, src) or None per graph) copies what a replay wrote, after its end event: outside its window."""
 
     timed: tuple = ()
     copies: tuple = ()
+    outputs: tuple = ()
 
     @property
     def ops(self) -> int:
         """Stream operations this step enqueues: a copy each, flush + 2 events + replay per graph."""
-        return len(self.copies) + 4 * len(self.timed)
+        return len(self.copies) + 4 * len(self.timed) + sum(out is not None for out in self.outputs)
 
 
 @dataclass
@@ -316,13 +319,15 @@ class Protocol:
             kernels.hold_kernel[(1,)](self.release, self.status, slot, self.epoch, self.timeout_ns, num_warps=1)
             for step in steps:
                 for dst, src in step.copies:
-                    dst.copy_(src)
-                for graph in step.timed:
+                    _copy(dst, src)
+                for index, graph in enumerate(step.timed):
                     start, end = next(pairs)
                     self.flush.run()
                     _record(start, stream)
                     _replay(graph)
                     _record(end, stream)
+                    if index < len(step.outputs) and step.outputs[index] is not None:
+                        _copy(*step.outputs[index])
         self._release[0] = self.epoch  # the whole batch is enqueued: let it go
         return batch
 

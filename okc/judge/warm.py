@@ -21,7 +21,10 @@ from pathlib import Path
 import torch
 
 from okc.judge import timing
-from okc.judge.bench import BenchSettings, PersistingReport, Runner
+from okc.judge.bench import PersistingReport
+from okc.judge.gpu_clock import GpuClock
+from okc.judge.loop import PairLoop
+from okc.judge.settings import BenchSettings
 from okc.judge.benchcases import INPUT_SETS, case_load_matrix, make_inputs, scored_cases, scored_loads, shape_rows
 from okc.judge.problem import Problem
 from okc.judge.seeds import derive_seed
@@ -160,10 +163,10 @@ class CudaScreener:
         sides = Sides(side, self.baseline, copies=self.copies, captures=self.settings.captures,
                       seed=self.slot_seed)
         sides.inputs = self.inputs
-        runner = Runner(self.protocol, sides, self.overhead, self.pool, self.matrix, self.settings,
-                        lambda state: None, self.log)
-        runner.warm_up()
-        table, _ = runner.run()
+        loop = PairLoop(GpuClock(self.protocol, sides, self.overhead[0], self.pool, self.settings), len(self.cases),
+                        self.matrix, self.settings, lambda state: None, self.log)
+        loop.warm_up()
+        table, _ = loop.run()
         rows = summarize(table, self.cases, self.settings.judge_overhead_us)
         return rows, table.complete
 
@@ -210,35 +213,19 @@ class CpuScreener:
                  device: torch.device, seed: int, log: Callable[[str], None]) -> None:
         from okc.judge.cpu_timing import CpuBench
 
-        self.problem, self.settings, self.device, self.seed = problem, settings, device, seed
+        self.problem, self.settings, self.device, self.seed, self.baseline = problem, settings, device, seed, baseline
         self.cases = scored_cases(problem, cases)
-        # The bench's own candidate side is replaced by each point's; its baseline side stays.
+        # The bench's candidate side is replaced by each point's; its baseline side stays.
         self.bench = CpuBench(problem, baseline, baseline, seed=seed, settings=settings, cases=cases, log=log)
         self.side = None
 
     def setup(self) -> None:
-        """What CpuBench.setup does for the baseline: import, prepare, the input pool. BenchFailed."""
-        from okc.judge.cpu_timing import CPU
-
-        bench, problem = self.bench, self.problem
-        baseline = bench.sides["baseline"]
-        baseline.load()
-        self.weights = problem.make_weights(derive_seed(self.seed, "weights"), CPU)
-        baseline.prepare(problem, self.weights)
-        bench.pool = make_inputs(problem, self.cases, self.seed, "input", INPUT_SETS, CPU)
-        bench.shape_rows = shape_rows(problem, self.cases, bench.pool[0])
-        baseline.inputs = [x.clone() for x in bench.pool[0]]
+        """What CpuBench.setup does, less the candidate: weights, inputs, the loop, the baseline. BenchFailed."""
+        self.bench.setup_shared()
+        self.bench.add_side("baseline", self.baseline)
 
     def time_point(self, source: Path, step: Step) -> tuple[list[dict], int]:
-        from okc.judge.cpu_timing import CpuSide
-
-        step("load")
-        self.side = side = CpuSide("candidate", source)
-        side.load()
-        step("prepare")
-        side.prepare(self.problem, self.weights)
-        side.inputs = [x.clone() for x in self.bench.pool[0]]
-        self.bench.sides["candidate"] = side
+        self.side = self.bench.add_side("candidate", source, step)
         step("time")
         table, _ = self.bench.measure()
         rows = summarize(table, self.cases, self.settings.judge_overhead_us)

@@ -1,0 +1,183 @@
+"""The one bench loop (SPEC 4.5): pairs of timed calls until the stopping rule says enough, over any clock.
+
+Every paired bench runs this loop, on a GPU or a CPU, for ``okc bench`` and for a sweep's
+``time`` and ``screen`` jobs alike. It owns what must not differ between them: the pairs'
+order and batches (okc.judge.pairs), the warm-up, when the stopping rule is consulted and on
+which pairs, voided batches, progress, and which timed units are re-checks
+(okc.judge.recheck). What a clock owns is how a batch of units is timed:
+
+- okc.judge.gpu_clock: CUDA graph replays enqueued behind a hold kernel, each between two
+  events after a cold-L2 flush, with up to ``in_flight`` batches queued;
+- okc.judge.cpu_timing: eager calls between two ``perf_counter_ns`` reads, one batch at a time.
+
+A clock's ``submit(units, number, rechecks)`` starts a batch (``rechecks``: unit index ->
+re-check round) and ``collect(handle, units)`` returns its times in the order the pair table
+files them, with the re-checked outputs; ``discard(handle)`` drops a batch after a void.
+The garbage collector is frozen and paused while pairs run: a collection takes hundreds of
+milliseconds in a process holding torch, and nothing the loop makes needs one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import time
+from collections import deque
+from collections.abc import Callable
+from contextlib import contextmanager
+from typing import Protocol
+
+import numpy as np
+
+from okc.judge import pairs, stats
+from okc.judge.benchcases import BenchFailed
+from okc.judge.pairs import PairTable, Unit
+from okc.judge.recheck import FINAL, Recheck, Schedule
+from okc.judge.timing import HoldTimeout, TimingError
+
+MAX_HOLD_RETRIES = 3  # voided batches tolerated (each halves the batch) before giving up
+PROGRESS_INTERVAL_S = 0.2  # progress.json is rewritten at most this often (the CLI polls at that pace)
+
+
+class Clock(Protocol):
+    in_flight: int  # batches the loop may keep started and not yet collected
+    slots: int  # graph slots a side replays in turn (okc.judge.pairs.slots); 1 without copies
+    slot_seed: int
+
+    def submit(self, units: list[Unit], number: int, rechecks: dict[int, int | str]) -> object: ...
+
+    def collect(self, handle: object, units: list[Unit]) -> tuple[np.ndarray, list[tuple[Recheck, object]]]: ...
+
+    def discard(self, handle: object) -> None: ...
+
+
+@contextmanager
+def quiet_heap():
+    """The collector frozen (what exists now is never scanned again) and paused, for the timed loop."""
+    collecting = gc.isenabled()
+    gc.collect()
+    gc.freeze()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+        if collecting:
+            gc.enable()
+
+
+class PairLoop:
+    """Pairs of timed units on ``clock``, pipelined, until the stopping rule says enough."""
+
+    def __init__(self, clock: Clock, cases: int, matrix: np.ndarray, settings, progress: Callable[[dict], None],
+                 log: Callable[[str], None], schedule: Schedule | None = None) -> None:
+        self.clock, self.cases, self.matrix, self.settings = clock, cases, matrix, settings
+        self.progress, self.log, self.schedule = progress, log, schedule
+        self.staged: dict[tuple, tuple[Recheck, object]] = {}  # the re-checked outputs, by (round, case, side)
+
+    @property
+    def rule(self) -> stats.StoppingRule:
+        """The settings' rule, its minimum raised so that every graph slot replays twice (pairs.slot_floor)."""
+        rule = self.settings.rule
+        floor = min(rule.max_pairs, max(rule.min_pairs, pairs.slot_floor(self.clock.slots)))
+        return dataclasses.replace(rule, min_pairs=floor)
+
+    def _rechecks(self, units: list[Unit]) -> dict[int, int | str]:
+        if self.schedule is None:
+            return {}
+        found = {}
+        for index, unit in enumerate(units):
+            due = self.schedule.at(unit.pair) if unit.case is not None else None
+            if due is not None and due[1] == unit.case:
+                found[index] = due[0]
+        return found
+
+    def _keep(self, outputs: list[tuple[Recheck, object]]) -> None:
+        for recheck, out in outputs:
+            self.staged[(recheck.round, recheck.case, recheck.side)] = (recheck, out)
+
+    def warm_up(self) -> None:
+        """Pairs run and thrown away first (clocks ramp up, first replays are slow)."""
+        for number, units in enumerate(pairs.plan(0, self.settings.warmup_pairs, self.cases, self.settings.batch_ops)):
+            self.clock.collect(self.clock.submit(units, number, {}), units)
+
+    def final_rechecks(self, pair: int) -> None:
+        """Every case on both sides once more, after the last timed pair (times dropped)."""
+        if self.schedule is None:
+            return
+        units = [Unit(pair, case) for case in range(self.cases)]
+        for start in range(0, len(units), max(1, self.settings.batch_ops // pairs.OPS_PER_CASE)):
+            part = units[start:start + max(1, self.settings.batch_ops // pairs.OPS_PER_CASE)]
+            _, outputs = self.clock.collect(self.clock.submit(part, -1, {i: FINAL for i in range(len(part))}), part)
+            self._keep(outputs)
+
+    def run(self) -> tuple[PairTable, str]:
+        with quiet_heap():
+            return self._run()
+
+    def _run(self) -> tuple[PairTable, str]:
+        rule, budget, clock = self.rule, self.settings.batch_ops, self.clock
+        table = PairTable(self.cases, rule.max_pairs, slot_plan=(clock.slot_seed, clock.slots) if clock.slots > 1 else None)
+        batches = deque(pairs.plan(0, rule.max_pairs, self.cases, budget))
+        pending: deque = deque()
+        stopped_by, half, score, next_check, voided, last_progress, number = None, None, None, rule.min_pairs, 0, 0.0, 0
+        while True:
+            while batches and stopped_by is None and len(pending) < clock.in_flight:
+                units = batches.popleft()
+                pending.append((clock.submit(units, number, self._rechecks(units)), units))
+                number += 1
+            if not pending:
+                if stopped_by in ("target", "placement"):
+                    stopped_by = self._decide_again(table)
+                    if stopped_by is None:
+                        next_check = table.complete + 1
+                        continue
+                break
+            handle, units = pending.popleft()
+            try:
+                times, outputs = clock.collect(handle, units)
+            except HoldTimeout as exc:
+                voided += 1
+                if voided > MAX_HOLD_RETRIES:
+                    raise TimingError(str(exc)) from None
+                self.log(f"voided a batch ({exc}); retrying with batches of {budget // 2} ops")
+                while pending:
+                    clock.discard(pending.popleft()[0])
+                table.truncate()
+                budget = max(pairs.OPS_PER_CASE, budget // 2)
+                batches = deque(pairs.plan(table.complete, rule.max_pairs - table.complete, self.cases, budget))
+                continue
+            table.record(units, times)
+            self._keep(outputs)
+            if stopped_by is None and table.complete >= min(next_check, rule.max_pairs):
+                found = pairs.quad_stats(table, self.matrix, self.settings.judge_overhead_us)
+                if found is None:
+                    raise BenchFailed("a load's time minus the fixed overhead is not positive: "
+                                      "the calls do (almost) nothing")
+                estimate, weighed = found.score, found.precision()
+                half, score = estimate.half_width, estimate.value
+                stopped_by = rule.decide(table.complete, weighed)
+                next_check = rule.next_check(table.complete)
+                self.log(f"{table.complete} pairs: score {estimate.value:.4f} [{estimate.lo:.4f}, {estimate.hi:.4f}] "
+                         f"+-{half:.2%} (the slots' luck +-{weighed.luck:.2%}), widest load "
+                         f"+-{max(width for width, _ in weighed.loads):.2%}")
+                if stopped_by == "placement":
+                    self.log(f"stopped short of the target: the luck of where the {clock.slots} slots a side "
+                             "landed keeps the CI over it, whatever the pairs (more copies would narrow it)")
+            if time.monotonic() - last_progress > PROGRESS_INTERVAL_S or stopped_by:
+                last_progress = time.monotonic()
+                self.progress({"pairs": table.complete, "half_width": half, "score": score,
+                               "target": rule.target_half_width, "max_pairs": rule.max_pairs})
+        return table, stopped_by or "cap"
+
+    def _decide_again(self, table: PairTable) -> str | None:
+        """The stopping decision over every recorded pair, the ones in flight at the first decision too.
+
+        The reported half-width is computed over all of them, so the rule must hold on all of them
+        (None: they pushed the CI back over the target, and sampling goes on).
+        """
+        rule = self.rule
+        if table.complete >= rule.max_pairs:
+            return "cap"
+        found = pairs.quad_stats(table, self.matrix, self.settings.judge_overhead_us)
+        return None if found is None else rule.decide(table.complete, found.precision())

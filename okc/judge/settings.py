@@ -1,0 +1,97 @@
+"""A bench's settings: job.json's ``bench`` object, parsed once, every value checked (SPEC 4.5).
+
+Standard library and numpy only (the job's options are checked on the laptop too, before any
+job folder exists). The knobs of the protocol itself (layout, input copy, shared outputs,
+re-checks) are here too, so a result can say which protocol produced its number.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from okc.judge import pairs, stats
+
+if TYPE_CHECKING:
+    from okc.judge.problem import Problem
+
+WARMUP_PAIRS = 3  # pairs run and thrown away first: clocks ramp up, first replays are slow
+# Imports of each side's candidate (own weights each) and graphs per copy and case, replayed on
+# a seeded balanced schedule: they average the placement of what the sides cannot share
+# (okc.judge.sides; measured in benchmarks/NOTES.md, issue 15). Copies: None = as many as the
+# target needs (okc.judge.sides.copies_for_target: 64 at +-0.2%, 12 at +-0.5%).
+DEFAULT_COPIES = None
+DEFAULT_CAPTURES = 1
+MAX_SLOTS = 64  # copies x captures per side at most: each copy holds a clone of the weights
+LAYOUTS = ("paired", "solo")
+INPUT_COPIES = ("pair", "replay")
+DEFAULT_OVERHEAD_US = 4.0
+MAX_OVERHEAD_US = 1e3  # a fixed replay cost this large is a typo, not a measurement
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    """A bench's knobs, from job.json's ``bench`` object (every one optional)."""
+
+    rule: stats.StoppingRule = field(default_factory=stats.StoppingRule)
+    judge_overhead_us: float = DEFAULT_OVERHEAD_US
+    flush: str = "read"
+    aa_floor: float = stats.DEFAULT_AA_FLOOR
+    batch_ops: int = pairs.BATCH_OPS
+    warmup_pairs: int = WARMUP_PAIRS
+    copies: int | None = DEFAULT_COPIES  # imports per side, each with its own weights (okc.judge.sides)
+    captures: int = DEFAULT_CAPTURES  # graphs per copy and case
+    layout: str = "paired"  # "paired": the sides alternate case by case; "solo": each batch times one side alone
+    input_copy: str = "pair"  # "pair": one fresh-input copy per case and pair; "replay": one before every replay
+    shared_outputs: bool = True  # each capture's output let go, so the next capture of the case reuses its memory
+    rechecks: bool = True  # timed outputs re-checked during and after the run (okc.judge.recheck)
+
+    @classmethod
+    def from_options(cls, options: dict, problem: Problem) -> BenchSettings:
+        """Parse ``options``; ValueError names the bad one."""
+        known = {"target_half_width", "min_pairs", "max_pairs", "overhead_us", "flush", "aa_floor", "batch_ops",
+                 "warmup_pairs", "copies", "captures", "layout", "input_copy", "shared_outputs", "rechecks"}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise ValueError(f"unknown bench setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        rule_options = {k: options[k] for k in ("target_half_width", "min_pairs", "max_pairs") if k in options}
+        overhead = options.get("overhead_us", problem.judge_overhead_us)
+        if isinstance(overhead, bool) or not isinstance(overhead, (int, float)) or not 0 <= overhead < MAX_OVERHEAD_US:
+            raise ValueError(f"overhead_us must be a number of microseconds from 0 to below {MAX_OVERHEAD_US:g}, got {overhead!r}")
+        if options.get("flush", "read") not in ("read", "write"):
+            raise ValueError(f"flush must be 'read' or 'write', got {options['flush']!r}")
+        aa_floor = options.get("aa_floor", stats.DEFAULT_AA_FLOOR)
+        if isinstance(aa_floor, bool) or not isinstance(aa_floor, (int, float)) or not 0 <= aa_floor < 1:
+            raise ValueError(f"aa_floor is relative (0.005 = 0.5%), got {aa_floor!r}")
+        batch_ops = options.get("batch_ops", pairs.BATCH_OPS)
+        if isinstance(batch_ops, bool) or not isinstance(batch_ops, int) or batch_ops < pairs.OPS_PER_CASE:
+            raise ValueError(f"batch_ops must be an integer >= {pairs.OPS_PER_CASE}, got {batch_ops!r}")
+        warmup = options.get("warmup_pairs", WARMUP_PAIRS)
+        if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+            raise ValueError(f"warmup_pairs must be an integer >= 0, got {warmup!r}")
+        copies, captures = options.get("copies", DEFAULT_COPIES), options.get("captures", DEFAULT_CAPTURES)
+        for name, value in (("copies", copies), ("captures", captures)):
+            if value is None and name == "copies":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SLOTS:
+                raise ValueError(f"{name} must be an integer from 1 to {MAX_SLOTS}, got {value!r}")
+        if (copies or 1) * captures > MAX_SLOTS:
+            raise ValueError(f"copies x captures must be at most {MAX_SLOTS}, got {copies} x {captures}")
+        layout, input_copy = options.get("layout", "paired"), options.get("input_copy", "pair")
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+        if input_copy not in INPUT_COPIES:
+            raise ValueError(f"input_copy must be one of {', '.join(INPUT_COPIES)}, got {input_copy!r}")
+        shared, rechecks = options.get("shared_outputs", True), options.get("rechecks", True)
+        for name, value in (("shared_outputs", shared), ("rechecks", rechecks)):
+            if not isinstance(value, bool):
+                raise ValueError(f"{name} must be true or false, got {value!r}")
+        return cls(rule=stats.StoppingRule(**rule_options), judge_overhead_us=float(overhead),
+                   flush=options.get("flush", "read"), aa_floor=float(aa_floor), batch_ops=batch_ops,
+                   warmup_pairs=warmup, copies=copies, captures=captures, layout=layout, input_copy=input_copy,
+                   shared_outputs=shared, rechecks=rechecks)
+
+    def protocol(self) -> dict:
+        """Which protocol a result's numbers come from (result.json's ``protocol``)."""
+        return {"layout": self.layout, "input_copy": "replay" if self.layout == "solo" else self.input_copy,
+                "shared_outputs": self.shared_outputs, "rechecks": self.rechecks, "flush": self.flush}
