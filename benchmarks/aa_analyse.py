@@ -6,7 +6,7 @@ Runs on the CPU, over the ``raw/*.npz`` files aa_bias.py leaves under $OUT. Per 
   against those where it went second (A/A: the ratio of the second side's time to the first's);
 - each estimator's value and CI: the median over pairs (SPEC 4.5 as it was), and the median
   over quads of their geometric mean (four pairs on the same slots, both orders twice), alone
-  and widened by the slots' luck as okc.judge.pairs.summarize does;
+  and widened by the slots' luck as okc.judge.pairs.result_numbers does;
 - the placement luck of one copy: the sd of the per-slot medians of each side, less what the
   sampling noise alone gives them (from a permutation of the slot labels), and the split-half
   correlation of the per-slot offsets (near 1: a fixed effect; near 0: noise).

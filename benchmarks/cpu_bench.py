@@ -20,28 +20,34 @@ import numpy as np  # noqa: E402
 
 from okc.judge import pairs, stats  # noqa: E402
 from okc.judge.bench import BenchSettings  # noqa: E402
-from okc.judge.cpu_timing import CpuBench  # noqa: E402
+from okc.judge.cpu_timing import CpuBench, CpuClock  # noqa: E402
 from okc.problems.tiny_matvec import PROBLEM  # noqa: E402
 
 SEEDS = (11, 22, 33)
 MATMUL = REPO / "okc" / "problems" / "tiny_matvec" / "solutions" / "correct" / "matmul.py"
 
 
-class ColdBench(CpuBench):
-    """The same bench without the untimed warm calls: what the design replaced."""
+class ColdClock(CpuClock):
+    """The CPU clock without the untimed warm call each side makes: what the design replaced."""
 
-    def time_unit(self, unit):
-        if unit.case is None:
-            return super().time_unit(unit)
-        fresh = self.pool[unit.pair % len(self.pool)][unit.case]
-        for side in self.sides.values():
-            side.inputs[unit.case].copy_(fresh)
-        case = self.cases[unit.case]
-        return np.array([self.sides[name].call(self.problem, case, unit.case) for name in pairs.order(unit.pair)])
+    def _unit(self, unit, names, round_, found, index, outputs):
+        case, fresh = self.cases[unit.case], self._fresh(unit, round_)
+        for name in names:
+            self.sides[name].inputs[unit.case].copy_(fresh)
+        for name in names:
+            found[(index, name)], _ = self.sides[name].call(self.problem, case, unit.case)
+
+
+class ColdBench(CpuBench):
+    def setup_shared(self):
+        super().setup_shared()
+        warm = self.loop.clock
+        self.loop.clock = ColdClock(warm.problem, warm.cases, warm.sides, warm.pool, warm.settings, warm.recheck_inputs)
 
 
 def run(label: str, kind: type, candidate: Path, seed: int, count: int) -> None:
-    settings = BenchSettings(rule=stats.StoppingRule(min_pairs=count, max_pairs=count), judge_overhead_us=0.0)
+    settings = BenchSettings(rule=stats.StoppingRule(min_pairs=count, max_pairs=count), judge_overhead_us=0.0,
+                             rechecks=False)
     bench = kind(PROBLEM, candidate, PROBLEM.baseline_source, seed=seed, settings=settings, log=lambda text: None)
     started = time.monotonic()
     bench.setup()

@@ -142,7 +142,7 @@ def test_summary_subtracts_the_overhead_per_call_and_sums_loads():
     table = PairTable(cases=3, capacity=60)
     # Raw times include a 4 us fixed cost per call; the measured overhead samples read 5 us.
     fill(table, 0, 60, candidate=[9.0, 14.0, 24.0], baseline=[14.0, 24.0, 24.0], overhead=5.0)
-    summary = pairs.summarize(table, SHAPES, ["one", "eight"], [1, 8], judge_overhead_us=4.0)
+    summary = pairs.result_numbers(table, SHAPES, ["one", "eight"], [1, 8], judge_overhead_us=4.0)
     one, eight = summary["loads"]
     assert one["baseline_us"] == 30.0 and one["candidate_us"] == 15.0 and one["speedup"] == 2.0
     assert eight["speedup"] == 1.0 and eight["ci"] == [1.0, 1.0]
@@ -160,7 +160,7 @@ def test_summary_refuses_loads_that_do_nothing():
     table = PairTable(cases=3, capacity=10)
     fill(table, 0, 10, candidate=[4.0, 3.9, 10.0], baseline=[10.0] * 3, overhead=4.0)
     with pytest.raises(ValueError, match="not positive"):
-        pairs.summarize(table, SHAPES, ["one", "eight"], [1, 8], judge_overhead_us=4.0)
+        pairs.result_numbers(table, SHAPES, ["one", "eight"], [1, 8], judge_overhead_us=4.0)
 
 
 # --- the pairs loop, on a simulated GPU --------------------------------------------------------

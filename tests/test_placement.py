@@ -26,7 +26,7 @@ def aa_run(seed: int, pair_count: int, *, copies: int = 1, luck_sd: float = 0.0,
     runner = simulated_runner(gpu, SAME, SAME, LOADS, settings(copies=copies, min_pairs=pair_count,
                                                                 max_pairs=pair_count), luck=luck)
     table, _ = runner.run()
-    return pairs.summarize(table, SHAPES, ["one", "eight"], [1, 8], judge_overhead_us=4.0)
+    return pairs.result_numbers(table, SHAPES, ["one", "eight"], [1, 8], judge_overhead_us=4.0)
 
 
 def covers_one(interval) -> bool:
@@ -210,7 +210,7 @@ def test_a_run_whose_copies_differ_more_than_the_target_stops_on_placement():
                                                                 target_half_width=0.002), luck=luck)
     table, stopped_by = runner.run()
     assert stopped_by == "placement" and table.complete < 2000
-    summary = pairs.summarize(table, SHAPES, ["one", "eight"], [1, 8], judge_overhead_us=4.0)
+    summary = pairs.result_numbers(table, SHAPES, ["one", "eight"], [1, 8], judge_overhead_us=4.0)
     assert summary["half_width"] > 0.002 and covers_one(summary["score_ci"])
 
 

@@ -24,7 +24,7 @@ import torch
 from okc.judge import cpu_timing, envinfo, timing
 from okc.judge.benchcases import (
     INPUT_SETS, BenchFailed, case_load_matrix, make_inputs, recheck_inputs, run_paired, scored_cases, scored_loads,
-    shape_rows, summarize,
+    shape_rows, bench_summary,
 )
 from okc.judge.gpu_clock import GpuClock
 from okc.judge.loop import PairLoop
@@ -147,7 +147,7 @@ class Bench:
         self.seconds[name] = round(time.monotonic() - started, 3)
 
     def summary(self, table: PairTable) -> dict:
-        return summarize(table, self.shape_rows, self.loads, self.settings.judge_overhead_us)
+        return bench_summary(table, self.shape_rows, self.loads, self.settings.judge_overhead_us)
 
     def report(self, summary: dict) -> dict:
         """result.json's GPU fields beside the summary."""

@@ -84,12 +84,12 @@ def case_load_matrix(cases: list[Case], loads: list):
     return pairs.load_matrix([names.index(case.load) for case in cases], len(names))
 
 
-def summarize(table, shape_rows: list[dict], loads: list, overhead_us: float) -> dict:
+def bench_summary(table, shape_rows: list[dict], loads: list, overhead_us: float) -> dict:
     """result.json's per-shape, per-load and score fields from a finished pair table (both benches)."""
     from okc.judge import pairs
 
     try:
-        return pairs.summarize(table, shape_rows, [load.name for load in loads], [load.m for load in loads], overhead_us)
+        return pairs.result_numbers(table, shape_rows, [load.name for load in loads], [load.m for load in loads], overhead_us)
     except ValueError as exc:
         raise BenchFailed(str(exc)) from None
 

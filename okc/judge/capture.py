@@ -59,15 +59,19 @@ class OutputPlace:
     dtype: torch.dtype | None = None
     device: int = 0
 
+    cuda: bool = False
+
     @classmethod
     def of(cls, out: object) -> OutputPlace:
-        if type(out) is not torch.Tensor or not out.is_cuda:
+        if type(out) is not torch.Tensor:
             return cls(tensor=False)
-        return cls(True, _data_ptr(out), tuple(_shape(out)), tuple(_stride(out)), _dtype(out), out.device.index or 0)
+        cuda = bool(_is_cuda(out))
+        return cls(True, _data_ptr(out), tuple(_shape(out)), tuple(_stride(out)), _dtype(out),
+                   _device(out).index or 0 if cuda else 0, cuda)
 
     def view(self) -> torch.Tensor:
         """A tensor over the output's memory, owning nothing; valid while the graph lives."""
-        if not self.tensor:
+        if not (self.tensor and self.cuda):
             raise ValueError("the captured call returned no CUDA tensor")
         itemsize = torch.empty((), dtype=self.dtype).element_size()
         interface = {"shape": self.shape, "strides": tuple(s * itemsize for s in self.stride),
@@ -88,6 +92,8 @@ _data_ptr = torch._C.TensorBase.data_ptr
 _shape = torch._C.TensorBase.size
 _stride = torch._C.TensorBase.stride
 _dtype = torch._C.TensorBase.dtype.__get__
+_is_cuda = torch._C.TensorBase.is_cuda.__get__
+_device = torch._C.TensorBase.device.__get__
 _as_tensor = torch.as_tensor
 _TYPESTR = {torch.float32: "<f4", torch.float16: "<f2", torch.float64: "<f8", torch.int32: "<i4",
             torch.int64: "<i8", torch.int16: "<i2", torch.int8: "|i1", torch.uint8: "|u1", torch.bool: "|b1"}

@@ -32,7 +32,7 @@ import torch
 from okc.judge import pairs
 from okc.judge.benchcases import (
     INPUT_SETS, BenchFailed, case_load_matrix, make_inputs, recheck_inputs, scored_cases, scored_loads, shape_rows,
-    summarize,
+    bench_summary,
 )
 from okc.judge.loader import CandidateLoadError, load_candidate
 from okc.judge.loop import PairLoop
@@ -238,7 +238,7 @@ class CpuBench:
         return table, stopped_by
 
     def summary(self, table: PairTable) -> dict:
-        return summarize(table, self.shape_rows, self.loads, self.settings.judge_overhead_us)
+        return bench_summary(table, self.shape_rows, self.loads, self.settings.judge_overhead_us)
 
     def report(self, summary: dict) -> dict:
         """result.json's CPU fields beside the summary."""

@@ -52,7 +52,7 @@ class GpuClock:
             for name, captured in zip(self.sides.by_name, per_side):
                 place = captured[0].place
                 for round_ in rounds:
-                    if place is not None and place.tensor:
+                    if place is not None and place.tensor and place.cuda:
                         self._staging[(round_, case, name)] = torch.empty(place.shape, dtype=place.dtype,
                                                                           device=self.protocol.device)
 

@@ -248,7 +248,7 @@ def score(table: PairTable, matrix: np.ndarray, overhead_us: float, resamples: i
     return None if ratios is None else _score(stats.quads(ratios), table.quad_slots(), resamples, seed)[0]
 
 
-def summarize(table: PairTable, shapes: list[dict], load_names: list[str], load_ms: list[int],
+def result_numbers(table: PairTable, shapes: list[dict], load_names: list[str], load_ms: list[int],
               judge_overhead_us: float, seed: int = stats.BOOTSTRAP_SEED) -> dict:
     """result.json's numbers from the complete pairs.
 

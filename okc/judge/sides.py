@@ -119,7 +119,7 @@ class Side:
         if not captured.place.tensor:
             out = captured.out
             raise BenchFailed(f"{self.name} {case.key}: kernel_fn returned {type(out).__module__}.{type(out).__qualname__}, "
-                              "not exactly a CUDA torch.Tensor", self.name)
+                              "not exactly a torch.Tensor", self.name)
         if not keep_output:
             # Dropping the output hands its memory back to the case's pool, where the next
             # capture of this case finds it; the re-checks read it through captured.place.

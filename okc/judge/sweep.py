@@ -59,7 +59,7 @@ def parse_settings(bench: dict) -> Settings:
     return Settings(None, rule, overhead)
 
 
-def summarize(table: PairTable, cases: list[Case], overhead_us: float) -> list[dict]:
+def case_rows(table: PairTable, cases: list[Case], overhead_us: float) -> list[dict]:
     """Per case: median times and speedup with CIs."""
     candidate = table.side("candidate") - overhead_us
     baseline = table.side("baseline") - overhead_us
@@ -142,7 +142,7 @@ def run_time(problem: Problem, candidate: Path, baseline: Path, *, cases: list[s
         if not is_cuda_error(exc):
             raise
         return ended("fail", f"CUDA error, the context is lost: {describe(exc)}")
-    rows = summarize(table, scored_cases(problem, cases), overhead_us)
+    rows = case_rows(table, scored_cases(problem, cases), overhead_us)
     return {
         **base, **extra, "status": "ok", "reason": CPU_NOTE if notes else None, "timings": rows,
         "pairs": table.complete, "stopped_by": stopped_by, "overhead_us": {"subtracted": overhead_us},

@@ -29,7 +29,7 @@ from okc.judge.benchcases import INPUT_SETS, case_load_matrix, make_inputs, scor
 from okc.judge.problem import Problem
 from okc.judge.seeds import derive_seed
 from okc.judge.sides import Side, Sides, copies_that_fit
-from okc.judge.sweep import summarize
+from okc.judge.sweep import case_rows
 
 Step = Callable[[str], None]  # the screener names each step of a point as it starts it
 
@@ -167,7 +167,7 @@ class CudaScreener:
                         self.matrix, self.settings, lambda state: None, self.log)
         loop.warm_up()
         table, _ = loop.run()
-        rows = summarize(table, self.cases, self.settings.judge_overhead_us)
+        rows = case_rows(table, self.cases, self.settings.judge_overhead_us)
         return rows, table.complete
 
     def release(self) -> None:
@@ -228,7 +228,7 @@ class CpuScreener:
         self.side = self.bench.add_side("candidate", source, step)
         step("time")
         table, _ = self.bench.measure()
-        rows = summarize(table, self.cases, self.settings.judge_overhead_us)
+        rows = case_rows(table, self.cases, self.settings.judge_overhead_us)
         return rows, table.complete
 
     def release(self) -> None:

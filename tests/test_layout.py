@@ -1,0 +1,66 @@
+"""The bench's layouts (issue 21): "solo" times each side next to itself only, with the same
+graphs and inputs, so a paired score can be held against each side timed alone."""
+
+import dataclasses
+
+import numpy as np
+from simgpu import SimulatedGPU, settings, simulated_runner
+
+from okc.judge import pairs
+from okc.judge.settings import BenchSettings
+from okc.problems.tiny_matvec import PROBLEM as TINY
+
+COSTS_CANDIDATE = [30.0, 20.0, 40.0]
+COSTS_BASELINE = [20.0, 20.0, 30.0]
+LOADS = [0, 0, 1]
+SLOWDOWN = 0.05  # what the simulated GPU does to a baseline replay that follows a candidate replay
+
+
+class NeighbourGPU(SimulatedGPU):
+    """A GPU where the baseline runs SLOWDOWN slower right after the candidate: the kind of
+    interaction an A/A run cannot see (issue 21)."""
+
+    def submit(self, steps):
+        self.epoch += 1
+        times, previous = [], None
+        for step in steps:
+            for graph in step.timed:
+                cost = graph.cost
+                side = getattr(graph, "side", None)
+                if side == "baseline" and previous == "candidate":
+                    cost *= 1 + SLOWDOWN
+                times.append(cost * self.rng.lognormal(0.0, self.noise))
+                previous = side
+        return self.epoch, np.array(times)
+
+
+def _run(layout: str):
+    run_settings = dataclasses.replace(settings(min_pairs=400, max_pairs=400), layout=layout)
+    loop = simulated_runner(NeighbourGPU(seed=4, noise=0.01), COSTS_CANDIDATE, COSTS_BASELINE, LOADS, run_settings)
+    for name, side in loop.clock.sides.by_name.items():
+        for per_case in side.captured:
+            for slot in per_case:
+                slot.graph.side = name
+    table, _ = loop.run()
+    return pairs.quad_stats(table, loop.matrix, 4.0)
+
+
+def test_solo_reads_each_side_as_timed_alone_where_paired_is_pulled_by_the_neighbour():
+    truth = [(16 + 16) / (26 + 16), 26 / 36]  # baseline/candidate minus the 4 us overhead, per load
+    solo, paired = _run("solo"), _run("paired")
+    for (estimate, _), true in zip(solo.loads, truth):
+        assert estimate.lo <= true <= estimate.hi
+    # paired: the baseline pays the neighbour's slowdown in half the pairs, and the score reads high
+    assert all(estimate.lo > true for (estimate, _), true in zip(paired.loads, truth))
+
+
+def test_the_layout_and_input_copy_are_checked_and_named_in_the_protocol():
+    solo = BenchSettings.from_options({"layout": "solo"}, TINY)
+    assert solo.protocol()["layout"] == "solo" and solo.protocol()["input_copy"] == "replay"
+    for bad in ({"layout": "alone"}, {"input_copy": "never"}, {"shared_outputs": "yes"}, {"rechecks": 1}):
+        try:
+            BenchSettings.from_options(bad, TINY)
+        except ValueError as exc:
+            assert next(iter(bad)) in str(exc)
+        else:
+            raise AssertionError(f"{bad} was accepted")
