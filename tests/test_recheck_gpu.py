@@ -1,0 +1,50 @@
+"""Re-checks on a real GPU (issue 22; skipped without CUDA): candidates correct when checked and
+wrong when timed get no score, correct ones keep theirs. Jobs run through the launcher and the
+worker, as `okc bench` runs them."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from okc.jobs import runner
+from okc.lab.candidates import resolve
+from okc.lab.config import find_lab
+from okc.problems.muse_bf16_proj import PROBLEM
+
+pytestmark = pytest.mark.gpu
+
+TIMED_ONLY = sorted((Path(PROBLEM.baseline_source).parent / "solutions" / "timed_only").glob("*.py"))
+SHORT = {"max_pairs": 400}
+
+
+def _candidate(lab, source: Path, number: str):
+    shutil.copy(source, lab.candidates / f"{number}_{source.stem}.py")
+    return resolve(lab.candidates, number)
+
+
+@pytest.mark.parametrize("source", TIMED_ONLY, ids=[path.stem for path in TIMED_ONLY])
+def test_a_candidate_wrong_only_when_timed_is_invalid_not_scored(source):
+    lab = find_lab()
+    candidate = _candidate(lab, source, "050")
+    checked = runner.submit(lab, "check", candidate)
+    assert checked.result.status == "pass", checked.result.reason
+    benched = runner.submit(lab, "bench", candidate, bench=SHORT)
+    result = json.loads((benched.job_dir / "result.json").read_text())
+    assert result["status"] == "invalid", result.get("reason")
+    assert result.get("score") is None and result["rechecks"]["failures"][0]["side"] == "candidate"
+
+
+def test_the_baseline_and_001_pass_their_rechecks_at_a_small_cost():
+    lab = find_lab()
+    for name in ("0", "1"):
+        if not list(lab.candidates.glob(f"00{name}_*")):
+            shutil.copy(sorted((Path(__file__).resolve().parents[1] / "candidates").glob(f"00{name}_*.py"))[0],
+                        lab.candidates)
+        outcome = runner.submit(lab, "bench", resolve(lab.candidates, name), aa=name == "0", bench=SHORT)
+        result = json.loads((outcome.job_dir / "result.json").read_text())
+        assert result["status"] == "ok", result.get("reason")
+        rechecks = result["rechecks"]
+        assert rechecks["passed"] and rechecks["judged"] >= 2 * 30
+        assert rechecks["seconds"] < 0.05 * result["duration_s"] + 1.0
