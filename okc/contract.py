@@ -33,7 +33,8 @@ EXIT_FILE = "exit_code"  # written last: the job is over once it exists
 
 JOB_KINDS = ("check", "bench", "floor", "time", "screen")  # a screen job has points, no candidate (okc.judge.batch)
 DEVICES = ("auto", "cpu", "cuda")
-STATUSES = ("pass", "fail", "ok", "error", "timeout")
+# "invalid": a bench whose timed outputs failed their re-check (okc.judge.recheck): no score.
+STATUSES = ("pass", "fail", "ok", "error", "timeout", "invalid")
 PASSING = ("pass", "ok")
 # Whose fault an error is: the command line's, the candidate's, okc's, or the machine's (a lost
 # job); or nobody's (the user stopped it). Only candidate and infrastructure errors go in the ledger.
@@ -297,6 +298,8 @@ class JobResult:
     aa: bool = False
     aa_floor: float | None = None
     verdict: str | None = None
+    protocol: dict[str, Any] | None = None  # a bench's layout, input copy, shared outputs, re-checks, flush
+    rechecks: dict[str, Any] | None = None  # what the re-checks of a bench's timed outputs found
     gpu_name: str | None = None  # floor jobs
     gpu_uuid: str | None = None
     sizes: tuple[FloorSize, ...] = ()

@@ -19,8 +19,8 @@ from okc.lab.config import find_lab
 from okc.problems.tiny_matvec import PROBLEM as TINY
 
 TIMED_ONLY = sorted((Path(TINY.baseline_source).parent / "solutions" / "timed_only").glob("*.py"))
-# Small enough for a 2-core CI machine; every round of the schedule up to 200 pairs is reached.
-QUICK = {"target_half_width": 0.2, "min_pairs": 200, "max_pairs": 200}
+# Small enough for a 2-core CI machine: 120 pairs reach five rounds of the re-check schedule.
+QUICK = {"target_half_width": 0.2, "min_pairs": 120, "max_pairs": 120}
 
 
 @pytest.fixture
@@ -104,9 +104,9 @@ def test_a_correct_candidate_passes_its_rechecks_and_the_result_says_which_proto
     assert result["status"] == "ok", result["reason"]
     assert result["protocol"]["layout"] == "paired" and result["protocol"]["rechecks"] is True
     rechecks = result["rechecks"]
-    # every one of the 4 cases, both sides, in each round reached by 200 pairs, plus the final round
-    rounds = Schedule(4, 200).rounds
-    assert rechecks["passed"] and rechecks["judged"] == 2 * 4 * (rounds + 1)
+    # both sides of every unit the schedule names in 120 pairs, plus every case after the last pair
+    due = sum(Schedule(4, 120).at(pair) is not None for pair in range(120))
+    assert rechecks["passed"] and rechecks["judged"] == 2 * due + 2 * 4
     assert result["score"] is not None
 
 

@@ -84,6 +84,7 @@ def bench(
     min_pairs: int = typer.Option(50, "--min-pairs", help="Pairs before the stopping rule is consulted."),
     max_pairs: int = typer.Option(2000, "--max-pairs", help="Cap on pairs."),
     overhead_us: Optional[float] = typer.Option(None, "--overhead-us", help="Fixed replay cost to subtract (default: the judge's)."),
+    solo: bool = typer.Option(False, "--solo", help="Time each side alone (blocks of its own replays; same graphs, flush, inputs)."),
     fmt: str = "table",
 ) -> None:
     """Paired benchmark against the baseline (or another candidate): score with a 95% CI; records it.
@@ -94,7 +95,7 @@ def bench(
     from okc.lab import candidates
     from okc.reports import views
 
-    benching = options.BenchOptions(target, min_pairs, max_pairs, overhead_us, aa, against)
+    benching = options.BenchOptions(target, min_pairs, max_pairs, overhead_us, aa, against, solo)
     lab = load_lab()
     candidate = candidates.resolve(lab.candidates, candidate_ref(words))
     # A/A: the named candidate against a second capture of itself (`okc bench 000 --aa` is the noise floor).

@@ -92,6 +92,7 @@ class BenchOptions:
     overhead_us: float | None = None
     aa: bool = False
     against: str | None = None  # None: the lab's baseline
+    solo: bool = False  # each side timed alone (the same graphs, flush and inputs): the truth a paired score must match
 
     def __post_init__(self) -> None:
         target = _number("--target", self.target)
@@ -115,6 +116,8 @@ class BenchOptions:
                                     "max_pairs": self.max_pairs}
         if self.overhead_us is not None:
             settings["overhead_us"] = self.overhead_us
+        if self.solo:
+            settings["layout"] = "solo"
         return settings
 
 

@@ -126,8 +126,8 @@ def run_paired(bench, *, names: tuple[str, str], aa: bool, verifier, log) -> dic
         log(f"re-checks: {outcome.judged} timed outputs judged in {outcome.seconds:.2f} s, "
             f"{'all passed' if outcome.passed else f'{len(outcome.failures)} failed'}")
         if not outcome.passed:  # no score: what was timed is not what the check passed
-            return {"kind": "bench", "status": "invalid", "reason": outcome.reason(), "error_kind": "candidate",
-                    **identity, "pairs": summary["pairs"], **extra, **tail, "verdict": "invalid",
+            return {"kind": "bench", **identity, "pairs": summary["pairs"], **extra, **tail, "status": "invalid",
+                    "reason": outcome.reason(), "error_kind": "candidate", "verdict": "invalid",
                     "duration_s": round(time.monotonic() - started, 3)}
     result = {"kind": "bench", "status": "ok", "reason": None, **identity, **summary, **extra, **tail}
     if aa:

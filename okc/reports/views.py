@@ -172,13 +172,15 @@ def bench_fields(result: JobResult) -> dict[str, Any]:
             "ci_measured_overhead": rounded_pair(result.score_measured_overhead_ci),
             "overhead_us": result.overhead_us, "pairs": result.pairs, "half_width": result.half_width,
             "stopped_by": result.stopped_by, "verdict": result.verdict, "aa": result.aa,
-            "aa_floor": result.aa_floor, "throttled": result.throttled, "speedups": result.speedups}
+            "aa_floor": result.aa_floor, "throttled": result.throttled, "speedups": result.speedups,
+            "protocol": result.protocol, "rechecks": result.rechecks}
 
 
 def bench_document(result: JobResult, source: Source | None, against: str | None, recorded: bool | None) -> Document:
     fields = {**_job_fields(result, source, recorded), "against": against, **bench_fields(result)}
     # A passing bench's reason is its caveat (a CPU run says it is a CPU timing).
-    lines = (score_line(result), *([result.reason] if result.reason else []), f"job {result.job_id}")
+    lines = (score_line(result), protocol_line(result), *([result.reason] if result.reason else []),
+             f"job {result.job_id}")
     return Document(tables=(shape_table(result), load_table(result)), fields=fields, lines=lines)
 
 
@@ -190,6 +192,24 @@ def floor_document(result: JobResult, recorded: bool) -> Document:
     stored = "recorded in the ledger" if recorded else "already in the ledger"
     fields = {"job_id": result.job_id, "gpu_name": result.gpu_name, "gpu_uuid": result.gpu_uuid, "recorded": recorded}
     return Document(tables=(sizes,), fields=fields, lines=(f"{stored}; job {result.job_id}",))
+
+
+def protocol_line(result: JobResult) -> str:
+    """Which protocol produced the number, and what its re-checks found (issues 21, 22)."""
+    protocol = result.protocol or {}
+    layout = protocol.get("layout", "paired")
+    text = ("solo: each side timed alone, in blocks of its own replays" if layout == "solo"
+            else "paired: the sides alternate case by case, ABBA over each quad")
+    flush = protocol.get("flush")
+    if flush and result.device != "cpu":
+        text += f"; {flush} flush"
+    checks = result.rechecks
+    if checks:
+        state = "all passed" if checks.get("passed") else f"{len(checks.get('failures') or [])} failed"
+        text += f"; re-checks: {checks.get('judged')} timed outputs, {state} ({checks.get('seconds', 0):.2f} s)"
+    elif protocol.get("rechecks") is False:
+        text += "; re-checks off"
+    return f"protocol {text}"
 
 
 def score_line(result: JobResult) -> str:
