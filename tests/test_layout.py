@@ -64,3 +64,26 @@ def test_the_layout_and_input_copy_are_checked_and_named_in_the_protocol():
             assert next(iter(bad)) in str(exc)
         else:
             raise AssertionError(f"{bad} was accepted")
+
+
+def test_okc_bench_solo_says_so_and_records_the_protocol(tmp_path, monkeypatch):
+    import json
+    import shutil
+    from pathlib import Path
+
+    from conftest import write_lab
+    from typer.testing import CliRunner
+
+    from okc.cli import app
+
+    root = write_lab(tmp_path / "tiny", problem="tiny_matvec", baseline=TINY.baseline_source)
+    shutil.copy(Path(TINY.baseline_source).parent / "solutions" / "correct" / "matmul.py", root / "candidates" / "001_matmul.py")
+    monkeypatch.setenv("OKC_LAB", str(root))
+    monkeypatch.chdir(root)
+    done = CliRunner().invoke(app, ["bench", "001", "--solo", "--target", "0.2", "--min-pairs", "48", "--max-pairs", "48"])
+    assert done.exit_code == 0, done.output
+    assert "protocol solo: each side timed alone" in done.output and "re-checks:" in done.output
+    result = json.loads(next((root / "results").glob("*-bench-*/result.json")).read_text())
+    assert result["protocol"]["layout"] == "solo" and result["pairs"] == 48
+    typo = CliRunner().invoke(app, ["bench", "001", "--sol"])
+    assert typo.exit_code == 2 and not list((root / "results").glob("*-bench-*"))[1:]
