@@ -85,6 +85,10 @@ class GpuClock:
                                       self.sides.slot_of(unit.pair, name))
                     out = self._staging.get((round_, unit.case, name))
                     place = graphs[name].place
+                    if out is not None and (tuple(out.shape) != place.shape or out.dtype != place.dtype):
+                        # raised before anything is enqueued: a copy failing inside a held batch would hang it
+                        raise BenchFailed(f"{name} {recheck.case}: its copies return outputs of different forms "
+                                          f"({tuple(out.shape)} {out.dtype} and {place.shape} {place.dtype})", name)
                     steps.append(Step(timed=(graphs[name].graph,), copies=copy,
                                       outputs=((out, place.view()),) if out is not None else ()))
                     staged.append((recheck, out))

@@ -1,0 +1,75 @@
+"""What the re-checks of timed outputs cost a bench (issue 22): wall time with them and without.
+
+Runs `okc bench` jobs through the real job path (launcher, worker, verifier process) in a
+fresh lab: on a CUDA machine the muse_bf16_proj lab (candidate 001 and the A/A of the
+baseline), else the tiny_matvec lab on the CPU. Each configuration runs ``--runs`` times
+alternating re-checks on and off; prints per run the job's duration, the seconds the
+re-checks' judging took, how many outputs were judged, and the medians' difference.
+Target: re-checks at most 5% of a bench's wall time.
+
+Usage: python benchmarks/recheck_cost.py [--runs 3] [--target 0.005]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--target", type=float, default=0.005)
+    args = parser.parse_args()
+
+    import torch
+
+    from okc.jobs import runner
+    from okc.lab.candidates import resolve
+    from okc.lab.config import find_lab
+    from okc.lab.init import init_lab
+
+    cuda = torch.cuda.is_available()
+    problem = "muse_bf16_proj" if cuda else "tiny_matvec"
+    root = Path(tempfile.mkdtemp(prefix="okc-recheck-")) / "lab"
+    init_lab(root, problem=problem)
+    if cuda:
+        shutil.copy(sorted((REPO / "candidates").glob("001_*.py"))[0], root / "candidates")
+    os.environ["OKC_LAB"] = str(root)
+    os.chdir(root)
+    lab = find_lab()
+    configurations = [("001", False)] + ([("000", True)] if cuda else [])
+    print(f"{problem} on {'the GPU' if cuda else 'the CPU'}, target +-{args.target:.2%}, {args.runs} runs each")
+    for number, aa in configurations:
+        walls: dict[bool, list[float]] = {True: [], False: []}
+        for run in range(args.runs):
+            for rechecks in (True, False):
+                candidate = resolve(lab.candidates, number)
+                started = time.monotonic()
+                outcome = runner.submit(lab, "bench", candidate, aa=aa,
+                                        bench={"target_half_width": args.target, "rechecks": rechecks})
+                wall = time.monotonic() - started
+                result = json.loads((outcome.job_dir / "result.json").read_text())
+                walls[rechecks].append(wall)
+                checks = result.get("rechecks") or {}
+                print(f"{number}{' A/A' if aa else ''} run {run} re-checks {'on ' if rechecks else 'off'}: "
+                      f"{result['status']} wall {wall:.2f} s, job {result.get('duration_s', 0):.2f} s, "
+                      f"{result.get('pairs')} pairs; judged {checks.get('judged', 0)} outputs in "
+                      f"{checks.get('seconds', 0):.2f} s", flush=True)
+        on, off = statistics.median(walls[True]), statistics.median(walls[False])
+        print(f"{number}{' A/A' if aa else ''}: median wall {on:.2f} s with re-checks, {off:.2f} s without: "
+              f"{100 * (on / off - 1):+.1f}%")
+
+
+if __name__ == "__main__":
+    main()
