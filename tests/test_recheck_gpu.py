@@ -66,7 +66,7 @@ def test_an_output_let_go_is_read_back_from_its_place_after_a_replay():
     x.copy_(fresh)
     timing.replay(captured.graph)
     timing.synchronize()
-    assert torch.equal(place.view(), torch.nn.functional.linear(fresh, weight))
+    assert torch.allclose(place.view().float(), torch.nn.functional.linear(fresh, weight).float(), rtol=1e-2, atol=1e-2)
     router = torch.randn(8, 512, dtype=torch.float32, device="cuda")
     captured = capture.capture(lambda buffer: torch.nn.functional.linear(buffer.float(), router), x, own_input=False)
     place = capture.OutputPlace.of(captured.out)
