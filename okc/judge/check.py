@@ -8,10 +8,11 @@ fresh inputs instead, and the result says that graph capture was not exercised.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import ModuleType
 
@@ -24,6 +25,7 @@ from okc.judge.loader import CandidateLoadError, load_candidate
 from okc.judge.problem import Case, Problem
 from okc.judge.rules import Verdict, fail
 from okc.judge.seeds import derive_seed
+from okc.judge.verifier import Verifier, VerifierError
 from okc.problems import load_problem
 
 MAX_FAILURES = 5  # stop the job after this many failing entries: the verdict is clear by then
@@ -96,15 +98,26 @@ def describe(exc: BaseException) -> str:
 
 
 class Checker:
-    """One check job: the loop over weight seeds, cases, variants and replays."""
+    """One check job: the loop over weight seeds, cases, variants and replays.
+
+    Every output goes to the verifier (okc.judge.verifier), a process that never imported the
+    candidate; only what cannot be judged from an output stays here (import, prepare, capture
+    and CUDA failures, exceptions, host syncs). A weight set's outputs are handed over as they
+    come and their verdicts read once the set is done, so the candidate's calls and the
+    verifier's references overlap.
+    """
 
     def __init__(self, problem: Problem, source: Path, device: torch.device, seed: int,
-                 weight_seeds: int, cases: list[Case], phase: PhaseFn, log: Callable[[str], None]) -> None:
+                 weight_seeds: int, cases: list[Case], phase: PhaseFn, log: Callable[[str], None],
+                 verifier: Verifier) -> None:
         self.problem, self.source, self.device, self.seed = problem, source, device, seed
         self.weight_seeds, self.cases, self.phase, self.log = weight_seeds, cases, phase, log
+        self.verifier = verifier
         self.entries: list[Entry] = []
         self.on_cuda = device.type == "cuda"
-        self.seconds = {"import": 0.0, "prepare": 0.0, "check": 0.0}  # where the job's time went
+        self.seconds = {"import": 0.0, "prepare": 0.0, "check": 0.0, "verify": 0.0}  # where the job's time went
+        self.plans: list[tuple[Case, list[tuple[str, list[Verdict | int]]]]] = []  # int: a submitted output
+        self.submitted = 0
 
     @property
     def failures(self) -> list[Entry]:
@@ -112,25 +125,66 @@ class Checker:
 
     def run(self) -> None:
         for index in range(self.weight_seeds):
-            weight_seed = derive_seed(self.seed, "weights", index)
-            module, weights, truth = self._prepare(index, weight_seed)
+            module, weights = self._prepare(index)
             started = time.monotonic()
             try:
-                self._check_all(module, weights, truth, index, weight_seed)
+                self._check_all(module, weights, index)
+            except Stop:
+                with contextlib.suppress(VerifierError):
+                    self._collect(index, None)  # what was judged before the stop still counts
+                raise
             finally:
                 self.seconds["check"] += time.monotonic() - started
             if len(self.failures) >= MAX_FAILURES:
                 return
 
-    def _check_all(self, module, weights, truth, index: int, weight_seed: int) -> None:
+    def _check_all(self, module, weights, index: int) -> None:
         for case in self.cases:
             self.phase("check", case=case.key, weight_seed=index)
-            self._check_case(module, weights, truth, case, index, weight_seed)
-            if len(self.failures) >= MAX_FAILURES:
-                return
-        if (changed := self._changed_weights(weights, truth)) is not None:
-            verdict = fail(rules.WEIGHTS_MODIFIED, f"kernel_fn wrote into weight {changed!r}")
+            self._check_case(module, case, index)
+        self.verifier.check_weights(index, weights, {"at": "kernel_fn"})
+        self._collect(index, self.submitted)
+
+    def _results(self) -> list[dict]:
+        started = time.monotonic()
+        try:
+            return self.verifier.results()
+        finally:
+            self.seconds["verify"] += time.monotonic() - started
+
+    def _collect(self, index: int, weights_result: int | None) -> None:
+        """The verdicts of one weight set's outputs, in case order; then whether the weights changed."""
+        results = [_verdict(result) for result in self._results()]
+        plans, self.plans, self.submitted = self.plans, [], 0
+        first_failure: int | None = None
+        for case, plan in plans:
+            passed, failed = [], None
+            for variant, outcomes in plan:
+                worst: Verdict | None = None
+                for replay, outcome in enumerate(outcomes):
+                    verdict = outcome if isinstance(outcome, Verdict) else results[outcome]
+                    if not verdict.passed:
+                        failed = (variant, verdict, replay)
+                        break
+                    worst = verdict if worst is None or verdict.margin > worst.margin else worst
+                if failed:
+                    break
+                passed.append((variant, worst))
+            if failed:
+                first_failure = len(self.entries) if first_failure is None else first_failure
+                self.entries.append(self._entry(case, failed[0], index, failed[1], failed[2]))
+            else:
+                self.entries.extend(self._entry(case, variant, index, worst) for variant, worst in passed)
+        if weights_result is None or results[weights_result].passed:
+            return
+        # A wrong answer computed from weights the candidate overwrote: name the cause.
+        verdict = fail(rules.WEIGHTS_MODIFIED, f"kernel_fn {results[weights_result].message}")
+        if first_failure is None:
             self.entries.append(self._entry(None, None, index, verdict))
+        else:
+            wrong = self.entries[first_failure]
+            case = Case(wrong.layer, wrong.m, wrong.load)
+            self.entries[first_failure] = self._entry(case, wrong.variant, index, verdict)
 
     def _entry(self, case: Case | None, variant: str | None, index: int, verdict: Verdict, replay: int | None = None) -> Entry:
         where = "job" if case is None else f"{case.key} [{case.load or 'check only'}]"
@@ -159,7 +213,7 @@ class Checker:
         if self.on_cuda:
             torch.cuda.synchronize()
 
-    def _prepare(self, index: int, weight_seed: int) -> tuple[ModuleType, dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    def _prepare(self, index: int) -> tuple[ModuleType, dict[str, torch.Tensor]]:
         # A fresh import per weight set: nothing the candidate cached for one set survives into the next.
         self.phase("import", weight_seed=index)
         started = time.monotonic()
@@ -169,8 +223,8 @@ class Checker:
             raise self._stop(None, index, rules.IMPORT, str(exc).splitlines()[0]) from None
         finally:
             self.seconds["import"] += time.monotonic() - started
-        weights = self.problem.make_weights(weight_seed, self.device)
-        truth = {name: tensor.clone() for name, tensor in weights.items()}
+        # The verifier draws the same set from the same label and compares it with these.
+        weights = self.problem.make_weights(derive_seed(self.seed, "weights", index), self.device)
         handed = dict(weights)  # the candidate may rebind entries of the dict it is given
         self.phase("prepare", weight_seed=index)
         started = time.monotonic()
@@ -183,74 +237,39 @@ class Checker:
         finally:
             self.seconds["prepare"] += time.monotonic() - started
         self.phase("check", weight_seed=index)
-        if (changed := self._changed_weights(weights, truth)) is not None:
-            raise self._stop(None, index, rules.WEIGHTS_MODIFIED, f"prepare wrote into weight {changed!r}")
-        return module, weights, truth
+        self.verifier.check_weights(index, weights, {"at": "prepare"})
+        (after_prepare,) = self._results()
+        if not after_prepare["ok"]:
+            raise self._stop(None, index, rules.WEIGHTS_MODIFIED, f"prepare {after_prepare['message']}")
+        return module, weights
 
-    @staticmethod
-    def _changed_weights(weights: dict[str, torch.Tensor], truth: dict[str, torch.Tensor]) -> str | None:
-        for name, tensor in weights.items():
-            if not torch.equal(tensor, truth[name]):
-                return name
-        return None
-
-    def _check_case(self, module: ModuleType, weights, truth, case: Case, index: int, weight_seed: int) -> None:
-        call = self._runner(module, case, index, weight_seed)
+    def _check_case(self, module: ModuleType, case: Case, index: int) -> None:
+        call = self._runner(module, case, index)
         if call is None:
             return
-        shape, dtype = self.problem.output_spec(case)
-        tolerance = self.problem.tolerance(case)
-        passed: list[tuple[str, Verdict]] = []
+        plan: list[tuple[str, list[Verdict | int]]] = []
+        self.plans.append((case, plan))
         for variant in self.problem.input_variants:
-            worst: Verdict | None = None
-            previous: torch.Tensor | None = None
+            outcomes: list[Verdict | int] = []
+            plan.append((variant, outcomes))
             for replay in range(self.problem.replays):
-                inputs = self.problem.make_input(case, derive_seed(weight_seed, case.key, variant, replay), variant, self.device)
+                label = ["input", index, case.key, variant, replay]
+                inputs = self.problem.make_input(case, derive_seed(self.seed, *label), variant, self.device)
                 try:
                     out, x_after, poisoned = call(inputs.x)
-                    verdict = rules.check_form(out, shape, dtype, self.device)
-                    if verdict is None:
-                        verdict = self._judge(out, x_after, inputs, previous, poisoned, truth, case, tolerance)
-                        previous = out.detach().clone()
-                except Stop:
+                    self.verifier.submit({"weights": index, "case": case.key, "input": label, "variant": variant,
+                                          "poisoned": poisoned, "tag": {"replay": replay}}, out, x=x_after)
+                except (Stop, VerifierError):
                     raise
                 except Exception as exc:
                     if is_cuda_error(exc):
                         raise self._stop(case, index, rules.CUDA_ERROR, f"CUDA error, the context is lost: {describe(exc)}") from None
-                    verdict = fail(rules.EXCEPTION, f"kernel_fn raised {describe(exc)}")
-                if not verdict.passed:
-                    if (changed := self._changed_weights(weights, truth)) is not None:
-                        # A wrong answer computed from weights the candidate overwrote: name the cause.
-                        verdict = fail(rules.WEIGHTS_MODIFIED, f"kernel_fn wrote into weight {changed!r}")
-                    self.entries.append(self._entry(case, variant, index, verdict, replay))
+                    outcomes.append(fail(rules.EXCEPTION, f"kernel_fn raised {describe(exc)}"))
                     return
-                worst = verdict if worst is None or verdict.margin > worst.margin else worst
-            passed.append((variant, worst))
-        # On a GPU every case compares the weights (cheap there), naming the case that wrote;
-        # on the CPU a full comparison costs more than the case, so it runs once per weight set.
-        if self.on_cuda and (changed := self._changed_weights(weights, truth)) is not None:
-            verdict = fail(rules.WEIGHTS_MODIFIED, f"kernel_fn wrote into weight {changed!r}")
-            self.entries.append(self._entry(case, None, index, verdict))
-            return
-        self.entries.extend(self._entry(case, variant, index, worst) for variant, worst in passed)
+                outcomes.append(self.submitted)
+                self.submitted += 1
 
-    def _judge(self, out, x_after, inputs, previous, poisoned, truth, case, tolerance) -> Verdict:
-        if poisoned and bool(torch.isnan(out).all()):
-            return fail(rules.STALE, "the replay wrote nothing into the output (its NaN poison survived everywhere): "
-                        "a cached output, or one computed outside the captured work")
-        if previous is not None and torch.equal(out, previous):
-            return fail(rules.STALE, "the output is bit-identical to the previous call's, for a different input: a cached output")
-        reference = self.problem.reference(truth, case, inputs.x)
-        verdict = rules.check_values(out, reference, tolerance, inputs.probe_rows)
-        if poisoned and verdict.rule == rules.NONFINITE:
-            verdict = replace(verdict, message=verdict.message + " (the output was NaN-poisoned before the replay: "
-                              "an element the graph never writes stays NaN)")
-        if verdict.passed and not torch.equal(x_after, inputs.x):
-            changed = int((x_after != inputs.x).reshape(x_after.shape[0], -1).any(dim=1).nonzero()[0, 0])
-            return fail(rules.X_MODIFIED, "kernel_fn wrote into its input x", row=changed)
-        return verdict
-
-    def _runner(self, module: ModuleType, case: Case, index: int, weight_seed: int):
+    def _runner(self, module: ModuleType, case: Case, index: int):
         """A function fresh x -> (output, x as the call left it, whether the output was poisoned)."""
         if not self.on_cuda:
             def eager(x: torch.Tensor):
@@ -258,7 +277,8 @@ class Checker:
                 return self.problem.call(module, x_call, case), x_call, False
             return eager
 
-        first = self.problem.make_input(case, derive_seed(weight_seed, case.key, "capture"), self.problem.input_variants[0], self.device)
+        label = derive_seed(self.seed, "capture", index, case.key)
+        first = self.problem.make_input(case, label, self.problem.input_variants[0], self.device)
         try:
             captured = capture(lambda x_buf: self.problem.call(module, x_buf, case), first.x)
         except CaptureError as exc:
@@ -283,13 +303,31 @@ class Checker:
         return replay
 
 
+def _verdict(result: dict) -> Verdict:
+    return Verdict(bool(result["ok"]), result["rule"], result["message"], result["value"], result["bound"], result["row"])
+
+
 def run_check(problem: Problem, source: Path, *, device: torch.device, seed: int, weight_seeds: int | None = None,
               cases: list[str] | None = None, max_m: int | None = None, phase: PhaseFn | None = None,
-              log: Callable[[str], None] = print) -> dict:
-    """Check the candidate at ``source``; return result.json's check fields (without job_id)."""
+              log: Callable[[str], None] = print, job_dir: Path | None = None) -> dict:
+    """Check the candidate at ``source``; return result.json's check fields (without job_id).
+
+    The verifier process is started (or the one okc.worker started early is taken) before the
+    candidate is imported, and ended when the check is; if it fails, :class:`VerifierError`.
+    """
     started = time.monotonic()
-    checker = Checker(problem, Path(source), device, seed, weight_seeds or problem.weight_seeds,
-                      select_cases(problem, cases, max_m), phase or (lambda *args, **info: None), log)
+    selected = select_cases(problem, cases, max_m)
+    verifier = Verifier.start(problem.name, seed, device, job_dir)
+    try:
+        checker = Checker(problem, Path(source), device, seed, weight_seeds or problem.weight_seeds,
+                          selected, phase or (lambda *args, **info: None), log, verifier)
+        return _check(checker, problem, device, seed, started, log)
+    finally:
+        verifier.close()
+
+
+def _check(checker: Checker, problem: Problem, device: torch.device, seed: int, started: float,
+           log: Callable[[str], None]) -> dict:
     notes = [] if checker.on_cuda else [CPU_NOTE]
     if len(checker.cases) < len(problem.check_cases()) or checker.weight_seeds < problem.weight_seeds:
         notes.append(f"partial check: {len(checker.cases)} of {len(problem.check_cases())} cases, "
@@ -342,4 +380,4 @@ def run_job(job: JobSpec, job_dir: Path, *, device: torch.device, seed: int, pha
     except ValueError as exc:
         raise BadJob(str(exc)) from None
     return run_check(problem, job.candidate.path(job_dir), device=device, seed=seed, weight_seeds=job.weight_seeds,
-                     cases=job.cases, max_m=job.max_m, phase=phase, log=log)
+                     cases=job.cases, max_m=job.max_m, phase=phase, log=log, job_dir=job_dir)

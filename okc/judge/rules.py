@@ -6,11 +6,12 @@ output is summarised by the rule it came closest to breaking.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 import torch
 
-from okc.judge.problem import Tolerance
+from okc.judge.problem import Inputs, Tolerance
 
 ROW_NORM_FLOOR = 1e-12  # the last floor under a row's norm, so an all-zero row cannot divide by zero
 
@@ -25,6 +26,7 @@ WHOLE = "whole"
 ROW = "row"
 PROBE = "probe"
 X_MODIFIED = "x_modified"
+ALIAS = "alias"  # the output's memory overlaps x or a weight
 WEIGHTS_MODIFIED = "weights_modified"
 EXCEPTION = "exception"
 IMPORT = "import"
@@ -53,17 +55,53 @@ def fail(rule: str, message: str, value: float | None = None, bound: float | Non
     return Verdict(False, rule, message, value, bound, row)
 
 
+def form_facts(out: object) -> dict:
+    """What the form rules read of an output, as the verifier receives it (okc.judge.verifier.describe)."""
+    if type(out) is not torch.Tensor:
+        return {"tensor": False, "type": f"{type(out).__module__}.{type(out).__qualname__}"}
+    return {"tensor": True, "device": out.device.type, "shape": list(out.shape), "dtype": str(out.dtype)}
+
+
 def check_form(out: object, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> Verdict | None:
     """The output's type, device, shape and dtype; None when all are right."""
-    if type(out) is not torch.Tensor:
-        return fail(TYPE, f"kernel_fn returned {type(out).__module__}.{type(out).__qualname__}, not exactly torch.Tensor")
-    if out.device.type != device.type:
-        return fail(DEVICE, f"output is on {out.device}, the input on {device}")
-    if tuple(out.shape) != tuple(shape):
-        return fail(SHAPE, f"output shape {tuple(out.shape)}, expected {tuple(shape)}")
-    if out.dtype != dtype:
-        return fail(DTYPE, f"output dtype {out.dtype}, expected {dtype}")
+    return check_facts(form_facts(out), shape, dtype, device.type)
+
+
+def check_facts(facts: dict, shape: tuple[int, ...], dtype: torch.dtype, device_type: str) -> Verdict | None:
+    """:func:`check_form` on the facts the worker sent (type, device, shape, dtype)."""
+    if not facts["tensor"]:
+        return fail(TYPE, f"kernel_fn returned {facts['type']}, not exactly torch.Tensor")
+    if facts["device"] != device_type:
+        return fail(DEVICE, f"output is on {facts['device']}, the input on {device_type}")
+    if tuple(facts["shape"]) != tuple(shape):
+        return fail(SHAPE, f"output shape {tuple(facts['shape'])}, expected {tuple(shape)}")
+    if facts["dtype"] != str(dtype):
+        return fail(DTYPE, f"output dtype {facts['dtype']}, expected {dtype}")
     return None
+
+
+def judge(out: torch.Tensor, reference: Callable[[], torch.Tensor], inputs: Inputs, previous: torch.Tensor | None,
+          poisoned: bool, x_after: torch.Tensor | None, tolerance: Tolerance) -> Verdict:
+    """An output of the right form: stale, values against ``reference()``, then x as the call left it."""
+    if poisoned and out.is_floating_point() and bool(torch.isnan(out).all()):
+        return fail(STALE, "the replay wrote nothing into the output (its NaN poison survived everywhere): "
+                    "a cached output, or one computed outside the captured work")
+    if previous is not None and torch.equal(out, previous):
+        return fail(STALE, "the output is bit-identical to the previous call's, for a different input: a cached output")
+    verdict = check_values(out, reference(), tolerance, inputs.probe_rows)
+    if poisoned and verdict.rule == NONFINITE:
+        verdict = replace(verdict, message=verdict.message + " (the output was NaN-poisoned before the replay: "
+                          "an element the graph never writes stays NaN)")
+    if verdict.passed and x_after is not None and not _same(x_after, inputs.x):
+        if x_after.shape != inputs.x.shape or x_after.dtype != inputs.x.dtype:
+            return fail(X_MODIFIED, "the input x the call left has another shape or dtype than it was given")
+        changed = int((x_after != inputs.x).reshape(x_after.shape[0], -1).any(dim=1).nonzero()[0, 0])
+        return fail(X_MODIFIED, "kernel_fn wrote into its input x", row=changed)
+    return verdict
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(a, b)
 
 
 def check_values(out: torch.Tensor, ref: torch.Tensor, tolerance: Tolerance, probe_rows: tuple[int, ...]) -> Verdict:

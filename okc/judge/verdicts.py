@@ -1,0 +1,206 @@
+"""The verifier process's side: read outputs off a pipe, regenerate, judge, answer.
+
+It runs in ``python -m okc.judge.verifier`` (see okc.judge.verifier for the protocol's API),
+a process that never imports a candidate: everything here (the weights and inputs drawn
+from the job's seed, the float64 reference, every rule of okc.judge.rules) runs on torch
+as torch ships it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import struct
+import sys
+import traceback
+from typing import BinaryIO, TextIO
+
+import torch
+
+from okc.judge import rules
+from okc.judge.problem import Case, Problem
+from okc.judge.rules import Verdict, fail
+from okc.judge.seeds import derive_seed
+
+VERIFIER_ERROR = "verifier_error"  # the verifier could not judge: a harness failure, never a verdict
+PR_SET_PDEATHSIG = 1
+_HEADER = struct.Struct("<II")
+
+
+def die_with_parent() -> None:
+    """Ask Linux to kill this process when the worker that started it dies (no-op elsewhere)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() == 1:  # the parent died before the request was made
+        os._exit(0)
+
+
+def read_message(stream: BinaryIO) -> tuple[dict, list[bytearray]] | None:
+    """One message (a JSON header and its payload parts), or None at the end of the stream."""
+    head = _read_exactly(stream, _HEADER.size)
+    if head is None:
+        return None
+    length, count = _HEADER.unpack(head)
+    text = _read_exactly(stream, length)
+    if text is None:
+        return None
+    header = json.loads(bytes(text))
+    sizes = header.get("nbytes", [])
+    if len(sizes) != count:
+        raise ValueError(f"a message announced {count} payload parts and described {len(sizes)}")
+    parts = []
+    for size in sizes:
+        part = _read_exactly(stream, size)
+        if part is None:
+            return None
+        parts.append(part)
+    return header, parts
+
+
+def _read_exactly(stream: BinaryIO, size: int) -> bytearray | None:
+    buffer = bytearray(size)
+    view = memoryview(buffer)
+    while view:
+        got = stream.readinto(view)
+        if not got:
+            return None
+        view = view[got:]
+    return buffer
+
+
+def to_tensor(facts: dict, data: bytearray, device: torch.device) -> torch.Tensor:
+    """The tensor the worker described (shape, strides, dtype), rebuilt from its bytes on ``device``."""
+    dtype = _dtype(facts["dtype"])
+    shape, stride = tuple(facts["shape"]), tuple(facts["stride"])
+    if not data:
+        return torch.empty(shape, dtype=dtype, device=device)
+    flat = torch.frombuffer(data, dtype=torch.uint8).view(dtype)
+    return torch.as_strided(flat, shape, stride).clone(memory_format=torch.contiguous_format).to(device)
+
+
+def _dtype(name: str) -> torch.dtype:
+    dtype = getattr(torch, name.removeprefix("torch."), None)
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"unknown dtype {name!r}")
+    return dtype
+
+
+def weight_parts(weights: object) -> tuple:
+    """The seed label parts of a weight set: an int i is ("weights", i), a str s is (s,)."""
+    if isinstance(weights, bool):
+        raise ValueError(f"weights must be a label, an index or a list of parts, not {weights!r}")
+    if isinstance(weights, int):
+        return ("weights", weights)
+    if isinstance(weights, str):
+        return (weights,)
+    return tuple(weights)
+
+
+def _overlaps(first: list, second: list) -> bool:
+    (a, a_bytes), (b, b_bytes) = first, second
+    return a_bytes > 0 and b_bytes > 0 and a < b + b_bytes and b < a + a_bytes
+
+
+class Session:
+    """One job's judging: its problem, seed and device, the weight set in use, the last outputs."""
+
+    def __init__(self, problem: Problem, seed: int, device: torch.device) -> None:
+        self.problem, self.seed, self.device = problem, seed, device
+        self.cases = {case.key: case for case in problem.check_cases()}
+        self.weights_key: tuple | None = None
+        self.weights: dict[str, torch.Tensor] = {}
+        self.spans: dict[tuple, list[tuple[str, list]]] = {}
+        self.previous: dict[tuple, torch.Tensor] = {}
+
+    def weight_set(self, weights: object) -> tuple[tuple, dict[str, torch.Tensor]]:
+        key = weight_parts(weights)
+        if key != self.weights_key:  # one set at a time: a new one frees the old (and its outputs)
+            self.weights, self.previous = {}, {}
+            self.weights = self.problem.make_weights(derive_seed(self.seed, *key), self.device)
+            self.weights_key = key
+        return key, self.weights
+
+    def case(self, key: str) -> Case:
+        if key not in self.cases:
+            raise ValueError(f"{self.problem.name} has no case {key!r}")
+        return self.cases[key]
+
+    def judge_weights(self, header: dict, parts: list[bytearray]) -> Verdict:
+        key, truth = self.weight_set(header["ref"]["weights"])
+        self.spans[key] = [(name, facts["span"]) for name, facts in header["tensors"] if facts.get("tensor")]
+        for (name, facts), data in zip(header["tensors"], parts):
+            expected = truth.get(name)
+            if expected is None:
+                raise ValueError(f"{self.problem.name} has no weight {name!r}")
+            same = (facts.get("tensor") and facts["dtype"] == str(expected.dtype)
+                    and tuple(facts["shape"]) == tuple(expected.shape)
+                    and torch.equal(to_tensor(facts, data, self.device), expected))
+            if not same:
+                return fail(rules.WEIGHTS_MODIFIED, f"wrote into weight {name!r}")
+        return Verdict(True, rules.WEIGHTS_MODIFIED, "the weights are unchanged")
+
+    def judge_output(self, header: dict, parts: list[bytearray]) -> Verdict:
+        ref = header["ref"]
+        case = self.case(ref["case"])
+        key, truth = self.weight_set(ref["weights"])
+        inputs = self.problem.make_input(case, derive_seed(self.seed, *ref["input"]), ref["variant"], self.device)
+        shape, dtype = self.problem.output_spec(case)
+        facts = header["out"]
+        verdict = rules.check_facts(facts, shape, dtype, self.device.type)
+        if verdict is not None:
+            return verdict
+        if "x" in header and _overlaps(facts["span"], header["x"]["span"]):
+            return fail(rules.ALIAS, "the output's memory overlaps the input x")
+        for name, span in self.spans.get(key, []):
+            if _overlaps(facts["span"], span):
+                return fail(rules.ALIAS, f"the output's memory overlaps weight {name!r}")
+        out = to_tensor(facts, parts[0], self.device)
+        x_after = to_tensor(header["x"], parts[1], self.device) if "x" in header else None
+        stream = (key, case.key, ref["variant"])
+        previous, self.previous[stream] = self.previous.get(stream), out
+        return rules.judge(out, lambda: self.problem.reference(truth, case, inputs.x), inputs, previous,
+                           bool(ref.get("poisoned")), x_after, self.problem.tolerance(case))
+
+
+def answer(tag: object, verdict: Verdict) -> dict:
+    return {"tag": tag, "ok": verdict.passed, "rule": verdict.rule, "message": verdict.message,
+            "value": verdict.value, "bound": verdict.bound, "row": verdict.row}
+
+
+def serve(stream: BinaryIO, answers: TextIO) -> None:
+    """Judge every message on ``stream`` until it ends; one JSON line on ``answers`` per output or weights."""
+    from okc.problems import load_problem
+
+    session: Session | None = None
+    while (message := read_message(stream)) is not None:
+        header, parts = message
+        kind = header.get("kind")
+        if kind == "hello":
+            torch.backends.cuda.matmul.allow_tf32 = False  # the reference is float64 anyway: say so
+            if torch.device(header["device"]).type == "cpu":
+                # The worker's calls run beside it: two pools of spinning threads on a few cores
+                # made each tiny call 10x slower; the references here are small on a CPU.
+                torch.set_num_threads(1)
+            session = Session(load_problem(header["problem"]), int(header["seed"]), torch.device(header["device"]))
+            continue
+        if kind == "bye":
+            session = None
+            answers.write(json.dumps({"kind": "bye"}) + "\n")
+            continue
+        tag = (header.get("ref") or {}).get("tag", {})
+        try:
+            if session is None:
+                raise ValueError("an output came before the session's hello")
+            verdict = session.judge_weights(header, parts) if kind == "weights" else session.judge_output(header, parts)
+            result = answer(tag, verdict)
+        except Exception as exc:
+            traceback.print_exc()
+            result = {"tag": tag, "ok": False, "rule": VERIFIER_ERROR, "message": f"{type(exc).__name__}: {exc}",
+                      "value": None, "bound": None, "row": None}
+        answers.write(json.dumps(result) + "\n")

@@ -1,0 +1,335 @@
+"""The verifier: a process that never imports the candidate judges what the candidate returned.
+
+The worker starts ``python -m okc.judge.verifier`` before any candidate module is imported
+and hands it the raw bytes of each output (read from the output's memory by address: no
+torch function or Tensor method the candidate could rebind, no dispatcher the candidate
+could hook). The verifier regenerates the weights and inputs itself from the job's seed and
+the seed labels the worker used, computes the float64 reference and applies every rule of
+okc.judge.rules. A candidate that rebinds torch functions, registers a TorchFunctionMode or
+TorchDispatchMode, overrides aten ops or flips ``allow_tf32`` in its own process cannot
+reach any of that.
+
+The whole API (the check and the bench's re-checks use nothing else)::
+
+    verifier = Verifier.start(problem_name, seed, device, job_dir)  # before the candidate is imported
+    verifier.submit(ref, out, x=None)           # non-blocking; returns at once once out's bytes are copied
+    verifier.check_weights(weights, tensors, tag)  # non-blocking: are the worker's weights still intact?
+    verifier.results()                          # -> list[dict]: waits for everything submitted
+    verifier.close()
+
+``ref`` says how the verifier regenerates the reference of one output::
+
+    {"weights": W, "case": "layer/m=N", "input": [part, ...], "variant": "normal", "tag": {...},
+     "poisoned": False}
+
+- weights: ``problem.make_weights(derive_seed(seed, *W), device)``; ``W`` is a list of seed label
+  parts, an int ``i`` is short for ``["weights", i]`` and a str ``s`` for ``[s]``;
+- input: ``problem.make_input(case, derive_seed(seed, *input), variant, device)``;
+- tag: any JSON dict, echoed back in the result (side, pair, slot, replay ...);
+- poisoned (optional): the output was NaN-filled before the call that wrote it, so an all-NaN
+  output is called stale.
+
+``out`` is what the candidate returned (not a plain ``torch.Tensor``: the type rule fails).
+``x`` (optional) is the input buffer as the call left it: it must equal the regenerated input.
+``check_weights(weights, tensors, tag)`` compares the dict ``tensors`` (name -> tensor, the
+worker's own references to the weights it handed over) with the weights ``W`` regenerated.
+
+``results()`` returns, in submission order, one dict per ``submit``/``check_weights`` not
+returned before: ``{"tag", "ok", "rule", "message", "value", "bound", "row"}`` (rules as in
+okc.judge.rules; a weights result's message is "wrote into weight 'name'"). An output is
+also called stale when its bytes equal the previous output submitted for the same weights,
+case and variant, and fails ``alias`` when its memory overlaps ``x`` or a weight checked
+before. If the verifier process dies or cannot judge, ``results()`` (and ``submit``) raise
+:class:`VerifierError`: a harness failure, never a candidate pass.
+
+The verifier runs on the worker's device (CUDA: the float64 references of 8192-wide shapes
+need it). It ends when its stdin closes (the worker exiting, by any means) and by
+PR_SET_PDEATHSIG when the worker dies.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import json
+import os
+import struct
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import torch
+
+from okc.judge import verdicts
+
+MODULE = "okc.judge.verifier"
+IN_FLIGHT_BYTES = 256 * 2**20  # output bytes copied and not yet written to the pipe: the back-pressure
+HEADER = struct.Struct("<II")  # a message: the JSON header's length and its payload's part count
+CLOSE_WAIT_S = 30.0  # for the verifier to finish the outputs in its pipe and acknowledge the end
+CUDA_MEMCPY_DEFAULT = 4  # cudaMemcpyDefault: the direction from the pointers (unified addressing)
+
+# --- bound at import, before any candidate runs: the transport never looks these up again ----------
+_TensorBase = torch._C.TensorBase
+_Tensor = torch.Tensor
+_type = type
+_isinstance = isinstance
+_tuple = tuple
+_str = str
+_int = int
+_data_ptr = _TensorBase.data_ptr
+_size = _TensorBase.size
+_stride = _TensorBase.stride
+_element_size = _TensorBase.element_size
+_get_dtype = _TensorBase.dtype.__get__
+_get_device = _TensorBase.device.__get__
+_no_torch_function = torch._C.DisableTorchFunction
+_device_synchronize = getattr(torch._C, "_cuda_synchronize", None)
+_memmove = ctypes.memmove
+_char_array = ctypes.c_char
+_dumps = json.dumps
+_loads = json.loads
+_os_write = os.write
+_pack = HEADER.pack
+_cuda_memcpy = None  # cudaMemcpy of the libcudart torch loaded, bound by Verifier.start
+
+_spare: subprocess.Popen | None = None  # a verifier process started early (okc.worker) or left by close()
+
+
+class VerifierError(Exception):
+    """The verifier process died or could not judge: the job is a harness failure."""
+
+
+def spawn(job_dir: Path | None = None) -> subprocess.Popen:
+    """Start a verifier process (it imports torch while the caller goes on) and keep it as the spare."""
+    global _spare
+    _spare = subprocess.Popen([sys.executable, "-m", MODULE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              cwd=str(job_dir) if job_dir else None, bufsize=0)
+    return _spare
+
+
+def adopt(process: subprocess.Popen) -> None:
+    """Keep ``process`` (started by okc.worker before torch was imported) as the spare."""
+    global _spare
+    _spare = process
+
+
+def _bind_cuda_memcpy():
+    """cudaMemcpy from the libcudart torch already loaded (same runtime, same context)."""
+    global _cuda_memcpy
+    if _cuda_memcpy is not None:
+        return
+    names = []
+    try:
+        with open("/proc/self/maps", encoding="utf-8") as maps:
+            names = [line.split()[-1] for line in maps if "libcudart.so" in line]
+    except OSError:
+        pass
+    names += [name for name in (ctypes.util.find_library("cudart"), "libcudart.so") if name]
+    for name in dict.fromkeys(names):
+        try:
+            function = ctypes.CDLL(name).cudaMemcpy
+        except (OSError, AttributeError):
+            continue
+        function.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        function.restype = ctypes.c_int
+        _cuda_memcpy = function
+        return
+    raise VerifierError("the verifier's transport needs libcudart (cudaMemcpy) and none could be loaded")
+
+
+def describe(obj: object) -> tuple[dict, int, int, str]:
+    """Facts about ``obj`` read without torch's Python layer: (facts, address, bytes, device type)."""
+    if _type(obj) is not _Tensor:
+        try:
+            name = f"{_str(_type(obj).__module__)}.{_str(_type(obj).__qualname__)}"
+        except Exception:
+            name = "an object whose type has no readable name"
+        return {"tensor": False, "type": name}, 0, 0, ""
+    with _no_torch_function():
+        device = _get_device(obj)
+        size = [_int(n) for n in _size(obj)]
+        stride = [_int(n) for n in _stride(obj)]
+        itemsize = _int(_element_size(obj))
+        address = _int(_data_ptr(obj))
+        dtype = _str(_get_dtype(obj))
+    device_type = _str(device.type)
+    elements = 0 if 0 in size else 1 + sum((n - 1) * s for n, s in zip(size, stride))
+    nbytes = elements * itemsize if device_type in ("cpu", "cuda") and address else 0
+    facts = {"tensor": True, "device": device_type, "shape": size, "stride": stride, "dtype": dtype,
+             "span": [address, elements * itemsize], "nbytes": nbytes}
+    return facts, address, nbytes, device_type
+
+
+def read_bytes(address: int, nbytes: int, device_type: str) -> bytearray:
+    """The ``nbytes`` at ``address`` in host memory (a device-wide synchronize first on CUDA)."""
+    buffer = bytearray(nbytes)
+    if not nbytes:
+        return buffer
+    target = (_char_array * nbytes).from_buffer(buffer)
+    if device_type == "cpu":
+        _memmove(target, address, nbytes)
+        return buffer
+    _device_synchronize()
+    _bind_cuda_memcpy()
+    error = _cuda_memcpy(ctypes.addressof(target), address, nbytes, CUDA_MEMCPY_DEFAULT)
+    if error:
+        raise RuntimeError(f"CUDA error {error} while reading an output (an illegal memory access earlier?)")
+    return buffer
+
+
+class Verifier:
+    """The worker's side of one verifier session (see the module docstring)."""
+
+    def __init__(self, process: subprocess.Popen) -> None:
+        self.process = process
+        self.submitted = 0
+        self.returned = 0
+        self.received: list[dict] = []
+        self.failure: str | None = None
+        self.closed = False
+        self.in_flight = 0
+        self.queue: list[tuple[bytes, list[bytearray], int]] = []
+        self.lock = threading.Condition()
+        self.writer = threading.Thread(target=self._write_loop, name="okc-verifier-writer", daemon=True)
+        self.reader = threading.Thread(target=self._read_loop, name="okc-verifier-reader", daemon=True)
+        self.writer.start()
+        self.reader.start()
+
+    @classmethod
+    def start(cls, problem_name: str, seed: int, device: torch.device | str, job_dir: Path | None = None) -> "Verifier":
+        """A session on the spare process (or a new one); call it before the candidate is imported."""
+        global _spare
+        process, _spare = _spare, None
+        if process is None or process.poll() is not None:
+            process = spawn(job_dir)
+            _spare = None
+        if torch.device(device).type == "cuda":
+            _bind_cuda_memcpy()
+        verifier = cls(process)
+        verifier._send({"kind": "hello", "problem": problem_name, "seed": int(seed), "device": str(device)}, [], 0)
+        return verifier
+
+    def submit(self, ref: dict, out: object, x: torch.Tensor | None = None) -> None:
+        facts, address, nbytes, device_type = describe(out)
+        payload = [read_bytes(address, nbytes, device_type)]
+        header = {"kind": "output", "ref": ref, "out": facts}
+        if x is not None:
+            x_facts, x_address, x_bytes, x_device = describe(x)
+            payload.append(read_bytes(x_address, x_bytes, x_device))
+            header["x"] = x_facts
+        self._send(header, payload, 1)
+
+    def check_weights(self, weights: object, tensors: dict, tag: dict | None = None) -> None:
+        names, payload = [], []
+        for name, tensor in tensors.items():
+            facts, address, nbytes, device_type = describe(tensor)
+            names.append([_str(name), facts])
+            payload.append(read_bytes(address, nbytes, device_type))
+        self._send({"kind": "weights", "ref": {"weights": weights, "tag": tag or {}}, "tensors": names}, payload, 1)
+
+    def results(self) -> list[dict]:
+        with self.lock:
+            while self.returned + len(self.received) < self.submitted and self.failure is None:
+                self.lock.wait(0.5)
+                if self.process.poll() is not None and not self.reader.is_alive() and self.failure is None:
+                    self.failure = self.failure or f"the verifier process ended (exit code {self.process.returncode})"
+            if self.failure is not None:
+                raise VerifierError(f"the verifier failed: {self.failure}")
+            fresh, self.received = self.received, []
+            self.returned += len(fresh)
+        for result in fresh:
+            if result.get("rule") == verdicts.VERIFIER_ERROR:
+                raise VerifierError(f"the verifier could not judge: {result.get('message')}")
+        return fresh
+
+    def close(self) -> None:
+        """End the session; a healthy process waits as the spare for the next one."""
+        global _spare
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self.results()
+            self._send({"kind": "bye"}, [], 0)
+            self.reader.join(CLOSE_WAIT_S)  # the verifier acknowledges a bye: its answers end here
+            healthy = self.failure is None and self.process.poll() is None and not self.reader.is_alive()
+        except VerifierError:
+            healthy = False
+        with self.lock:
+            self.queue.append((b"", [], -1))  # tells the writer thread to stop
+            self.lock.notify_all()
+        self.writer.join()
+        if healthy and _spare is None:
+            _spare = self.process
+        else:
+            self.process.kill()
+            self.process.wait()
+
+    # --- the threads: bytes out with back-pressure, results in ------------------------------
+
+    def _send(self, header: dict, payload: list[bytearray], expected: int) -> None:
+        header["nbytes"] = [len(part) for part in payload]
+        text = _dumps(header).encode()
+        size = sum(len(part) for part in payload)
+        with self.lock:
+            while self.in_flight and self.in_flight + size > IN_FLIGHT_BYTES and self.failure is None:
+                self.lock.wait(0.5)
+            if self.failure is not None:
+                raise VerifierError(f"the verifier failed: {self.failure}")
+            self.in_flight += size
+            self.submitted += expected
+            self.queue.append((_pack(len(text), len(payload)) + text, payload, size))
+            self.lock.notify_all()
+
+    def _write_loop(self) -> None:
+        fd = self.process.stdin.fileno()
+        while True:
+            with self.lock:
+                while not self.queue:
+                    self.lock.wait()
+                head, payload, size = self.queue[0]
+            if size < 0:
+                return
+            try:
+                for part in (head, *payload):
+                    view = memoryview(part)
+                    while view:
+                        view = view[_os_write(fd, view):]
+            except OSError as exc:
+                with self.lock:
+                    self.failure = self.failure or f"its input pipe broke ({exc})"
+                    self.queue.clear()
+                    self.lock.notify_all()
+                return
+            with self.lock:
+                self.queue.pop(0)
+                self.in_flight -= size
+                self.lock.notify_all()
+
+    def _read_loop(self) -> None:
+        for line in self.process.stdout:
+            try:
+                result = _loads(line)
+            except ValueError:
+                result = {"rule": verdicts.VERIFIER_ERROR, "message": "an unreadable answer", "tag": {}}
+            if result.get("kind") == "bye":
+                return
+            with self.lock:
+                self.received.append(result)
+                self.lock.notify_all()
+        with self.lock:
+            if self.returned + len(self.received) < self.submitted:
+                self.failure = self.failure or f"the verifier process ended (exit code {self.process.wait()})"
+            self.lock.notify_all()
+
+
+def main() -> None:
+    answers = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)  # whatever torch prints goes to the job's log, never into the answers
+    verdicts.die_with_parent()
+    verdicts.serve(sys.stdin.buffer, answers)
+
+
+if __name__ == "__main__":
+    main()

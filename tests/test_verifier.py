@@ -1,0 +1,153 @@
+"""The verifier process: it regenerates weights and inputs from the job's seed, judges the bytes it
+is handed, and its verdicts do not move when the process that hands them over rebinds torch."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from okc.judge import rules, verifier as verifier_module
+from okc.judge.problem import Case
+from okc.judge.seeds import derive_seed
+from okc.judge.verifier import Verifier, VerifierError
+from okc.problems import load_problem
+
+CPU = torch.device("cpu")
+SEED = 77
+CASE = Case("proj", 8, "batch")
+
+
+@pytest.fixture
+def tiny():
+    return load_problem("tiny_matvec")
+
+
+@pytest.fixture
+def verifier():
+    session = Verifier.start("tiny_matvec", SEED, CPU)
+    yield session
+    session.close()
+
+
+def reference(problem, case: Case, label: list, variant: str = "normal", weights: int = 0):
+    inputs = problem.make_input(case, derive_seed(SEED, *label), variant, CPU)
+    truth = problem.make_weights(derive_seed(SEED, "weights", weights), CPU)
+    return inputs, problem.reference(truth, case, inputs.x)
+
+
+def ref(label: list, tag: dict, case: Case = CASE, **extra) -> dict:
+    return {"weights": 0, "case": case.key, "input": label, "variant": "normal", "tag": tag, **extra}
+
+
+def test_weights_and_inputs_are_the_same_for_the_same_seed_labels(tiny):
+    first, second = tiny.make_weights(derive_seed(5, "weights", 1), CPU), tiny.make_weights(derive_seed(5, "weights", 1), CPU)
+    assert all(torch.equal(first[name], second[name]) for name in first)
+    other = tiny.make_weights(derive_seed(5, "weights", 2), CPU)
+    assert not torch.equal(first["proj"], other["proj"])
+    for variant in tiny.input_variants:
+        a = tiny.make_input(CASE, derive_seed(5, "input", 0, CASE.key, variant, 2), variant, CPU)
+        b = tiny.make_input(CASE, derive_seed(5, "input", 0, CASE.key, variant, 2), variant, CPU)
+        assert torch.equal(a.x, b.x) and a.probe_rows == b.probe_rows
+    muse = load_problem("muse_bf16_proj")
+    router = Case("router", 9)
+    assert torch.equal(muse.make_input(router, 3, "outlier", CPU).x, muse.make_input(router, 3, "outlier", CPU).x)
+
+
+def test_each_rule_comes_back_with_its_tag_in_submission_order(tiny, verifier):
+    inputs, right = reference(tiny, CASE, ["a"])
+    noise = torch.randn_like(right.float()).to(right.dtype)
+    x_written = inputs.x.clone()
+    x_written[3] += 1
+    poisoned = torch.full_like(right, float("nan"))
+    submissions = [
+        (ref(["a"], {"n": 0}), right.clone(), None, (True, None)),
+        (ref(["a"], {"n": 1}), noise, None, (False, rules.WHOLE)),
+        (ref(["a"], {"n": 2}), torch.nn.Parameter(right.float()), None, (False, rules.TYPE)),
+        (ref(["a"], {"n": 3}), right.float(), None, (False, rules.DTYPE)),
+        (ref(["a"], {"n": 4}), right[:, :5], None, (False, rules.SHAPE)),
+        (ref(["a"], {"n": 5}), [1, 2], None, (False, rules.TYPE)),
+        (ref(["a"], {"n": 6}), right.clone(), x_written, (False, rules.X_MODIFIED)),
+        (ref(["b"], {"n": 7}), right.clone(), None, (False, rules.STALE)),  # the last output again, another input
+        (ref(["a"], {"n": 8}, poisoned=True), poisoned, None, (False, rules.STALE)),
+        (ref(["a"], {"n": 9}), right.t().contiguous().t(), inputs.x.clone(), (True, None)),  # strides kept
+    ]
+    for request, out, x, _ in submissions:
+        verifier.submit(request, out, x=x)
+    results = verifier.results()
+    assert [result["tag"] for result in results] == [{"n": n} for n in range(len(submissions))]
+    for result, (_, _, _, (ok, rule)) in zip(results, submissions):
+        assert result["ok"] is ok and (rule is None or result["rule"] == rule), result
+    assert results[6]["row"] == 3 and results[1]["value"] > results[1]["bound"]
+    assert verifier.results() == []
+
+
+def test_an_output_in_the_input_or_a_weights_memory_fails_alias(tiny, verifier):
+    inputs, right = reference(tiny, CASE, ["a"])
+    x = torch.zeros(8, 128, dtype=torch.bfloat16)
+    x[:, :96] = right
+    verifier.submit(ref(["a"], {"in": "x"}), x[:, :96], x=x)
+    weights = tiny.make_weights(derive_seed(SEED, "weights", 0), CPU)
+    verifier.check_weights(0, weights, {"in": "weights"})
+    verifier.submit(ref(["a"], {"in": "w"}), weights["proj"][:8, :96], x=inputs.x.clone())
+    in_x, unchanged, in_w = verifier.results()
+    assert in_x["rule"] == rules.ALIAS and "input x" in in_x["message"]
+    assert unchanged["ok"] and in_w["rule"] == rules.ALIAS and "'proj'" in in_w["message"]
+
+
+def test_weights_written_into_are_named(tiny, verifier):
+    weights = tiny.make_weights(derive_seed(SEED, "weights", 1), CPU)
+    verifier.check_weights(1, weights)
+    weights["gate"][2, 3] += 1
+    verifier.check_weights(1, weights)
+    verifier.check_weights(0, weights)  # another set's label: every weight differs
+    same, written, other = verifier.results()
+    assert same["ok"] and not written["ok"] and written["rule"] == rules.WEIGHTS_MODIFIED
+    assert written["message"] == "wrote into weight 'gate'" and not other["ok"]
+
+
+def test_a_rebound_torch_in_the_handing_process_cannot_pass_noise(tiny, verifier, monkeypatch):
+    _, right = reference(tiny, CASE, ["a"])
+    noise = torch.randn(right.shape).to(right.dtype)
+    zero = lambda *args, **kwargs: torch.zeros(())  # noqa: E731 - what a hostile candidate installs
+    for owner, name in [(torch.linalg, "vector_norm"), (torch.Tensor, "norm"), (torch.Tensor, "__sub__"),
+                        (torch.Tensor, "abs"), (torch, "isnan"), (torch, "isfinite"), (torch, "equal"),
+                        (torch.Tensor, "double"), (torch.Tensor, "to"), (torch.Tensor, "data_ptr"),
+                        (torch.Tensor, "size"), (torch.Tensor, "cpu"), (torch.Tensor, "copy_")]:
+        monkeypatch.setattr(owner, name, zero)
+    monkeypatch.setattr(torch, "allclose", lambda *args, **kwargs: True)
+
+    class Lie(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            return right  # every torch call in the mode answers with the right output
+
+    with Lie():
+        verifier.submit(ref(["a"], {}), noise)
+    monkeypatch.undo()
+    (result,) = verifier.results()
+    assert not result["ok"] and result["rule"] == rules.WHOLE
+
+
+def test_a_dead_verifier_is_a_harness_error_not_a_pass(tiny):
+    session = Verifier.start("tiny_matvec", SEED, CPU)
+    _, right = reference(tiny, CASE, ["a"])
+    session.process.kill()
+    with pytest.raises(VerifierError, match="verifier"):
+        session.submit(ref(["a"], {}), right)
+        session.results()
+    session.close()
+    bad = Verifier.start("tiny_matvec", SEED, CPU)
+    bad.submit(ref(["a"], {}, case=Case("proj", 4)), right)  # a case the problem does not have
+    with pytest.raises(VerifierError, match="could not judge.*proj/m=4"):
+        bad.results()
+    bad.close()
+
+
+def test_a_closed_session_leaves_its_process_for_the_next(verifier):
+    verifier.close()
+    spare = verifier_module._spare
+    assert spare is verifier.process and spare.poll() is None
+    again = Verifier.start("tiny_matvec", SEED, CPU)
+    assert again.process is spare and verifier_module._spare is None
+    again.check_weights(0, load_problem("tiny_matvec").make_weights(derive_seed(SEED, "weights", 0), CPU))
+    assert again.results()[0]["ok"]
+    again.close()
