@@ -162,7 +162,7 @@ class Session:
                 return fail(rules.ALIAS, f"the output's memory overlaps weight {name!r}")
         out = to_tensor(facts, parts[0], self.device)
         x_after = to_tensor(header["x"], parts[1], self.device) if "x" in header else None
-        stream = (key, case.key, ref["variant"])
+        stream = (key, case.key, ref["variant"], ref.get("stream"))
         previous, self.previous[stream] = self.previous.get(stream), out
         return rules.judge(out, lambda: self.problem.reference(truth, case, inputs.x), inputs, previous,
                            bool(ref.get("poisoned")), x_after, self.problem.tolerance(case))

@@ -28,6 +28,8 @@ The whole API (the check and the bench's re-checks use nothing else)::
 - tag: any JSON dict, echoed back in the result (side, pair, slot, replay ...);
 - poisoned (optional): the output was NaN-filled before the call that wrote it, so an all-NaN
   output is called stale.
+- stream (optional): outputs are held against the previous one of the same stream only (a
+  bench's re-checks name their side: the two sides' outputs for one input may be equal).
 
 ``out`` is what the candidate returned (not a plain ``torch.Tensor``: the type rule fails).
 ``x`` (optional) is the input buffer as the call left it: it must equal the regenerated input.
