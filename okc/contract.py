@@ -33,8 +33,7 @@ EXIT_FILE = "exit_code"  # written last: the job is over once it exists
 
 JOB_KINDS = ("check", "bench", "floor", "time", "screen")  # a screen job has points, no candidate (okc.judge.batch)
 DEVICES = ("auto", "cpu", "cuda")
-# "invalid": a bench whose timed outputs failed their re-check (okc.judge.recheck): no score.
-STATUSES = ("pass", "fail", "ok", "error", "timeout", "invalid")
+STATUSES = ("pass", "fail", "ok", "error", "timeout", "invalid")  # invalid: a bench's re-check failed, no score
 PASSING = ("pass", "ok")
 # Whose fault an error is: the command line's, the candidate's, okc's, or the machine's (a lost
 # job); or nobody's (the user stopped it). Only candidate and infrastructure errors go in the ledger.
