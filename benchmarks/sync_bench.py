@@ -71,7 +71,7 @@ import os, subprocess, sys
 sys.path.insert(0, sys.argv[2])
 from pathlib import Path
 from okc.lab.config import find_lab
-from okc.pods import agent
+from okc.launch import agent
 from okc.pods.statcache import StatCache
 from okc.pods.sync import TarStream, local_files
 

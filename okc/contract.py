@@ -1,7 +1,7 @@
 """The job contract: what a job folder holds, as every side of okc reads and writes it.
 
 One module, standard library only, shared by the laptop side (creating, recording), the
-pod-side agent (launching; it is sent to pods with this module, see okc.pods.agent), the
+pod-side agent (launching; it is sent to pods with this module, see okc.launch.agent), the
 worker (running) and the tests. job.json is :class:`JobSpec`; result.json is
 :class:`JobResult`; both carry a ``schema_version``. A result's ``status`` says what
 happened and ``error_kind`` whose fault an error is, so no caller reads message text.
@@ -174,7 +174,7 @@ JOB_STATES = ("not started", "running", "finished", "lost")  # the last two: ove
 
 @dataclass(frozen=True)
 class JobState:
-    """One job as the launcher (okc.pods.launcher) accounts for it; the agent's ``jobs`` answer."""
+    """One job as the launcher (okc.launch.launcher) accounts for it; the agent's ``jobs`` answer."""
 
     job: str  # as the target names it: check with is_job_id before it names a local folder
     state: str

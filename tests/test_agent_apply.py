@@ -16,7 +16,7 @@ import pytest
 from hypothesis import example, given, seed, settings
 from hypothesis import strategies as st
 
-from okc.pods import agent
+from okc.launch import agent
 
 COMPONENTS = ["a", "link", "..", ".", "", "results", ".okc", "c d", "é", "staging"]
 TYPES = [tarfile.REGTYPE] * 5 + [tarfile.DIRTYPE, tarfile.SYMTYPE, tarfile.LNKTYPE, tarfile.FIFOTYPE, tarfile.CHRTYPE]

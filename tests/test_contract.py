@@ -11,7 +11,7 @@ import pytest
 from okc.contract import (
     BadJob, ContractError, JobSpec, SourceRef, is_job_id, parse_result, read_json, result_document, write_json,
 )
-from okc.pods import agent
+from okc.launch import agent
 
 GOOD = {"schema_version": 1, "job_id": "20260101-000000-check-abcdef", "kind": "check", "problem": "tiny_matvec",
         "candidate": {"number": 0, "name": "000_baseline", "source": "candidate/000_baseline.py", "sha256": "ab"}}

@@ -24,7 +24,7 @@ from okc.jobs import runner
 from okc.jobs.target import LocalTarget, local_locks
 from okc.lab.candidates import resolve
 from okc.lab.ledger import ledger, runs
-from okc.pods import launcher
+from okc.launch import launcher
 from okc.pods.config import resolve_pod
 from okc.pods.target import PodTarget
 

@@ -14,7 +14,8 @@ import pytest
 import okc
 
 from okc.jobs import folder as job_folder, runner
-from okc.pods import agent, launcher, lifecycle
+from okc.launch import agent, launcher
+from okc.pods import lifecycle
 from okc.pods.target import PodTarget
 from okc.pods.views import status_document
 from okc.lab.candidates import resolve

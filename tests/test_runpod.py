@@ -384,10 +384,10 @@ def test_the_watchdog_imports_only_the_standard_library_and_the_launcher():
 
     tree = ast.parse(Path(watchdog.__file__).read_text())
     modules = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    modules |= {f"{n.module}.{a.name}" if n.module == "okc.pods" else n.module
+    modules |= {f"{n.module}.{a.name}" if n.module == "okc.launch" else n.module
                 for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
     ours = {m for m in modules if m.split(".")[0] not in sys.stdlib_module_names}
-    assert ours == {"okc.contract", "okc.pods.launcher"}  # both standard library only, like the agent they serve
+    assert ours == {"okc.contract", "okc.launch.launcher"}  # both standard library only, like the agent they serve
 
 
 # -- pod.yaml and costs ----------------------------------------------------------------
@@ -472,7 +472,7 @@ def test_the_watchdog_counts_a_zombie_as_ended():
     """A stopped watchdog not yet reaped by its parent must not look alive (nor block a restart)."""
     import subprocess
 
-    from okc.pods import launcher
+    from okc.launch import launcher
 
     child = subprocess.Popen(["true"])
     started = launcher.process_start(child.pid)

@@ -37,7 +37,7 @@ def test_first_then_unchanged_then_changed(ssh_lab):
     (ssh_lab.experiments / "sweep.yaml").write_text("grid: [1, 2]\n")
     with _target(ssh_lab) as target:
         first = sync(ssh_lab, target)
-        assert "candidates/001_fast.py" in first.sent and "okc/pods/agent.py" in first.sent
+        assert "candidates/001_fast.py" in first.sent and "okc/launch/agent.py" in first.sent
         assert "pyproject.toml" in first.sent and "experiments/sweep.yaml" in first.sent
         _remote_matches_local(ssh_lab)
         manifest = json.loads((_remote(ssh_lab) / ".okc/manifest.json").read_text())

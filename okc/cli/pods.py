@@ -146,10 +146,11 @@ def pod_terminate(
 
     Example: okc pod terminate h200
     """
+    from okc.jobs.runner import unpulled_jobs
     from okc.pods import lifecycle
 
     lab, pod = _pod(name)
-    info = lifecycle.check_terminate(lab, pod, force)
+    info = lifecycle.check_terminate(pod, force, lambda info: unpulled_jobs(lab, pod, info))
     if not yes and not typer.confirm(f"Terminate pod {pod.name} (Runpod {info.id}) and delete its volume?", default=False):
         raise ConfigError(f"pod {pod.name} not terminated")
     lifecycle.terminate(pod)

@@ -1,7 +1,7 @@
 """Targets: where a job runs. This machine (:class:`LocalTarget`) or a pod (okc.pods.target).
 
 A target does a few small things: get ready, start a prepared job folder with the agent's
-launcher (okc.pods.launcher, the same on both: one per-GPU lock, one set of files, one time
+launcher (okc.launch.launcher, the same on both: one per-GPU lock, one set of files, one time
 limit), read a job's files as they grow, say a job's state, cancel it, and bring its
 folder home. Following, pulling and recording are written once, over this seam
 (okc.jobs.runner).
@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Protocol
 
 import okc
-from okc.contract import EXIT_FILE, JOB_FILE, LOG_FILE, PID_FILE, JobState
+from okc.contract import EXIT_FILE, JOB_FILE, PID_FILE, JobState
 from okc.errors import JudgeError, PodError
-from okc.pods import launcher
+from okc.launch import launcher
 
 START_WAIT_S = 30.0  # the launcher writes its pid file within moments of starting
 START_POLL_S = 0.02
@@ -90,7 +90,7 @@ class LocalTarget:
 
     def start(self, job_dir: Path, gpus: str) -> None:
         job_id = job_dir.name
-        argv = [sys.executable, "-m", "okc.pods.agent", "run", str(self.results.resolve()), job_id, gpus, code_dir()]
+        argv = [sys.executable, "-m", "okc.launch.agent", "run", str(self.results.resolve()), job_id, gpus, code_dir()]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (code_dir(), os.environ.get("PYTHONPATH")) if p),
                launcher.LOCKS_ENV: str(local_locks()), **self.env}
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -129,9 +129,3 @@ class LocalTarget:
 
     def cancel(self, job_id: str) -> None:
         launcher.cancel_job(str(self.results), job_id)
-
-
-def local_job_files(job_dir: Path) -> list[Path]:
-    """The files of a prepared job folder, job.json last (a pod's agent starts only once it has it)."""
-    files = sorted(p for p in job_dir.rglob("*") if p.is_file() and p.name != LOG_FILE)
-    return sorted(files, key=lambda p: p.name == JOB_FILE)

@@ -3,7 +3,7 @@
 On a pod okc sends this file's source together with okc.contract's (``program()``) as
 ``python -c PROGRAM VERB ARGS...`` (every word quoted), so it works before the lab was ever
 synced and always matches the local okc. On this machine okc runs it as
-``python -m okc.pods.agent run ...``: one launcher, one lock, one set of files for both.
+``python -m okc.launch.agent run ...``: one launcher, one lock, one set of files for both.
 Each verb prints one JSON document. Verbs:
 
 - ``apply REMOTE_DIR``: read a sync's tar stream from stdin, staging each file as it
@@ -33,7 +33,7 @@ import sys
 import tarfile
 from pathlib import Path
 
-from okc.pods.launcher import Refused, atomic_write, cancel_job, jobs, run, start
+from okc.launch.launcher import Refused, atomic_write, cancel_job, jobs, run, start
 
 SCHEMA_VERSION = 1
 STATE_DIR = ".okc"
@@ -213,18 +213,18 @@ def program() -> str:
     registered under their names, so this file's own imports find them.
     """
     from okc import contract
-    from okc.pods import launcher
+    from okc.launch import launcher
 
-    modules = (("okc.contract", contract), ("okc.pods.launcher", launcher), ("okc.pods.agent", sys.modules[__name__]))
+    modules = (("okc.contract", contract), ("okc.launch.launcher", launcher), ("okc.launch.agent", sys.modules[__name__]))
     sources = {name: Path(module.__file__).read_text(encoding="utf-8") for name, module in modules}
     return (
         "import sys, types\n"
-        "for name in ('okc', 'okc.pods'):\n"
+        "for name in ('okc', 'okc.launch'):\n"
         "    package = types.ModuleType(name); package.__path__ = []; sys.modules[name] = package\n"
         f"for name, source in {sources!r}.items():\n"
         "    module = types.ModuleType(name); sys.modules[name] = module\n"
         "    exec(compile(source, name.replace('.', '/') + '.py', 'exec'), module.__dict__)\n"
-        "sys.modules['okc.pods.agent'].main(sys.argv[1:])\n"
+        "sys.modules['okc.launch.agent'].main(sys.argv[1:])\n"
     )
 
 

@@ -112,30 +112,16 @@ def stop(lab, pod: Pod) -> RunpodPod:
     return info
 
 
-def unpulled_jobs(lab, pod: Pod, info: RunpodPod) -> list[str]:
-    """Jobs sent to this pod whose results are not here: known locally, and on the pod if it runs."""
-    from okc.contract import EXIT_FILE, JOB_FILE, read_json
-    from okc.jobs.runner import list_jobs
-    from okc.pods.target import PodTarget
+def check_terminate(pod: Pod, force: bool, unpulled: Callable[[RunpodPod], list[str]]) -> RunpodPod:
+    """The pod to terminate, once no unpulled job stands in the way (or ``force``).
 
-    found = {path.parent.name for path in lab.results.glob(f"*/{JOB_FILE}")
-             if (read_json(path) or {}).get("target") == pod.name and not (path.parent / EXIT_FILE).exists()}
-    if info.running:
-        try:
-            with PodTarget(lab, connectable(lab, pod, info)) as target:
-                found |= {entry.job for entry, pulled in list_jobs(lab, target) if not pulled}
-        except OkcError as exc:
-            raise PodError(f"cannot list pod {pod.name}'s jobs before terminating it ({exc}); --force terminates anyway") from None
-    return sorted(found)
-
-
-def check_terminate(lab, pod: Pod, force: bool) -> RunpodPod:
-    """The pod to terminate, once no unpulled job stands in the way (or ``force``)."""
+    ``unpulled(info)``: the pod's jobs whose results are not here (okc.jobs.runner.unpulled_jobs).
+    """
     info = RunpodClient().get_pod(runpod_id(pod))
     if info.desired_status == TERMINATED:
         raise ConfigError(f"pod {pod.name} (Runpod {info.id}) was terminated already")
     if not force:
-        waiting = unpulled_jobs(lab, pod, info)
+        waiting = unpulled(info)
         if waiting:
             raise PodError(f"pod {pod.name} has {len(waiting)} job(s) not pulled here ({', '.join(waiting)}): "
                            f"okc pull --on {pod.name} first, or --force to lose them")
@@ -223,7 +209,7 @@ def create(lab, name: str, spec: dict, key: PublicKey, idle_stop_minutes: float 
 def status(lab, pod: Pod) -> dict:
     """What Runpod says (state, $/h, uptime), and, when the pod is up, what the pod says."""
     from okc.pods import remote
-    from okc.pods.target import call_agent
+    from okc.pods.sync import call_agent
 
     answer: dict = {"pod": pod.name}
     info = None

@@ -34,7 +34,7 @@ from typing import Callable, Iterator
 
 import okc
 from okc.errors import ConfigError, PodError
-from okc.pods import agent
+from okc.launch import agent
 from okc.pods.ssh import SSHTarget
 from okc.pods.statcache import CACHE_FILE, StatCache, open_nofollow
 

@@ -13,9 +13,8 @@ import stat
 import threading
 from pathlib import Path, PurePosixPath
 
-from okc.contract import EXIT_FILE, ContractError, JobState, is_job_id
+from okc.contract import EXIT_FILE, JOB_FILE, LOG_FILE, ContractError, JobState, is_job_id
 from okc.errors import ConfigError, PodError, UnsafeRemote
-from okc.jobs.target import local_job_files
 from okc.pods.config import Pod
 from okc.pods.hostkeys import HostKeyPins, pins_path
 from okc.pods.paths import MAX_JOB_DEPTH, MAX_JOB_FILES, checked_job_id, checked_name, local_path_under
@@ -25,6 +24,12 @@ from okc.pods.sync import call_agent, sync  # call_agent: also for this module's
 READ_CHUNK = 1 << 20
 _synced: set[tuple[str, str]] = set()  # (lab root, pod name) synced by this process
 _sync_lock = threading.Lock()
+
+
+def local_job_files(job_dir: Path) -> list[Path]:
+    """The files of a prepared job folder, job.json last (a pod's agent starts only once it has it)."""
+    files = sorted(p for p in job_dir.rglob("*") if p.is_file() and p.name != LOG_FILE)
+    return sorted(files, key=lambda p: p.name == JOB_FILE)
 
 
 def remote_job_dir(job_id: str) -> str:

@@ -1,7 +1,7 @@
 """The pod's own idle stop: a Runpod pod stops itself when no okc job has run for a while.
 
 It runs on the pod, detached, so it works while the laptop that started the jobs is shut.
-The agent travels as one ``python -c`` program (okc.pods.agent.program); the watchdog does
+The agent travels as one ``python -c`` program (okc.launch.agent.program); the watchdog does
 not travel with it: it runs from the copy of okc that sync put in remote_dir. The agent's ``watchdog`` verb runs
 ``python -S -m okc.pods.watchdog ensure REMOTE_DIR MINUTES active|report`` from there, which starts
 ``... watch REMOTE_DIR MINUTES`` once (a pid file and a lock; restarted when its settings or
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from okc.contract import EXIT_FILE, JOB_FILE, LOG_FILE, PID_FILE
-from okc.pods import launcher
+from okc.launch import launcher
 
 STATE_DIR = ".okc"  # okc's own files under remote_dir (the agent's too)
 WATCHDOG_LOG = ".okc/watchdog.log"
