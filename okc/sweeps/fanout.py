@@ -23,7 +23,7 @@ from typing import Any
 from okc.errors import ConfigError
 from okc.contract import JobResult
 from okc.jobs import runner
-from okc.jobs.runner import pod_for, run_local
+from okc.jobs.runner import pod_for
 from okc.jobs.target import code_dir
 
 GPU_COUNT_TIMEOUT_S = 60.0
@@ -94,20 +94,9 @@ def slots_meeting(needs, lab, on: str | None, gpus: int | None, work: str) -> li
     return slots
 
 
-def run_on(lab, slot: Slot, job_dir: Path, cancel: threading.Event) -> JobResult:
-    """Run a prepared job folder on ``slot``; its result (the caller records what it keeps)."""
-    if slot.pod is None:
-        return run_local(job_dir, gpus=str(slot.gpu) if slot.gpu is not None else None, cancel=cancel)
-    from okc.pods.target import PodTarget
-
-    with PodTarget(lab, slot.pod) as target:
-        target.prepare()  # syncs once per okc process, not once per job
-        try:
-            return runner.execute(target, job_dir, cancel=cancel)
-        except runner.JobDetached:
-            if cancel.is_set():  # a stopped sweep stops its jobs on pods too, not only here
-                target.cancel(job_dir.name)
-            raise
+def run_on(lab, slot: Slot, job_dir: Path, cancel: threading.Event, watch: runner.Watch | None = None) -> JobResult:
+    """Run a prepared job folder on ``slot`` through the one runner; its result (the caller records what it keeps)."""
+    return runner.run_on(lab, slot.pod, slot.gpu, job_dir, cancel, watch)
 
 
 class Detached(Exception):
@@ -146,7 +135,7 @@ def execute(slots: list[Slot], tasks: Iterable, run_one: Callable[[Slot, Any], N
                     return
                 try:
                     run_one(slot, task)
-                except KeyboardInterrupt:  # run_local's answer to the cancel event
+                except KeyboardInterrupt:  # the runner's answer to the cancel event on this machine
                     return
                 except BaseException as exc:
                     errors.append(exc)

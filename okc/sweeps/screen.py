@@ -21,22 +21,19 @@ import math
 import os
 import shutil
 import threading
-import time
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
-from okc.contract import LOG_FILE, PHASE_FILE, JobResult, read_json
+from okc.contract import PHASE_FILE, JobResult, read_json
 from okc.errors import ConfigError, JudgeError
-from okc.jobs.folder import create_job, finish_job
-from okc.jobs.target import LocalTarget, Target
+from okc.jobs.folder import create_job
+from okc.jobs.runner import Watch
 from okc.judge.batch import POINTS_FILE, read_lines
 from okc.sweeps.experiments import Point
-from okc.sweeps.fanout import Slot
+from okc.sweeps.fanout import Slot, run_on
 
 MAX_BATCH = 64  # points per job at most: each job is a fresh worker, so a batch stays a few minutes
-STATE_EVERY_S = 5.0  # how often a followed job is checked for having died without an exit code
-CANCEL_WAIT_S = 30.0  # after Ctrl-C, how long a job gets to stop and leave its files
 POINTS_DIR = "points"
 
 
@@ -99,62 +96,12 @@ class Harvest:
                 self.record(point, point_rows(line, self.shapes, self.job_dir.name, self.slot))
 
 
-def _copy_new(target: Target, job_dir: Path, name: str, offset: int) -> int:
-    """Append what a remote job's file gained since ``offset`` to the copy here; the new offset."""
-    while chunk := target.read(job_dir.name, name, offset):
-        with open(job_dir / name, "ab") as handle:
-            handle.write(chunk)
-        offset += len(chunk)
-    return offset
-
-
-def follow(target: Target, job_dir: Path, harvest: Harvest, cancel: threading.Event) -> None:
-    """Collect the job's lines until it is over; once ``cancel`` is set, cancel it and wait for it to stop."""
-    job_id = job_dir.name
-    offsets = {LOG_FILE: 0, POINTS_FILE: 0}
-    stopping, last_state = None, time.monotonic()
-    while True:
-        done = target.done(job_id)
-        if target.remote:  # a local job writes its files here already
-            offsets = {name: _copy_new(target, job_dir, name, offset) for name, offset in offsets.items()}
-        harvest.collect()
-        if done:
-            return
-        if cancel.is_set() and stopping is None:
-            target.cancel(job_id)
-            stopping = time.monotonic()
-        if stopping is not None and time.monotonic() - stopping > CANCEL_WAIT_S:
-            raise JudgeError(f"screen job {job_id} on {target.name!r} did not stop within {CANCEL_WAIT_S:g} s")
-        if time.monotonic() - last_state > STATE_EVERY_S:
-            last_state = time.monotonic()
-            target.state(job_id)  # a launcher gone without an exit code is declared lost here
-        time.sleep(target.poll_s)
-
-
-def open_target(lab, slot: Slot, job_dir: Path) -> tuple[Target, str]:
-    """The slot's target (a local job runs in the folder it lies in) and the GPUs its job may take."""
-    if slot.pod is None:
-        return LocalTarget(job_dir.parent), str(slot.gpu) if slot.gpu is not None else LocalTarget.gpus
-    from okc.pods.target import PodTarget
-
-    target = PodTarget(lab, slot.pod)
-    return target, target.gpus
-
-
 def run_screen_job(lab, slot: Slot, job_dir: Path, harvest: Harvest, cancel: threading.Event) -> JobResult:
-    """Start the screen job on its slot's target, follow it line by line, bring it home; its result."""
-    target, gpus = open_target(lab, slot, job_dir)
-    with target:
-        target.prepare()
-        try:
-            target.start(job_dir, gpus)
-        except BaseException:
-            shutil.rmtree(job_dir, ignore_errors=True)
-            raise
-        follow(target, job_dir, harvest, cancel)
-        target.fetch(job_dir.name, job_dir)
+    """The screen job through the one runner, its lines collected as they land; its result."""
+    watch = Watch(grows=(POINTS_FILE,), on_poll=harvest.collect, stop_on_cancel=True)
+    result = run_on(lab, slot, job_dir, cancel, watch)
     harvest.collect()
-    return finish_job(job_dir)
+    return result
 
 
 def blame(job_dir: Path, remaining: dict[str, Point], result: JobResult) -> tuple[str, str, str] | None:
