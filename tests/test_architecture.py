@@ -84,3 +84,61 @@ def test_the_gpu_side_imports_no_local_side_module():
     allowed = ("okc.judge", "okc.problems", "okc.worker", "okc.contract")
     wrong = {m: sorted(d for d in edges[m] if d != "okc" and not d.startswith(allowed)) for m in gpu_side}
     assert {m: d for m, d in wrong.items() if d} == {}
+
+
+# -- one runner ------------------------------------------------------------------------
+
+RUNNER = "okc.jobs.runner"
+TARGETS = ("okc.jobs.target", "okc.pods.target")  # a Target's own methods (LocalTarget, PodTarget)
+JOB_VERBS = {"start", "fetch", "follow", "execute"}  # what running a job takes, besides its folder
+RUNNER_NAMES = {"follow", "execute", "LocalTarget", "PodTarget"}
+
+
+def job_runs_outside_the_runner(source: str) -> list[str]:
+    """What in ``source`` runs a job itself: a target started, followed or fetched, a target made,
+    or the agent run, instead of going through okc.jobs.runner."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Name) and func.id in RUNNER_NAMES:
+                found.append(f"{func.id}() at line {node.lineno}")
+            elif isinstance(func, ast.Attribute) and func.attr in JOB_VERBS:
+                owner = func.value
+                name = owner.id if isinstance(owner, ast.Name) else owner.attr if isinstance(owner, ast.Attribute) else ""
+                if "target" in name.lower() and name != "runner":
+                    found.append(f"{name}.{func.attr}() at line {node.lineno}")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value == "okc.launch.agent":
+            found.append(f"the agent run at line {node.lineno}")
+    return found
+
+
+def test_the_runner_check_finds_a_second_runner():
+    second = '''
+target = PodTarget(lab, pod)
+target.start(job_dir, gpus)
+follow(target, job_dir, harvest, cancel)
+target.fetch(job_dir.name, job_dir)
+argv = [sys.executable, "-m", "okc.launch.agent", "run"]
+'''
+    assert len(job_runs_outside_the_runner(second)) == 5
+    assert job_runs_outside_the_runner("threading.Thread(target=work).start()\nrunner.execute(t, d)\n") == []
+
+
+def test_every_job_runs_through_the_one_runner():
+    paths = [p for p in PACKAGE.rglob("*.py") if "solutions" not in p.parts and "judge" not in p.parts]
+    allowed = {RUNNER, *TARGETS} | {m for m in map(module_name, paths) if m.startswith("okc.launch")}
+    found = {module_name(p): hits for p in paths if module_name(p) not in allowed
+             and (hits := job_runs_outside_the_runner(p.read_text(encoding="utf-8")))}
+    assert found == {}
+
+
+def test_jobs_and_pods_do_not_import_each_other_and_the_launcher_needs_only_the_contract():
+    edges = graph()
+
+    def package_imports(package: str) -> set[str]:
+        return {d.split(".")[1] for m, ds in edges.items() if m.startswith(f"okc.{package}.") or m == f"okc.{package}"
+                for d in ds if d.count(".") >= 1 and not d.startswith(f"okc.{package}")}
+
+    assert "jobs" not in package_imports("pods"), "pods imports jobs while jobs imports pods"
+    assert package_imports("launch") == {"contract"}

@@ -24,7 +24,7 @@ from okc.lab.ledger import open_ledger
 from okc.lab.sweep_ledger import sweep_rows
 from okc.problems.tiny_matvec import PROBLEM as TINY
 from okc.sweeps.experiments import Point, load_experiment
-from okc.sweeps.fanout import Detached, Slot, execute
+from okc.sweeps.fanout import Detached, Slot, run_tasks
 from okc.sweeps.funnel import Sweep, open_run
 from okc.sweeps.screen import MAX_BATCH, batches
 
@@ -189,7 +189,7 @@ def test_a_second_ctrl_c_stops_waiting_for_the_jobs_the_first_one_is_stopping():
 
     def interrupt_twice():
         started.wait(30)
-        time.sleep(0.5)  # a person's Ctrl-C comes once execute is waiting on its slots ...
+        time.sleep(0.5)  # a person's Ctrl-C comes once run_tasks is waiting on its slots ...
         ctrl_c()
         told.wait(30)
         time.sleep(0.5)  # ... and the second while it waits for the job to stop
@@ -199,7 +199,7 @@ def test_a_second_ctrl_c_stops_waiting_for_the_jobs_the_first_one_is_stopping():
     cancel = threading.Event()
     try:
         with pytest.raises(Detached):
-            execute([Slot("local", None)], [1], stubborn, cancel, on_interrupt=told.set)
+            run_tasks([Slot("local", None)], [1], stubborn, cancel, on_interrupt=told.set)
     finally:
         release.set()
     assert cancel.is_set() and told.is_set()

@@ -103,7 +103,7 @@ class Detached(Exception):
     """A second Ctrl-C: stop waiting for the jobs the first one is stopping."""
 
 
-def execute(slots: list[Slot], tasks: Iterable, run_one: Callable[[Slot, Any], None], cancel: threading.Event,
+def run_tasks(slots: list[Slot], tasks: Iterable, run_one: Callable[[Slot, Any], None], cancel: threading.Event,
             on_interrupt: Callable[[], None] | None = None) -> None:
     """Run every task on the first free slot; the first error (or Ctrl-C) stops the rest.
 

@@ -35,7 +35,7 @@ from pathlib import Path
 from okc.lab.candidates import Candidate, resolve
 from okc.errors import ConfigError, JudgeError
 from okc.sweeps.experiments import Experiment, Point, emit_winners, load_experiment, materialise
-from okc.sweeps.fanout import Detached, Slot, execute, run_on, slots_meeting
+from okc.sweeps.fanout import Detached, Slot, run_on, run_tasks, slots_meeting
 from okc.sweeps.record import Recorder
 from okc.sweeps.screen import ScreenStage, batches
 from okc.contract import JobResult, write_json
@@ -242,7 +242,7 @@ class Sweep:
         self.progress = dataclasses.replace(self.progress, stage=stage, done=0, started=time.monotonic(),
                                             total=len(tasks) if total is None else total)
         self.on_progress(self.progress)
-        execute(self.slots, tasks, run_one or self._run_task, self.cancel, self.on_interrupt)
+        run_tasks(self.slots, tasks, run_one or self._run_task, self.cancel, self.on_interrupt)
 
     def record(self, task: Task, rows: list[dict]) -> None:
         """One finished task's rows: into the table first (the source of truth), then the ledger."""
