@@ -115,7 +115,7 @@ def table(lab, name: str) -> list[dict]:
     ({"funnel": {"keep": 0}}, "funnel.keep must be a positive integer"),
     ({"needs": ["gpu"]}, "'needs' must be a list drawn from triton, cuda"),
     ({"needs": "cuda"}, "'needs' must be a list drawn from triton, cuda"),
-    ({"funnel": {"target_half_width": 5}}, "funnel.target_half_width is relative"),
+    ({"funnel": {"target_half_width": 5}}, "funnel.target_half_width is the CI half-width relative"),
     ({"funnel": {"max_pairs": 3}}, "must not be below funnel.min_pairs"),
     ({"funnel": {"min_pairs": 10}}, "funnel.min_pairs must be at least 24"),
     ({"funnel": {"neighbours": [0]}}, "funnel.neighbours must be a list of positive m values"),

@@ -210,12 +210,28 @@ def test_a_ledger_that_breaks_during_the_job_does_not_lose_the_verdict(tmp_path,
     assert "Traceback" not in result.output
 
 
-def test_the_pairs_floor_and_limit_match_the_judge():
-    from okc.jobs import options
-    from okc.judge.stats import MAX_PAIRS_LIMIT, MIN_PAIRS_FOR_CI
+@pytest.mark.parametrize(("cli", "rule"), [
+    ({"min_pairs": 2}, {"min_pairs": 2}),
+    ({"min_pairs": 300, "max_pairs": 200}, {"min_pairs": 300, "max_pairs": 200}),
+    ({"max_pairs": 10**12}, {"max_pairs": 10**12}),
+    ({"target": 1.5}, {"target_half_width": 1.5}),
+    ({"target": float("nan")}, {"target_half_width": float("nan")}),
+    ({"max_pairs": 10.5}, {"max_pairs": 10.5}),
+])
+def test_the_cli_refuses_a_stopping_rule_as_the_judge_does_in_its_own_words(cli, rule):
+    from okc.errors import ConfigError
+    from okc.jobs.options import BenchOptions
+    from okc.judge.stats import StoppingRule
 
-    assert options.MIN_PAIRS_FOR_CI == MIN_PAIRS_FOR_CI
-    assert options.MAX_PAIRS_LIMIT == MAX_PAIRS_LIMIT
+    with pytest.raises(ConfigError) as on_the_command_line:
+        BenchOptions(**cli)
+    with pytest.raises(ValueError) as in_the_job:
+        StoppingRule(**rule)
+    words = {"--min-pairs": "min_pairs", "--max-pairs": "max_pairs", "--target": "target_half_width"}
+    said = str(on_the_command_line.value)
+    for flag, setting in words.items():
+        said = said.replace(flag, setting)
+    assert said == str(in_the_job.value)
 
 
 def test_a_candidate_failure_is_still_a_row(lab_root):

@@ -12,11 +12,12 @@ device is asked of a separate process, only when ``--device cuda`` asks for one 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from okc import benchrules
+from okc.benchrules import MAX_PAIRS_LIMIT, MIN_PAIRS_FOR_CI  # noqa: F401  (importers read them here)
 from okc.contract import DEVICES
 from okc.errors import ConfigError
 
@@ -24,23 +25,16 @@ if TYPE_CHECKING:  # the CLI imports this module for --help (QUICK_MAX_M): what 
     from okc.lab.config import Lab
 
 QUICK_MAX_M = 16  # a quick check still covers m = 1, 5, 7, 8, 9, 16: slices, probe rows, odd sizes
-MIN_PAIRS_FOR_CI = 24  # = okc.judge.stats.MIN_PAIRS_FOR_CI (that module imports numpy; a test holds them equal)
-MAX_PAIRS_LIMIT = 100_000  # = okc.judge.stats.MAX_PAIRS_LIMIT (a test holds them equal)
 CUDA_PROBE_TIMEOUT_S = 60.0
 CUDA_PROBE = "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"
 NVIDIA_PATHS = ("/proc/driver/nvidia/version", "/dev/nvidiactl", "/dev/nvidia0")
 
 
 def _integer(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"{name} must be an integer, got {value!r}")
-    return value
-
-
-def _number(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ConfigError(f"{name} must be a finite number, got {value!r}")
-    return float(value)
+    try:
+        return benchrules.integer(name, value)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 @dataclass(frozen=True)
@@ -86,27 +80,22 @@ class CheckOptions:
 class BenchOptions:
     """``okc bench``'s options: the stopping rule, the replay cost, and what to bench against."""
 
-    target: float = 0.005
-    min_pairs: int = 50
-    max_pairs: int = 2000
+    target: float = benchrules.TARGET_HALF_WIDTH
+    min_pairs: int = benchrules.MIN_PAIRS
+    max_pairs: int = benchrules.MAX_PAIRS
     overhead_us: float | None = None
     aa: bool = False
     against: str | None = None  # None: the lab's baseline
     solo: bool = False  # each side timed alone (the same graphs, flush and inputs): the truth a paired score must match
 
     def __post_init__(self) -> None:
-        target = _number("--target", self.target)
-        if not 0.0 < target < 1.0:
-            raise ConfigError(f"--target is the CI half-width relative to the score (0.005 = ±0.5%), "
-                              f"above 0 and below 1; got {self.target}")
-        if _integer("--min-pairs", self.min_pairs) < MIN_PAIRS_FOR_CI:
-            raise ConfigError(f"--min-pairs must be at least {MIN_PAIRS_FOR_CI} (fewer pairs give no CI), got {self.min_pairs}")
-        if _integer("--max-pairs", self.max_pairs) < self.min_pairs:
-            raise ConfigError(f"--max-pairs ({self.max_pairs}) must not be below --min-pairs ({self.min_pairs})")
-        if self.max_pairs > MAX_PAIRS_LIMIT:
-            raise ConfigError(f"--max-pairs must be at most {MAX_PAIRS_LIMIT}, got {self.max_pairs}")
-        if self.overhead_us is not None and not _number("--overhead-us", self.overhead_us) >= 0:
-            raise ConfigError(f"--overhead-us is a replay cost in microseconds, 0 or more; got {self.overhead_us}")
+        try:  # the judge's own rules (okc.benchrules), in the command line's words
+            benchrules.check_stopping(self.min_pairs, self.max_pairs, self.target,
+                                      ("--min-pairs", "--max-pairs", "--target"))
+            if self.overhead_us is not None:
+                benchrules.check_overhead_us(self.overhead_us, "--overhead-us")
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         if self.aa and self.against is not None:
             raise ConfigError(f"--aa benches the candidate against itself; it cannot also be --against {self.against}")
 

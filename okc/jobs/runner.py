@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from okc.benchrules import aa_floor
 from okc.contract import EXIT_FILE, JOB_FILE, LOG_FILE, PROGRESS_FILE, RESULT_FILE, JobResult, JobState, is_job_id, read_json
 from okc.errors import ConfigError, JudgeError, LedgerError, OkcError, PodError, UnreachableError, UnsafeRemote
 from okc.jobs.folder import create_job, finish_job, is_home, job_spec, record_job, recordable
@@ -255,7 +256,7 @@ def with_aa_floor(lab: Lab, target: str, settings: dict[str, Any]) -> dict[str, 
     with ledger(lab.ledger_path) as conn:
         aa = latest_aa(conn, target)
     if aa is not None:
-        settings["aa_floor"] = round(max(aa.ci_hi - 1.0, 1.0 - aa.ci_lo, 0.0), 6)
+        settings["aa_floor"] = round(aa_floor((aa.ci_lo, aa.ci_hi)), 6)
     return settings
 
 

@@ -34,26 +34,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
+# The settings' defaults and ranges, and the A/A floor, are the bench rules both sides share.
+from okc.benchrules import (DEFAULT_AA_FLOOR, MAX_PAIRS, MAX_PAIRS_LIMIT, MIN_PAIRS, MIN_PAIRS_FOR_CI,  # noqa: F401
+                            MIN_SAMPLES_FOR_CI, QUAD, TARGET_HALF_WIDTH, aa_floor, check_stopping)
+
 CONFIDENCE = 0.95
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 20261129  # fixed so the same pairs always give the same score CI
-MIN_PAIRS = 50
-MAX_PAIRS = 2000
-MAX_PAIRS_LIMIT = 100_000  # the most any job may ask for: a pair table holds max_pairs rows per side
-TARGET_HALF_WIDTH = 0.005  # relative: the score's CI is score * (1 +- 0.5%)
 # The score averages six loads, so its CI narrows about 2.4x faster than one load's: stopping on
 # the score alone left each load's median free to wander 0.5-0.9% in an A/A run at a score
 # target of +-0.2% (benchmarks/NOTES.md, issue 15). Every load's CI must reach this times the target.
 LOAD_TARGET_FACTOR = 1.5
 CHECK_GROWTH = 0.1  # the stopping rule is consulted again each time the pairs grow by 10%
-# A/A floor used when no A/A run is at hand: the position bias two captures of the
-# same code showed on an H200 (SPEC 4.7).
-DEFAULT_AA_FLOOR = 0.005
-# The smallest sample whose extreme order statistics bracket the median with 95%
-# probability: with n = 6, P(all six on one side) = 2 / 2**6 < 5%.
-MIN_SAMPLES_FOR_CI = 6
-QUAD = 4  # pairs per quad (okc.judge.pairs.QUAD, which a test holds equal)
-MIN_PAIRS_FOR_CI = QUAD * MIN_SAMPLES_FOR_CI  # statistics are taken over quads
 WINSOR_MADS = 5.0  # the slot spread is taken on values clipped this many (scaled) MADs from the median
 
 
@@ -250,19 +242,7 @@ class StoppingRule:
     target_half_width: float = TARGET_HALF_WIDTH
 
     def __post_init__(self) -> None:
-        for name in ("min_pairs", "max_pairs"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ValueError(f"{name} must be an integer, got {value!r}")
-        if self.min_pairs < MIN_PAIRS_FOR_CI:
-            raise ValueError(f"min_pairs must be at least {MIN_PAIRS_FOR_CI}, got {self.min_pairs}")
-        if self.max_pairs < self.min_pairs:
-            raise ValueError(f"max_pairs ({self.max_pairs}) must not be below min_pairs ({self.min_pairs})")
-        if self.max_pairs > MAX_PAIRS_LIMIT:
-            raise ValueError(f"max_pairs must be at most {MAX_PAIRS_LIMIT}, got {self.max_pairs}")
-        target = self.target_half_width
-        if isinstance(target, bool) or not isinstance(target, (int, float)) or not 0.0 < target < 1.0:
-            raise ValueError(f"target_half_width is relative (0.005 = 0.5%), got {self.target_half_width!r}")
+        check_stopping(self.min_pairs, self.max_pairs, self.target_half_width)
 
     def next_check(self, pairs: int) -> int:
         """After a look at ``pairs`` pairs, how many to have before the next look."""
@@ -296,15 +276,6 @@ class StoppingRule:
         if all(out_of_reach(*unmet_goal) for unmet_goal in unmet):
             return "placement"
         return None
-
-
-def aa_floor(aa_ci: Sequence[float]) -> float:
-    """The A/A floor: how far from 1 the CI of a run of the baseline against itself reaches.
-
-    It holds both the noise left after sampling and the position bias of two captures.
-    """
-    lo, hi = aa_ci
-    return max(hi - 1.0, 1.0 - lo, 0.0)
 
 
 def verdict(score_ci: Sequence[float], floor: float = DEFAULT_AA_FLOOR) -> str:

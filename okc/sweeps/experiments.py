@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from okc.errors import ConfigError
-from okc.jobs.options import MIN_PAIRS_FOR_CI
+from okc.benchrules import check_stopping
 
 PARAMS_NAME = "PARAMS"
 TABLE_NAME = "PARAMS_BY_SHAPE"
@@ -51,14 +51,11 @@ class Funnel:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"funnel.{name} must be a positive integer, got {value!r}")
-        if self.min_pairs < MIN_PAIRS_FOR_CI:
-            raise ConfigError(f"funnel.min_pairs must be at least {MIN_PAIRS_FOR_CI} (fewer pairs give no CI), "
-                              f"got {self.min_pairs}")
-        if self.max_pairs < self.min_pairs:
-            raise ConfigError(f"funnel.max_pairs ({self.max_pairs}) must not be below funnel.min_pairs ({self.min_pairs})")
-        value = self.target_half_width
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
-            raise ConfigError(f"funnel.target_half_width is relative (0.01 = 1%), got {value!r}")
+        try:  # the judge's own rules (okc.benchrules), in the sweep file's words
+            check_stopping(self.min_pairs, self.max_pairs, self.target_half_width,
+                           ("funnel.min_pairs", "funnel.max_pairs", "funnel.target_half_width"))
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         value = self.point_timeout_s
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
             raise ConfigError(f"funnel.point_timeout_s must be a positive number of seconds, got {value!r}")

@@ -1,0 +1,82 @@
+"""The bench's settings, written once: their names, defaults, ranges and checks, and the A/A floor.
+
+Standard library only, so both sides of the torch line use the same rules: the CLI
+(okc.jobs.options, okc.sweeps.experiments) refuses a bad option before anything is written,
+and the judge (okc.judge.stats.StoppingRule and the bench and sweep jobs) refuses a bad
+job.json on the pod with the same words. Each check raises ValueError naming the setting as
+the caller spells it (``--max-pairs`` on the command line, ``funnel.max_pairs`` in a sweep,
+``max_pairs`` in job.json); the CLI's callers turn that into a ConfigError.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+# The stopping rule's settings, as job.json's ``bench`` names them, and their defaults.
+MIN_PAIRS = 50
+MAX_PAIRS = 2000
+MAX_PAIRS_LIMIT = 100_000  # the most any job may ask for: a pair table holds max_pairs rows per side
+TARGET_HALF_WIDTH = 0.005  # relative: the score's CI is score * (1 +- 0.5%)
+QUAD = 4  # pairs per quad, the unit of every statistic (okc.judge.stats)
+# The smallest sample whose extreme order statistics bracket the median with 95%
+# probability: with n = 6, P(all six on one side) = 2 / 2**6 < 5%.
+MIN_SAMPLES_FOR_CI = 6
+MIN_PAIRS_FOR_CI = QUAD * MIN_SAMPLES_FOR_CI
+MAX_OVERHEAD_US = 1e3  # a replay cost past a millisecond is a typo, not a measurement
+# A/A floor used when no A/A run is at hand: the position bias two captures of the
+# same code showed on an H200 (SPEC 4.7).
+DEFAULT_AA_FLOOR = 0.005
+STOPPING = ("min_pairs", "max_pairs", "target_half_width")
+
+
+def integer(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    return value
+
+
+def number(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    return float(value)
+
+
+def check_stopping(min_pairs: Any, max_pairs: Any, target_half_width: Any,
+                   names: Sequence[str] = STOPPING) -> None:
+    """Refuse a stopping rule no bench can follow; ``names``: how the caller spells the three settings."""
+    min_name, max_name, target_name = names
+    if integer(min_name, min_pairs) < MIN_PAIRS_FOR_CI:
+        raise ValueError(f"{min_name} must be at least {MIN_PAIRS_FOR_CI} (fewer pairs give no CI), got {min_pairs}")
+    if integer(max_name, max_pairs) < min_pairs:
+        raise ValueError(f"{max_name} ({max_pairs}) must not be below {min_name} ({min_pairs})")
+    if max_pairs > MAX_PAIRS_LIMIT:
+        raise ValueError(f"{max_name} must be at most {MAX_PAIRS_LIMIT}, got {max_pairs}")
+    if not 0.0 < number(target_name, target_half_width) < 1.0:
+        raise ValueError(f"{target_name} is the CI half-width relative to the score, above 0 and below 1 "
+                         f"(0.005 = ±0.5%); got {target_half_width!r}")
+
+
+def check_overhead_us(value: Any, name: str = "overhead_us") -> float:
+    """A replay cost in microseconds: 0 or more, under :data:`MAX_OVERHEAD_US`."""
+    if not 0 <= number(name, value) < MAX_OVERHEAD_US:
+        raise ValueError(f"{name} is a replay cost in microseconds, 0 or more and under {MAX_OVERHEAD_US:g}; "
+                         f"got {value!r}")
+    return float(value)
+
+
+def check_aa_floor(value: Any, name: str = "aa_floor") -> float:
+    """An A/A floor: relative, 0 or more and below 1."""
+    if not 0 <= number(name, value) < 1:
+        raise ValueError(f"{name} is relative (0.005 = 0.5%), got {value!r}")
+    return float(value)
+
+
+def aa_floor(aa_ci: Sequence[float]) -> float:
+    """The A/A floor: how far from 1 the CI of a run of the baseline against itself reaches.
+
+    It holds both the noise left after sampling and the position bias of two captures.
+    """
+    lo, hi = aa_ci
+    return max(hi - 1.0, 1.0 - lo, 0.0)
