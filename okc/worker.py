@@ -17,11 +17,11 @@ import time
 from pathlib import Path
 
 from okc.contract import ENV_FILE, PASSING, PHASE_FILE, RESULT_FILE, BadJob, JobSpec, read_job, result_document, write_json
+from okc.deadline import Deadline
 
 EXIT_PASS = 0
 EXIT_FAILED = 1
 EXIT_BAD_JOB = 2
-BACKSTOP_GRACE_S = 30.0  # faulthandler's exit, for a prepare that holds the GIL past its limit
 
 # kind -> "module:function"; the function is (job, job_dir, *, device, seed, phase, log) -> result fields.
 KINDS = {
@@ -47,7 +47,7 @@ class Worker:
         # Where the job's seconds went: the wall clock at the start, then seconds since then at
         # each mark (torch ready, env read, the kind's start, each phase's first entry, the result).
         self.timeline: dict[str, float] = {"started_at": round(time.time(), 3)}
-        self._timer: threading.Timer | None = None
+        self._deadline = Deadline()  # prepare's
         self._lock = threading.Lock()  # one result.json, whoever gets there first
         self._done = False
 
@@ -63,23 +63,9 @@ class Worker:
     def phase(self, name: str, **info) -> None:
         write_json(self.job_dir / PHASE_FILE, {"phase": name, **info, "at_s": self.mark(name)})
         if name == "prepare":
-            self._arm()
+            self._deadline.arm(self.job.prepare_timeout_s, self._prepare_expired, self.job.prepare_timeout_s)
         else:
-            self._disarm()
-
-    def _arm(self) -> None:
-        self._disarm()
-        limit = self.job.prepare_timeout_s
-        self._timer = threading.Timer(limit, self._prepare_expired, args=(limit,))
-        self._timer.daemon = True
-        self._timer.start()
-        faulthandler.dump_traceback_later(limit + BACKSTOP_GRACE_S, exit=True)
-
-    def _disarm(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-            faulthandler.cancel_dump_traceback_later()
+            self._deadline.disarm()
 
     def _prepare_expired(self, limit: float) -> None:
         self.log(f"prepare exceeded its {limit:g} s limit; stopping the job")
@@ -141,7 +127,7 @@ class Worker:
             traceback.print_exc()
             fields = {"status": "error", "reason": f"the worker failed: {type(exc).__name__}: {exc}",
                       "error_kind": "harness"}
-        self._disarm()
+        self._deadline.disarm()
         self.phase("done")
         self.finish(fields)
 

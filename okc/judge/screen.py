@@ -29,11 +29,11 @@ from pathlib import Path
 import torch
 
 from okc.contract import BadJob
+from okc.deadline import Deadline
 from okc.judge.batch import POINTS_FILE, ScreenPoint, ScreenSpec, read_spec
 
 SCREEN_RESULT = "screen"
 EXIT_STOPPED = 3  # the worker ended the job at a point (deadline passed): that point's line says why
-BACKSTOP_GRACE_S = 30.0  # faulthandler's exit, for a point that holds the GIL past its deadline
 CUDA_WARP_SIZE = 32
 
 
@@ -57,26 +57,20 @@ class Lines:
             return True
 
 
-class Deadline:
+class PointDeadline:
     """A point's deadline: past it a watchdog writes the point's line and ends the process."""
 
     def __init__(self, lines: Lines, limit_s: float, log) -> None:
         self.lines, self.limit_s, self.log = lines, limit_s, log
-        self.timer: threading.Timer | None = None
+        self.deadline = Deadline()
         self.step = "start"
 
     def arm(self, point: str) -> None:
         self.step = "start"
-        self.timer = threading.Timer(self.limit_s, self._expired, args=(point,))
-        self.timer.daemon = True
-        self.timer.start()
-        faulthandler.dump_traceback_later(self.limit_s + BACKSTOP_GRACE_S, exit=True)
+        self.deadline.arm(self.limit_s, self._expired, point)
 
     def disarm(self) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
-            faulthandler.cancel_dump_traceback_later()
+        self.deadline.disarm()
 
     def _expired(self, point: str) -> None:
         reason = f"the point exceeded its {self.limit_s:g} s deadline during {self.step}; the worker was stopped"
@@ -120,7 +114,7 @@ class Screen:
         self.job, self.job_dir, self.spec, self.screener = job, job_dir, spec, screener
         self.on_cuda, self.phase, self.log = on_cuda, phase, log
         self.lines = Lines(job_dir)
-        self.deadline = Deadline(self.lines, spec.point_timeout_s, log)
+        self.deadline = PointDeadline(self.lines, spec.point_timeout_s, log)
         self.pool = None
 
     def point(self, point: ScreenPoint) -> dict:
