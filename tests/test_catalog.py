@@ -29,3 +29,26 @@ def test_a_quick_checks_cases_are_the_harness_own(name):
 
     problem = load_problem(name)
     assert CATALOG[name].check_keys(16) == [case.key for case in select_cases(problem, None, 16)]
+
+
+@pytest.mark.parametrize("name", sorted(CATALOG))
+def test_the_problem_module_takes_its_dtypes_peaks_and_tolerances_from_the_data_file(name):
+    problem, spec = load_problem(name), CATALOG[name]
+    assert (problem.peak_flops, problem.peak_bytes_per_s, problem.judge_overhead_us) == \
+        (spec.peak_flops, spec.peak_bytes_per_s, spec.judge_overhead_us)
+    assert problem.bench_devices == spec.bench_devices and problem.weight_seeds == spec.weight_seeds
+    for layer, shape in zip(problem.layer_table, spec.layers):
+        assert [str(d).removeprefix("torch.") for d in (layer.weight_dtype, layer.x_dtype, layer.out_dtype)] == \
+            [shape.weight_dtype, shape.x_dtype, shape.out_dtype]
+        assert (layer.tolerance.whole, layer.tolerance.probe) == (shape.tolerance.whole, shape.tolerance.probe)
+
+
+def test_the_local_side_reads_the_data_without_torch():
+    import subprocess
+    import sys
+
+    probe = ("import sys; from okc.problems import catalog; from okc.reports.report import peak_flops; "
+             "assert peak_flops('tiny_matvec') == 1e11 and peak_flops(None) == 989e12; "
+             "assert 'torch' not in sys.modules, 'torch imported'")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr

@@ -14,6 +14,8 @@ from types import ModuleType
 
 import torch
 
+from okc.problems.shapes import H200_PEAK_BYTES_PER_S, H200_PEAK_FLOPS
+
 
 @dataclass(frozen=True)
 class Load:
@@ -68,8 +70,8 @@ class Problem(abc.ABC):
     input_variants: tuple[str, ...] = ("normal",)
     weight_seeds: int = 2  # independent weight sets per check
     replays: int = 3  # fresh inputs replayed through each captured graph
-    peak_bytes_per_s: float = 4.8e12  # speed of light: memory
-    peak_flops: float = 989e12  # speed of light: math
+    peak_bytes_per_s: float = H200_PEAK_BYTES_PER_S  # speed of light: memory
+    peak_flops: float = H200_PEAK_FLOPS  # speed of light: math
     judge_overhead_us: float = 4.0  # the fixed replay cost the official judge subtracts
     # Where the paired bench may time it. A problem meant for a CPU adds "cpu": without a GPU its
     # bench runs okc.judge.cpu_timing (the same protocol minus the GPU-only parts) instead of refusing.

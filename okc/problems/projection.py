@@ -1,9 +1,10 @@
 """Problems made of dense projections: ``out = x @ W.T`` per named layer.
 
-Both built-in problems are of this kind; each states its layer table, loads, input
-variants and tolerances as data and gets weights, inputs (with probe rows), the float64
-reference and the traffic model from :class:`ProjectionProblem`. The harness sees only
-the :class:`~okc.judge.problem.Problem` interface.
+Both built-in problems are of this kind; each states its layers, loads, dtypes and
+tolerances as torch-free data (a :class:`~okc.problems.shapes.ProblemShapes`, its
+``spec.py``) and gets weights, inputs (with probe rows), the float64 reference and the
+traffic model from :class:`ProjectionProblem`. The harness sees only the
+:class:`~okc.judge.problem.Problem` interface.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from dataclasses import dataclass
 
 import torch
 
-from okc.judge.problem import Case, Inputs, Problem, Tolerance
+from okc.judge.problem import Case, Inputs, Load, Problem, Tolerance
 from okc.judge.seeds import derive_seed
+from okc.problems.shapes import LayerShape, ProblemShapes
 
 PROBE_FRACTION = 1 / 8  # about one input row in eight is a probe row
 PROBE_MIN_M = 8  # from this many rows on, an input has at least one probe row
@@ -58,6 +60,16 @@ class Layer:
         return self.n
 
 
+def layer_of(shape: LayerShape) -> Layer:
+    """A layer of a problem's data, its dtypes named as torch names them."""
+    narrow = Narrow(shape.narrow_max_m, shape.narrow_rows) if shape.narrow_max_m is not None else None
+    bounds = shape.tolerance
+    return Layer(shape.name, n=shape.n, k=shape.k, weight_dtype=getattr(torch, shape.weight_dtype),
+                 x_dtype=getattr(torch, shape.x_dtype), out_dtype=getattr(torch, shape.out_dtype),
+                 tolerance=Tolerance(whole=bounds.whole, row_factor=bounds.row_factor, probe=bounds.probe),
+                 narrow=narrow)
+
+
 def _generator(seed: int, device: torch.device) -> torch.Generator:
     generator = torch.Generator(device=device)
     generator.manual_seed(seed)
@@ -65,10 +77,20 @@ def _generator(seed: int, device: torch.device) -> torch.Generator:
 
 
 class ProjectionProblem(Problem):
-    """A problem whose every layer is ``out = x @ W[:rows].T``; subclasses give the data."""
+    """A problem whose every layer is ``out = x @ W[:rows].T``; a subclass gives its data as ``spec``."""
 
-    layer_table: tuple[Layer, ...]
+    spec: ProblemShapes
     input_variants = VARIANTS
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        spec = cls.spec
+        cls.name, cls.check_ms, cls.bench_devices = spec.name, spec.check_ms, spec.bench_devices
+        cls.loads = tuple(Load(name, m) for name, m in spec.loads)
+        cls.layer_table = tuple(layer_of(shape) for shape in spec.layers)
+        cls.weight_seeds, cls.replays = spec.weight_seeds, spec.replays
+        cls.peak_bytes_per_s, cls.peak_flops = spec.peak_bytes_per_s, spec.peak_flops
+        cls.judge_overhead_us = spec.judge_overhead_us
 
     @property
     def layers(self) -> tuple[str, ...]:

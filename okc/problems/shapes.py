@@ -1,9 +1,9 @@
-"""What the local side knows about the built-in problems, without importing torch.
+"""A built-in problem's data, torch-free: layers, loads, check m values, dtypes by name, peaks.
 
-The CLI checks names against this before any job exists (``okc check --cases``, an
-official timing table's loads and shapes, a plausible score); the problem modules
-themselves import torch, which costs 1.5 s and is not installed everywhere okc runs.
-A test holds each entry equal to its problem module's own shapes.
+Each built-in problem states its data once, in its ``spec.py`` (a :class:`ProblemShapes`); the
+local side reads it through okc.problems.catalog without importing torch (the CLI checks names
+against it before any job exists), and the problem module (its ``problem.py``, which imports
+torch) builds its layers from the same object (okc.problems.projection).
 """
 
 from __future__ import annotations
@@ -15,6 +15,21 @@ from dataclasses import dataclass
 DEFAULT_MAX_SCORE = 10.0
 
 
+# SPEC 4.5's speed of light on an H200, the GPU the built-in problems are judged on.
+H200_PEAK_BYTES_PER_S = 4.8e12
+H200_PEAK_FLOPS = 989e12
+DTYPE_NAMES = ("bfloat16", "float16", "float32")  # torch's names, which the problem module looks up
+
+
+@dataclass(frozen=True)
+class ToleranceSpec:
+    """okc.judge.problem.Tolerance's bounds, as data."""
+
+    whole: float
+    row_factor: float = 5.0
+    probe: float | None = None
+
+
 @dataclass(frozen=True)
 class LayerShape:
     """One layer: W is [n, k]; calls with m <= narrow_max_m compute only its first narrow_rows rows."""
@@ -24,6 +39,15 @@ class LayerShape:
     k: int
     narrow_max_m: int | None = None
     narrow_rows: int | None = None
+    weight_dtype: str = "bfloat16"
+    x_dtype: str = "bfloat16"
+    out_dtype: str = "bfloat16"
+    tolerance: ToleranceSpec = ToleranceSpec(1e-2, probe=1e-3)
+
+    def __post_init__(self) -> None:
+        for dtype in (self.weight_dtype, self.x_dtype, self.out_dtype):
+            if dtype not in DTYPE_NAMES:
+                raise ValueError(f"layer {self.name}: dtype {dtype!r} is none of {', '.join(DTYPE_NAMES)}")
 
     def n_at(self, m: int) -> int:
         if self.narrow_max_m is not None and m <= self.narrow_max_m:
@@ -37,6 +61,12 @@ class ProblemShapes:
     layers: tuple[LayerShape, ...]
     loads: tuple[tuple[str, int], ...]  # (load name, m), in scoring order
     check_ms: tuple[int, ...]  # extra m values checked on every layer
+    weight_seeds: int = 2  # independent weight sets per check
+    replays: int = 3  # fresh inputs replayed through each captured graph
+    peak_bytes_per_s: float = H200_PEAK_BYTES_PER_S  # speed of light: memory
+    peak_flops: float = H200_PEAK_FLOPS  # speed of light: math
+    judge_overhead_us: float = 4.0  # the fixed replay cost the official judge subtracts
+    bench_devices: tuple[str, ...] = ("cuda",)  # "cpu" too: benched on the CPU without a GPU
     max_score: float = DEFAULT_MAX_SCORE
     max_score_why: str = "a score is a speedup over the baseline, and this much is taken for a typo"
 
@@ -54,35 +84,3 @@ class ProblemShapes:
         """Every check case as "layer/m=M", in the order the check runs them."""
         ms = [m for _, m in self.loads] + list(self.check_ms)
         return [f"{layer}/m={m}" for m in ms for layer in self.layer_names if max_m is None or m <= max_m]
-
-
-MUSE_BF16_PROJ = ProblemShapes(
-    name="muse_bf16_proj",
-    layers=(
-        LayerShape("qkv_gate", 2304, 8192),
-        LayerShape("o", 8192, 1024),
-        LayerShape("pooler", 4096, 8192),
-        LayerShape("unpooler", 8192, 4096, narrow_max_m=8, narrow_rows=1024),
-        LayerShape("router", 256, 8192),
-    ),
-    loads=(("decode1", 1), ("decode16", 16), ("decode32", 32), ("verify1", 8), ("verify16", 128), ("verify32", 256)),
-    check_ms=(5, 7, 9, 33, 130, 512, 1000),
-    # The official 036 baseline times (seeds) against SPEC 4.5's speed of light give each load
-    # at most 1.8-2.6x, a score of about 2.0; 3 leaves room for a faster official baseline.
-    max_score=3.0,
-    max_score_why="at the H200's speed of light the official baseline's loads would score about 2.0",
-)
-
-TINY_MATVEC = ProblemShapes(
-    name="tiny_matvec",
-    layers=(LayerShape("proj", 96, 128, narrow_max_m=2, narrow_rows=32), LayerShape("gate", 24, 128)),
-    loads=(("single", 1), ("batch", 8)),
-    check_ms=(3, 17, 500),
-)
-
-BUILT_IN: dict[str, ProblemShapes] = {p.name: p for p in (MUSE_BF16_PROJ, TINY_MATVEC)}
-
-
-def shapes_of(problem: str) -> ProblemShapes | None:
-    """The shapes of a built-in problem; None for one named by module path (known only where it runs)."""
-    return BUILT_IN.get(problem)

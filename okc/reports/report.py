@@ -20,11 +20,10 @@ from okc.jobs.folder import gpu_name, gpu_uuid, load_result
 from okc.lab.config import Lab
 from okc.lab.ledger import Floor, latest_floor, ledger, runs
 from okc.contract import JobResult, ShapeResult
+from okc.problems.catalog import shapes_of
+from okc.problems.shapes import H200_PEAK_FLOPS
 from okc.reports.tables import Document, Table
 
-# SPEC 4.5's math peak. The problem module states it too, but it imports torch, which the
-# local side never needs; the memory side of the floor comes from the measurement instead.
-PEAK_FLOPS = 989e12
 
 
 def read_us(floor: Floor, nbytes: int) -> float:
@@ -48,11 +47,19 @@ def read_us(floor: Floor, nbytes: int) -> float:
     return t0 + (t1 - t0) * (nbytes - b0) / (b1 - b0)
 
 
-def measured_floor_us(floor: Floor, shape: ShapeResult) -> float | None:
-    """A shape's practical floor: reading its bytes as fast as measured, or its math at peak."""
+def peak_flops(problem: str | None) -> float:
+    """The problem's math peak, from its torch-free data (a problem named by module path: the H200's)."""
+    spec = shapes_of(problem) if problem else None
+    return spec.peak_flops if spec is not None else H200_PEAK_FLOPS
+
+
+def measured_floor_us(floor: Floor, shape: ShapeResult, problem: str | None = None) -> float | None:
+    """A shape's practical floor: reading its bytes as fast as measured, or its math at the problem's peak.
+
+    The memory side comes from the measurement, the math side from the problem's data."""
     if shape.bytes is None:
         return None
-    math_us = (shape.flops or 0) / PEAK_FLOPS * 1e6
+    math_us = (shape.flops or 0) / peak_flops(problem) * 1e6
     return max(read_us(floor, shape.bytes), math_us)
 
 
@@ -65,7 +72,7 @@ class Report:
     floor: Floor | None
 
     def read_floor(self, shape: ShapeResult) -> float | None:
-        return measured_floor_us(self.floor, shape) if self.floor else None
+        return measured_floor_us(self.floor, shape, self.result.problem) if self.floor else None
 
     @property
     def on_cpu(self) -> bool:
