@@ -1,4 +1,4 @@
-"""okc check and okc bench: the judge's commands (registered on okc.cli.app.app)."""
+"""okc check, okc bench and okc floor: the judge's commands (registered on okc.cli.app.app)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from okc.jobs.options import QUICK_MAX_M
 
 
 # ---------------------------------------------------------------------------------------
-# Judge: check and bench
+# Judge: check, bench and the measured floor
 
 
 def _source(outcome):
@@ -143,3 +143,27 @@ class _bench_progress:
 
     def __exit__(self, *exc) -> None:
         self.progress.stop()
+
+
+@app.command()
+@handles_errors
+@output_options
+def floor(
+    on: Optional[str] = typer.Option(None, "--on", help="Pod from pod.yaml, or 'local'."),
+    fmt: str = "table",
+) -> None:
+    """Measure the GPU's practical memory-read floor (cold L2) at each layer's size; stored per GPU.
+
+    Example: okc floor --on h200
+    """
+    from okc.jobs import options, runner
+    from okc.reports import views
+
+    lab = load_lab()
+    options.preflight(lab, on)
+    with err.status("measuring the read floor ..."):
+        outcome = runner.submit(lab, "floor", None, on=on, on_log=echo_log if fmt == "table" else None)
+    result = outcome.result
+    if not result.passed:
+        raise_failed(result)
+    show(views.floor_document(result, outcome.recorded), fmt)

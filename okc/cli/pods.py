@@ -190,21 +190,6 @@ def pod_create(
     out.print(f"next: okc pod up {name}", markup=False)
 
 
-@app.command("cost")
-@handles_errors
-@output_options
-def cost(fmt: str = "table") -> None:
-    """GPU hours and dollars per candidate, per day and per pod; a running Runpod pod's idle hours.
-
-    Example: okc cost --json
-    """
-    from okc.pods import lifecycle
-    from okc.reports.tables import Document
-
-    tables, notes = lifecycle.cost_report(load_lab())
-    show(Document(tables=tuple(tables), lines=tuple(notes)), fmt)
-
-
 @pod_app.command("trust")
 @handles_errors
 def pod_trust(

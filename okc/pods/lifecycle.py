@@ -227,7 +227,7 @@ def status(lab, pod: Pod) -> dict:
         except OkcError as exc:  # stopped, starting or terminated: Runpod's word is the status
             return {**answer, "reachable": False, "error": str(exc)}
     try:
-        with remote.open_target(lab, connectable(lab, pod, info)) as target:
+        with remote.connect(lab, connectable(lab, pod, info)) as target:
             answer.update(reachable=True, **call_agent(target, "status", pod.remote_dir))
             watchdog = _watchdog(target)
     except UnreachableError as exc:

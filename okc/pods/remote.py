@@ -16,7 +16,8 @@ from okc.pods.hostkeys import HostKeyPins, fingerprint, legacy_pin_name, pins_pa
 from okc.pods.ssh import SSHTarget
 
 
-def open_target(lab, pod: Pod) -> SSHTarget:
+def connect(lab, pod: Pod) -> SSHTarget:
+    """An SSH connection to ``pod``, its host key checked against the lab's pins (a context manager)."""
     from okc.pods.runpod import connectable  # a Runpod pod's address is read from its API
 
     return SSHTarget(connectable(lab, pod), HostKeyPins(pins_path(lab)))
@@ -42,7 +43,7 @@ class HostKeyOffer:
 def offered_host_key(lab, pod: Pod) -> HostKeyOffer:
     """The key the pod offers now, and what is pinned for it (for ``okc pod trust``; an older
     [host]:port pin counts until the pod has its own)."""
-    with open_target(lab, pod) as target:
+    with connect(lab, pod) as target:
         name, key = target.offered_host_key()
         endpoint = target.endpoint
     pinned, _ = HostKeyPins(pins_path(lab)).for_pod(name, legacy_pin_name(target.pod, endpoint))

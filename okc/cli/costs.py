@@ -1,0 +1,20 @@
+"""okc cost: what the lab's jobs and pods cost (registered on okc.cli.app.app)."""
+
+from __future__ import annotations
+
+from okc.cli.app import app, handles_errors, load_lab, output_options, show
+
+
+@app.command("cost")
+@handles_errors
+@output_options
+def cost(fmt: str = "table") -> None:
+    """GPU hours and dollars per candidate, per day and per pod; a running Runpod pod's idle hours.
+
+    Example: okc cost --json
+    """
+    from okc.pods import lifecycle
+    from okc.reports.tables import Document
+
+    tables, notes = lifecycle.cost_report(load_lab())
+    show(Document(tables=tuple(tables), lines=tuple(notes)), fmt)

@@ -1,0 +1,39 @@
+"""okc sweep: a tuning sweep over a candidate's parameters (registered on okc.cli.app.app)."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from okc.cli.app import app, err, handles_errors, load_lab, output_options, show
+
+# ---------------------------------------------------------------------------------------
+# Experiments: tuning sweeps
+
+
+@app.command()
+@handles_errors
+@output_options
+def sweep(
+    name: str = typer.Argument(..., help="The sweep: experiments/NAME.yaml."),
+    on: Optional[str] = typer.Option(None, "--on", help="Pods from pod.yaml, comma-separated, or 'local'."),
+    emit: Optional[int] = typer.Option(None, "--emit", help="Write the winners into a new candidate NNN."),
+    gpus: Optional[int] = typer.Option(None, "--gpus", help="Use at most this many GPUs per target."),
+    fmt: str = "table",
+) -> None:
+    """Run (or resume) a tuning sweep: screen every point, keep the best per shape, check them, re-measure.
+
+    Example: okc sweep gemv_decode --on h200a,h200b --emit 040
+    """
+    from okc.jobs.options import SweepOptions
+    from okc.sweeps import view as sweepview
+    from okc.sweeps.funnel import run_sweep
+
+    sweeping = SweepOptions(gpus=gpus, emit=emit)
+    lab = load_lab()
+    sweeping.check_free(lab)
+    with sweepview.LiveView(err.get()) as view:
+        result = run_sweep(lab, name, on=on, emit=emit, gpus=gpus, on_progress=view.update,
+                           on_message=lambda line: err.print(line, markup=False))
+    show(sweepview.sweep_document(result), fmt)
