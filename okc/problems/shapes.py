@@ -3,11 +3,13 @@
 Each built-in problem states its data once, in its ``spec.py`` (a :class:`ProblemShapes`); the
 local side reads it through okc.problems.catalog without importing torch (the CLI checks names
 against it before any job exists), and the problem module (its ``problem.py``, which imports
-torch) builds its layers from the same object (okc.problems.projection).
+torch) builds its layers from the same object (okc.problems.projection), and its package's
+``__init__`` only points at it (:func:`torch_side`).
 """
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 
 # A score is a speedup over the baseline (a geometric mean of load speedups). For a problem
@@ -84,3 +86,15 @@ class ProblemShapes:
         """Every check case as "layer/m=M", in the order the check runs them."""
         ms = [m for _, m in self.loads] + list(self.check_ms)
         return [f"{layer}/m={m}" for m in ms for layer in self.layer_names if max_m is None or m <= max_m]
+
+
+def torch_side(package: str):
+    """A built-in problem package's module ``__getattr__``: ``PROBLEM`` comes from its problem.py,
+    imported (with torch) on first use, so the package and its spec.py stay torch-free."""
+
+    def __getattr__(name: str):
+        if name == "PROBLEM":
+            return importlib.import_module(f"{package}.problem").PROBLEM
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+
+    return __getattr__

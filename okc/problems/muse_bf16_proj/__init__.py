@@ -7,10 +7,6 @@ Its data (``spec.py``) is torch-free, for the local side; the problem (``problem
 so it is loaded when ``PROBLEM`` is first asked for.
 """
 
+from okc.problems.shapes import torch_side
 
-def __getattr__(name: str):
-    if name == "PROBLEM":
-        from okc.problems.muse_bf16_proj.problem import PROBLEM
-
-        return PROBLEM
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = torch_side(__name__)
