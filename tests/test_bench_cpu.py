@@ -308,7 +308,9 @@ def test_readings_try_the_older_field_name_but_never_wait_twice_on_a_hung_nvidia
     asked = tmp_path / "asked"
     fake = tmp_path / "nvidia-smi"
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
-    monkeypatch.setattr(envinfo, "NVIDIA_SMI_TIMEOUT_S", 0.5)
+    # Deadlines a loaded machine cannot break: starting a shell may take a second there, so the
+    # answering driver gets 10 s and the hung one (asleep 5 s) 2 s, still well short of its sleep.
+    monkeypatch.setattr(envinfo, "NVIDIA_SMI_TIMEOUT_S", 10.0)
     # A driver that knows only the newer name of the throttle reasons: refused, then answered.
     fake.write_text(f"#!/bin/sh\necho x >> {asked}\ncase \"$*\" in *throttle*) exit 2;; esac\n"
                     "echo '1980, 3201, 40, 120.5, 0x1'\n")
@@ -317,6 +319,7 @@ def test_readings_try_the_older_field_name_but_never_wait_twice_on_a_hung_nvidia
     assert envinfo.nvidia_smi(0)["name"] == "1980"  # env.json keeps its nvidia-smi fields on that driver too
     asked.unlink()
     fake.write_text(f"#!/bin/sh\necho x >> {asked}\nexec sleep 5\n")  # hung
+    monkeypatch.setattr(envinfo, "NVIDIA_SMI_TIMEOUT_S", 2.0)
     assert envinfo.gpu_readings(0) is None and len(asked.read_text().split()) == 1
 
 
