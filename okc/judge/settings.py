@@ -1,7 +1,7 @@
 """A bench's settings: job.json's ``bench`` object, parsed once, every value checked (SPEC 4.5).
 
-Standard library and numpy only (the job's options are checked on the laptop too, before any
-job folder exists). The knobs of the protocol itself (layout, input copy, shared outputs,
+Standard library and numpy only; the checks shared with the command line are okc.benchrules'
+(the laptop refuses a bad option with the same rule before any job folder exists). The knobs of the protocol itself (layout, input copy, shared outputs,
 re-checks) are here too, so a result can say which protocol produced its number.
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from okc import benchrules
 from okc.judge import pairs, stats
 
 if TYPE_CHECKING:
@@ -26,7 +27,6 @@ MAX_SLOTS = 64  # copies x captures per side at most: each copy holds a clone of
 LAYOUTS = ("paired", "solo")
 INPUT_COPIES = ("pair", "replay")
 DEFAULT_OVERHEAD_US = 4.0
-MAX_OVERHEAD_US = 1e3  # a fixed replay cost this large is a typo, not a measurement
 
 
 @dataclass(frozen=True)
@@ -55,14 +55,10 @@ class BenchSettings:
         if unknown:
             raise ValueError(f"unknown bench setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
         rule_options = {k: options[k] for k in ("target_half_width", "min_pairs", "max_pairs") if k in options}
-        overhead = options.get("overhead_us", problem.judge_overhead_us)
-        if isinstance(overhead, bool) or not isinstance(overhead, (int, float)) or not 0 <= overhead < MAX_OVERHEAD_US:
-            raise ValueError(f"overhead_us must be a number of microseconds from 0 to below {MAX_OVERHEAD_US:g}, got {overhead!r}")
+        overhead = benchrules.check_overhead_us(options.get("overhead_us", problem.judge_overhead_us))
         if options.get("flush", "read") not in ("read", "write"):
             raise ValueError(f"flush must be 'read' or 'write', got {options['flush']!r}")
-        aa_floor = options.get("aa_floor", stats.DEFAULT_AA_FLOOR)
-        if isinstance(aa_floor, bool) or not isinstance(aa_floor, (int, float)) or not 0 <= aa_floor < 1:
-            raise ValueError(f"aa_floor is relative (0.005 = 0.5%), got {aa_floor!r}")
+        aa_floor = benchrules.check_aa_floor(options.get("aa_floor", stats.DEFAULT_AA_FLOOR))
         batch_ops = options.get("batch_ops", pairs.BATCH_OPS)
         if isinstance(batch_ops, bool) or not isinstance(batch_ops, int) or batch_ops < pairs.OPS_PER_CASE:
             raise ValueError(f"batch_ops must be an integer >= {pairs.OPS_PER_CASE}, got {batch_ops!r}")
