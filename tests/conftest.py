@@ -71,3 +71,16 @@ def lab(lab_root):
     from okc.lab.config import find_lab
 
     return find_lab()
+
+
+@pytest.fixture
+def tiny_lab(tmp_path, monkeypatch):
+    """A lab of the CPU problem tiny_matvec (its baseline as candidate 000), made the current lab."""
+    from okc.lab.config import find_lab
+    from okc.problems.tiny_matvec import PROBLEM
+
+    root = write_lab(tmp_path / "tiny", problem="tiny_matvec", baseline=PROBLEM.baseline_source)
+    monkeypatch.setenv("OKC_LAB", str(root))
+    monkeypatch.chdir(root)
+    return find_lab()
+

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import cuda_available, write_lab
+from conftest import cuda_available
 from simgpu import SimulatedGPU, settings, simulated_runner
 
 from okc.jobs import runner
@@ -18,7 +18,6 @@ from okc.judge import envinfo, pairs, stats, timing
 from okc.judge.bench import BenchSettings
 from okc.judge.sides import Side, Sides
 from okc.judge.pairs import PairTable, Unit
-from okc.lab.config import find_lab
 from okc.problems.muse_bf16_proj import PROBLEM as MUSE
 from okc.problems.tiny_matvec import PROBLEM as TINY
 
@@ -324,14 +323,6 @@ def test_readings_try_the_older_field_name_but_never_wait_twice_on_a_hung_nvidia
 
 
 # --- refusal without CUDA, through the worker --------------------------------------------------
-
-
-@pytest.fixture
-def tiny_lab(tmp_path, monkeypatch):
-    root = write_lab(tmp_path / "tiny", problem="tiny_matvec", baseline=TINY.baseline_source)
-    monkeypatch.setenv("OKC_LAB", str(root))
-    monkeypatch.chdir(root)
-    return find_lab()
 
 
 @pytest.mark.skipif(cuda_available(), reason="the refusal is what a machine without CUDA does")

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import write_lab
 from simgpu import settings
 
 from okc.jobs import runner
@@ -15,20 +14,11 @@ from okc.judge import pairs
 from okc.judge.loop import PairLoop
 from okc.judge.recheck import FINAL, Recheck, Schedule
 from okc.lab.candidates import resolve
-from okc.lab.config import find_lab
 from okc.problems.tiny_matvec import PROBLEM as TINY
 
 TIMED_ONLY = sorted((Path(TINY.baseline_source).parent / "solutions" / "timed_only").glob("*.py"))
 # Small enough for a 2-core CI machine: 120 pairs reach five rounds of the re-check schedule.
 QUICK = {"target_half_width": 0.2, "min_pairs": 120, "max_pairs": 120}
-
-
-@pytest.fixture
-def tiny_lab(tmp_path, monkeypatch):
-    root = write_lab(tmp_path / "tiny", problem="tiny_matvec", baseline=TINY.baseline_source)
-    monkeypatch.setenv("OKC_LAB", str(root))
-    monkeypatch.chdir(root)
-    return find_lab()
 
 
 def _candidate(lab, source: Path, number: str):

@@ -25,7 +25,7 @@ from okc.judge.bench import PersistingReport
 from okc.judge.gpu_clock import GpuClock
 from okc.judge.loop import PairLoop
 from okc.judge.settings import BenchSettings
-from okc.judge.benchcases import INPUT_SETS, case_load_matrix, make_inputs, scored_cases, scored_loads, shape_rows
+from okc.judge.benchcases import INPUT_SETS, case_load_matrix, make_inputs, scored_cases, scored_loads
 from okc.judge.problem import Problem
 from okc.judge.seeds import derive_seed
 from okc.judge.sides import Side, Sides, copies_that_fit
