@@ -109,10 +109,22 @@ def bench(
     if not result.passed:
         _not_recorded(outcome)
         raise_failed(result)
-    show(views.bench_document(result, _source(outcome), other.name, outcome.recorded), fmt)
+    show(views.bench_document(result, _source(outcome), other.name, outcome.recorded, _gpumode(outcome)), fmt)
     _not_recorded(outcome)
     if outcome.record_error:
         raise typer.Exit(EXIT_USAGE)
+
+
+def _gpumode(outcome) -> dict | None:
+    """A GPU MODE problem's own statistic (result.json's ``gpumode``), shown beside okc's score."""
+    import json
+
+    from okc.contract import RESULT_FILE
+
+    try:
+        return json.loads((outcome.job_dir / RESULT_FILE).read_text(encoding="utf-8")).get("gpumode")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 class _bench_progress:

@@ -16,14 +16,16 @@ PROBLEM_HELP = "tiny_matvec (sized for a laptop CPU: check, bench, sweep run the
 def init(
     folder: Path = typer.Argument(..., help="Where the lab goes: a new or empty folder, or a project without a lab."),
     problem: str = typer.Option("muse_bf16_proj", "--problem", help=PROBLEM_HELP),
+    gpumode: Path = typer.Option(None, "--gpumode", help="A GPU MODE problem folder (task.yml, reference.py, ...): "
+                                 "the lab judges its submissions."),
 ) -> None:
     """Create a ready lab: settings, baseline 000, a second candidate 001, a sweep, a pod.yaml example.
 
-    Example: okc init /tmp/lab --problem tiny_matvec
+    Example: okc init /tmp/lab --problem tiny_matvec   (or: --gpumode reference-kernels/problems/pmpp/vectoradd_py)
     """
     from okc.lab.init import init_lab
 
-    created = init_lab(folder, problem)
+    created = init_lab(folder, problem, gpumode)
     out.print(f"created an okc lab for {created.problem} in {created.root}", markup=False, soft_wrap=True)
     for name in created.written:
         out.print(f"  {name}", markup=False, soft_wrap=True)

@@ -70,10 +70,18 @@ def job_spec(lab: Lab, kind: str, candidate: Candidate | None, *, job_id: str | 
 def create_job(lab: Lab, kind: str, candidate: Candidate | None, *, against: Candidate | None = None,
                target: str = "local", **options: Any) -> Path:
     """Lay out a new job folder and return it; nothing runs yet."""
+    from okc.lab import gpumode
+    from okc.problems.gpumode import PREFIX, is_gpumode
+
+    copy_problem = is_gpumode(options.get("problem", lab.problem))
+    if copy_problem:  # the job carries the problem it judges, as it carries its candidate (okc.lab.gpumode)
+        options["problem"] = PREFIX + gpumode.JOB_COPY
     spec = job_spec(lab, kind, candidate, against=against, target=target, **options)
     job_dir = lab.results / spec.job_id
     job_dir.mkdir(parents=True)
     try:
+        if copy_problem:
+            gpumode.copy_into_job(lab, job_dir)
         sources = {side: _copy_source(c, job_dir, side) for side, c in (("candidate", candidate), ("against", against)) if c}
         data = spec.to_json()
         data.update({side: ref.__dict__ for side, ref in sources.items()})

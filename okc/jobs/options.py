@@ -192,7 +192,14 @@ def runs_here(lab: Lab, on: str | None) -> bool:
 def preflight(lab: Lab, on: str | None, options: CheckOptions | None = None) -> None:
     """Everything a job needs from the lab and this machine, checked before its folder exists."""
     local = runs_here(lab, on)
-    if "." in lab.problem and local and _module_missing(lab.problem):
+    from okc.lab.gpumode import check_lab_problem
+
+    gpumode_task = check_lab_problem(lab)  # a malformed task.yml is one line, before any job exists
+    if gpumode_task is not None and options is not None and options.cases:
+        known = [f"test.{i}" for i in range(len(gpumode_task.tests))]
+        if unknown := [key for key in options.cases if key not in known]:
+            raise ConfigError(f"unknown case(s) {', '.join(unknown)}: {lab.problem} checks {', '.join(known)}")
+    elif gpumode_task is None and "." in lab.problem and local and _module_missing(lab.problem):
         raise ConfigError(f"[tool.okc] problem {lab.problem!r}: no such module here")
     if options is not None:
         check_cases(lab.problem, options.cases, options.max_m)

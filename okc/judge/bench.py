@@ -13,6 +13,7 @@ instead (the same loop over the CPU's clock).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -175,6 +176,8 @@ def run_job(job, job_dir: Path, *, device: torch.device, seed: int, phase, log: 
         scored_cases(problem, job.cases)
     except ValueError as exc:
         raise BadJob(str(exc)) from None
+    if not problem.verifier_rechecks:  # its outputs are judged by its own code (GPU MODE: check_implementation)
+        settings = dataclasses.replace(settings, rechecks=False)
     candidate = job.candidate.path(job_dir)
     if job.against is not None:
         against, against_name = job.against.path(job_dir), job.against.name
@@ -194,6 +197,7 @@ def run_job(job, job_dir: Path, *, device: torch.device, seed: int, phase, log: 
     finally:
         if verifier is not None:
             verifier.close()
+    result = problem.after_bench(result, candidate, against, device=device, seed=seed, log=log)
     envinfo.add_bench_readings(job_dir, result)
     return result
 

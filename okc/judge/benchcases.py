@@ -63,12 +63,7 @@ def recheck_inputs(problem: Problem, cases: list[Case], seed: int, rounds: list,
 
 def shape_rows(problem: Problem, cases: list[Case], inputs: list[torch.Tensor]) -> list[dict]:
     """Per case: what it is (N from the output spec, K from its input) and its speed of light."""
-    rows = []
-    for case, x in zip(cases, inputs):
-        nbytes, flops = problem.traffic(case)
-        rows.append({"layer": case.layer, "m": case.m, "load": case.load, "n": problem.output_spec(case)[0][-1],
-                     "k": x.shape[-1], "floor_us": problem.floor_us(case), "bytes": nbytes, "flops": flops})
-    return rows
+    return [problem.shape_row(case, x) for case, x in zip(cases, inputs)]
 
 
 def scored_loads(problem: Problem, cases: list[Case]) -> list:

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
+from okc.judge.problem import clone_data, copy_data
+
 WARMUP_CALLS = 3  # eager calls on a side stream before the capture
 
 # Text CUDA and torch use when something inside the capture needed the host (a sync,
@@ -109,7 +111,7 @@ class Captured:
     def replay(self, x_new: torch.Tensor | None = None) -> object:
         """Copy ``x_new`` (if given) into the input buffer, replay, and return the output."""
         if x_new is not None:
-            self.x.copy_(x_new)
+            copy_data(self.x, x_new)  # a tuple of tensors too (okc.judge.problem.Inputs)
         self.graph.replay()
         return self.out
 
@@ -143,7 +145,7 @@ def capture(
     itself becomes a :class:`CaptureError`. ``pool`` (``torch.cuda.graph_pool_handle()``)
     lets several graphs share one memory pool when they are replayed one after another.
     """
-    x_buf = x.clone() if own_input else x
+    x_buf = clone_data(x) if own_input else x
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):

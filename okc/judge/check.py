@@ -22,7 +22,7 @@ from okc.judge import rules
 from okc.judge.capture import Captured, CaptureError, capture
 from okc.contract import BadJob, JobSpec
 from okc.judge.loader import CandidateLoadError, load_candidate
-from okc.judge.problem import Case, Problem
+from okc.judge.problem import Case, Problem, clone_data
 from okc.judge.rules import Verdict, fail
 from okc.judge.seeds import derive_seed
 from okc.judge.verifier import Verifier, VerifierError
@@ -118,6 +118,7 @@ class Checker:
         self.seconds = {"import": 0.0, "prepare": 0.0, "check": 0.0, "verify": 0.0}  # where the job's time went
         self.plans: list[tuple[Case, list[tuple[str, list[Verdict | int]]]]] = []  # int: a submitted output
         self.submitted = 0
+        self.eager_cases: list[str] = []  # cases checked eagerly: capture failed, and the problem allows that
 
     @property
     def failures(self) -> list[Entry]:
@@ -271,17 +272,21 @@ class Checker:
 
     def _runner(self, module: ModuleType, case: Case, index: int):
         """A function fresh x -> (output, x as the call left it, whether the output was poisoned)."""
-        if not self.on_cuda:
-            def eager(x: torch.Tensor):
-                x_call = x.clone()
-                return self.problem.call(module, x_call, case), x_call, False
-            return eager
+        def eager(x):
+            x_call = clone_data(x)  # a tuple of tensors too (okc.judge.problem.Inputs)
+            return self.problem.call(module, x_call, case), x_call, False
 
+        if not self.on_cuda:
+            return eager
         label = derive_seed(self.seed, "capture", index, case.key)
         first = self.problem.make_input(case, label, self.problem.input_variants[0], self.device)
         try:
             captured = capture(lambda x_buf: self.problem.call(module, x_buf, case), first.x)
         except CaptureError as exc:
+            if not self.problem.requires_capture:
+                self.log(f"{case.key}: not capturable, checked with eager calls ({exc})".splitlines()[0])
+                self.eager_cases.append(case.key)
+                return eager
             rule = rules.HOST_SYNC if exc.host_sync else rules.CAPTURE
             # A failed capture can leave the stream or context unusable: stop the job here.
             raise self._stop(case, index, rule, str(exc)) from None
@@ -317,7 +322,8 @@ def run_check(problem: Problem, source: Path, *, device: torch.device, seed: int
     """
     started = time.monotonic()
     selected = select_cases(problem, cases, max_m)
-    verifier = Verifier.start(problem.name, seed, device, job_dir)
+    # A problem that judges its outputs with its own code (Problem.own_judge) brings its own verifier.
+    verifier = problem.own_verifier(seed, device) if problem.own_judge else Verifier.start(problem.name, seed, device, job_dir)
     try:
         checker = Checker(problem, Path(source), device, seed, weight_seeds or problem.weight_seeds,
                           selected, phase or (lambda *args, **info: None), log, verifier)
@@ -342,6 +348,9 @@ def _check(checker: Checker, problem: Problem, device: torch.device, seed: int, 
     except Stop as stop:
         checker.entries.append(stop.entry)
         stopped = True
+    if checker.eager_cases:
+        notes.append(f"CUDA graph capture failed for {', '.join(checker.eager_cases)}: checked with eager calls "
+                     "(the problem allows a kernel that cannot be captured)")
     failures = checker.failures
     cuda_lost = any(entry.rule == rules.CUDA_ERROR for entry in failures)
     if failures:

@@ -37,7 +37,7 @@ from okc.judge.benchcases import (
 from okc.judge.loader import CandidateLoadError, load_candidate
 from okc.judge.loop import PairLoop
 from okc.judge.pairs import PairTable, Unit
-from okc.judge.problem import Case, Problem
+from okc.judge.problem import Case, Problem, clone_data, copy_data
 from okc.judge.recheck import FINAL, Recheck, Schedule
 from okc.judge.seeds import derive_seed
 
@@ -127,7 +127,7 @@ class CpuClock:
         """Every buffer of ``names`` refilled, one untimed call each, then one timed call each, in order."""
         case, fresh = self.cases[unit.case], self._fresh(unit, round_)
         for name in names:
-            self.sides[name].inputs[unit.case].copy_(fresh)
+            copy_data(self.sides[name].inputs[unit.case], fresh)
         for name in names:  # untimed: both sides start warm, as on a GPU both start from a flushed L2
             self.sides[name].call(self.problem, case, unit.case)
         for name in names:
@@ -218,7 +218,7 @@ class CpuBench:
         if step is not None:
             step("prepare")
         side.prepare(self.problem, self.weights)
-        side.inputs = [x.clone() for x in self.pool[0]]
+        side.inputs = [clone_data(x) for x in self.pool[0]]
         self.sides[name] = side
         return side
 

@@ -23,6 +23,7 @@ import torch
 from okc.judge import pairs, timing
 from okc.judge.benchcases import BenchFailed
 from okc.judge.pairs import Unit
+from okc.judge.problem import copy_pairs
 from okc.judge.recheck import FINAL, Recheck
 from okc.judge.sides import Sides
 from okc.judge.timing import Step
@@ -73,13 +74,13 @@ class GpuClock:
             buffer = self.sides.inputs[unit.case]
             round_ = rechecks.get(index)
             if round_ is None:
-                copy = ((buffer, self.pool[pairs.input_set(unit.pair, len(self.pool))][unit.case]),)
+                copy = tuple(copy_pairs(buffer, self.pool[pairs.input_set(unit.pair, len(self.pool))][unit.case]))
                 if each:
                     steps.extend(Step(timed=(graphs[name].graph,), copies=copy) for name in names)
                 else:
                     steps.append(Step(timed=tuple(graphs[name].graph for name in names), copies=copy))
             else:
-                copy = ((buffer, self.recheck_inputs[(round_, unit.case)]),)
+                copy = tuple(copy_pairs(buffer, self.recheck_inputs[(round_, unit.case)]))
                 for name in names:
                     recheck = Recheck(name, unit.case, None if round_ == FINAL else unit.pair, round_,
                                       self.sides.slot_of(unit.pair, name))

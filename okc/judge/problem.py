@@ -27,15 +27,21 @@ class Load:
 
 @dataclass(frozen=True)
 class Case:
-    """One call shape: ``kernel_fn(x, layer)`` with x of m rows."""
+    """One call shape: ``kernel_fn(x, layer)`` with x of m rows.
+
+    A problem whose cases are not layers and row counts (a GPU MODE folder: one argument dict
+    per case) names each by ``label`` and carries its arguments in ``args``.
+    """
 
     layer: str
     m: int
     load: str | None = None  # the scored load it belongs to; None: checked for correctness only
+    label: str | None = None  # the case's key when set (otherwise "layer/m=M")
+    args: tuple[tuple[str, object], ...] = ()  # (name, value) pairs, for problems whose cases take arguments
 
     @property
     def key(self) -> str:
-        return f"{self.layer}/m={self.m}"
+        return self.label if self.label is not None else f"{self.layer}/m={self.m}"
 
 
 @dataclass(frozen=True)
@@ -54,10 +60,61 @@ class Tolerance:
 
 @dataclass(frozen=True)
 class Inputs:
-    """One fresh input for a case, and which of its rows are probe rows."""
+    """One fresh input for a case, and which of its rows are probe rows.
 
-    x: torch.Tensor
+    ``x`` is one tensor for the built-in problems; a problem may hand its calls a tuple (or
+    list, or dict) of tensors and plain values instead: the harness copies, clones and
+    compares inputs only through :func:`clone_data`, :func:`copy_data` and :func:`equal_data`.
+    """
+
+    x: object
     probe_rows: tuple[int, ...] = ()
+
+
+def tensors_of(data: object) -> list[torch.Tensor]:
+    """Every tensor in ``data`` (a tensor, or tuples, lists and dicts of them), in a fixed order."""
+    if isinstance(data, torch.Tensor):
+        return [data]
+    if isinstance(data, dict):
+        return [t for key in sorted(data, key=str) for t in tensors_of(data[key])]
+    if isinstance(data, (tuple, list)):
+        return [t for item in data for t in tensors_of(item)]
+    return []
+
+
+def clone_data(data: object) -> object:
+    """A copy of ``data`` whose tensors are clones (plain values are shared: they cannot be written)."""
+    if isinstance(data, torch.Tensor):
+        return data.clone()
+    if isinstance(data, dict):
+        return {key: clone_data(value) for key, value in data.items()}
+    if isinstance(data, (tuple, list)):
+        items = [clone_data(item) for item in data]
+        return type(data)(*items) if hasattr(data, "_fields") else type(data)(items)  # a namedtuple by field
+    return data
+
+
+def copy_pairs(dst: object, src: object) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(destination, source) per tensor: what copying ``src`` into the buffers of ``dst`` takes."""
+    if not isinstance(dst, (tuple, list, dict)):
+        return [(dst, src)]  # one buffer (a tensor, or whatever stands for one in a simulated bench)
+    ours, theirs = tensors_of(dst), tensors_of(src)
+    if len(ours) != len(theirs):
+        raise ValueError(f"an input of {len(theirs)} tensor(s) cannot be copied into buffers of {len(ours)}")
+    return list(zip(ours, theirs))
+
+
+def copy_data(dst: object, src: object) -> None:
+    """Copy every tensor of ``src`` into the matching tensor of ``dst`` (the graph's input buffers)."""
+    for ours, theirs in copy_pairs(dst, src):
+        ours.copy_(theirs)
+
+
+def equal_data(a: object, b: object) -> bool:
+    """Whether ``a`` and ``b`` hold equal tensors (bit for bit) in the same places."""
+    ours, theirs = tensors_of(a), tensors_of(b)
+    return len(ours) == len(theirs) and all(
+        x.shape == y.shape and x.dtype == y.dtype and torch.equal(x, y) for x, y in zip(ours, theirs))
 
 
 class Problem(abc.ABC):
@@ -123,3 +180,27 @@ class Problem(abc.ABC):
 
     def call(self, module: ModuleType, x: torch.Tensor, case: Case) -> torch.Tensor:
         return module.kernel_fn(x, case.layer)
+
+    # --- hooks of the check (okc.judge.check) ------------------------------------------------------
+    requires_capture: bool = True  # False: a call that cannot be captured is checked eagerly instead
+    # False: the bench's timed outputs cannot be re-judged by okc's verifier process (it regenerates
+    # SPEC 4.4's float64 references); the problem re-checks them itself (after_bench).
+    verifier_rechecks: bool = True
+    # True: the problem judges its outputs with its own code (a GPU MODE folder: its check_implementation),
+    # through own_verifier, in place of okc's verifier process and SPEC 4.4's rules.
+    own_judge: bool = False
+
+    def own_verifier(self, seed: int, device: torch.device):
+        """(own_judge only) An object with okc.judge.verifier.Verifier's API (submit, check_weights,
+        results, close) that judges this problem's outputs; the check uses it as it uses the verifier."""
+        raise NotImplementedError(f"{self.name} is judged by okc's verifier (own_judge is False)")
+
+    def after_bench(self, result: dict, candidate: Path, against: Path, *, device: torch.device, seed: int, log) -> dict:
+        """A bench's result.json fields, given the paired bench's (a problem may add a statistic of its own)."""
+        return result
+
+    def shape_row(self, case: Case, x: object) -> dict:
+        """What a bench's result.json says a scored case is, and its speed of light."""
+        nbytes, flops = self.traffic(case)
+        return {"layer": case.layer, "m": case.m, "load": case.load, "n": self.output_spec(case)[0][-1],
+                "k": x.shape[-1], "floor_us": self.floor_us(case), "bytes": nbytes, "flops": flops}

@@ -37,7 +37,7 @@ from okc.judge import pairs, stats, timing
 from okc.judge.benchcases import BenchFailed
 from okc.judge.capture import CaptureError, Captured, OutputPlace, capture
 from okc.judge.loader import CandidateLoadError, load_candidate
-from okc.judge.problem import Case, Problem
+from okc.judge.problem import Case, Problem, clone_data
 from okc.judge.settings import MAX_SLOTS
 
 MEMORY_SHARE = 0.4  # of the GPU memory free before setup, the most the copies of both sides may take
@@ -175,7 +175,7 @@ class Sides:
                 self._keep(copy + 1)
                 break
         self.seconds["prepare"] = round(time.monotonic() - started, 3)
-        self.inputs = [x.clone() for x in first_inputs]
+        self.inputs = [clone_data(x) for x in first_inputs]
         for index, (case, x) in enumerate(zip(cases, self.inputs)):
             case_started = time.monotonic()
             pool = torch.cuda.graph_pool_handle()

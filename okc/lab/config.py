@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from okc.errors import ConfigError
-from okc.problems import catalog
+from okc.problems import catalog, gpumode
 
 LAB_ENV = "OKC_LAB"  # points okc at a lab explicitly (scripts, tests)
 DEFAULT_PREPARE_TIMEOUT_S = 300.0
@@ -39,9 +39,12 @@ class Lab:
             value = getattr(self, name)
             if not isinstance(value, str) or not value:
                 raise ConfigError(f"[tool.okc] {name} must be a non-empty string, got {value!r}")
-        if "." not in self.problem and catalog.shapes_of(self.problem) is None:
+        if gpumode.is_gpumode(self.problem):
+            if not self.problem[len(gpumode.PREFIX):].strip():
+                raise ConfigError('[tool.okc] problem "gpumode:" needs the path of a GPU MODE problem folder')
+        elif "." not in self.problem and catalog.shapes_of(self.problem) is None:
             raise ConfigError(f"[tool.okc] problem {self.problem!r} is not built in ({', '.join(catalog.BUILT_IN)}); "
-                              "a problem of your own is named by its dotted module path")
+                              "a problem of your own is named by its dotted module path, a GPU MODE folder as gpumode:PATH")
 
     @property
     def candidates(self) -> Path:

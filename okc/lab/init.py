@@ -8,6 +8,10 @@ pyproject.toml. The lab starts with the problem's reference baseline as candidat
 experiments/, a commented pod.yaml.example (okc reads only pod.yaml, so the lab runs
 everything on this machine until one exists) and a .gitignore for results/.
 
+A lab of a GPU MODE problem folder (``okc init DIR --gpumode PATH``) holds a flat copy of the
+folder under gpumode/<name>/ (okc.lab.gpumode), the reference as candidate 000 and the
+folder's submission.py as 001.
+
 A folder that already holds a lab, or any file the lab would write, is refused before
 anything is written; a write that fails half-way is undone.
 """
@@ -43,6 +47,7 @@ STARTERS = {
     "tiny_matvec": Starter("matmul.py", "okc check 000"),
 }
 DEFAULT_PROBLEM = "muse_bf16_proj"
+GPUMODE_FIRST_CHECK = "okc check 001"  # the folder's own submission.py
 SETTING_NOTES = {
     "problem": "the judge contract: tiny_matvec (sized for a laptop CPU) or muse_bf16_proj",
     "baseline": "the candidate every score is relative to",
@@ -65,7 +70,7 @@ class Created:
 
     @property
     def next_step(self) -> str:
-        return STARTERS[self.problem].first_check
+        return STARTERS[self.problem].first_check if self.problem in STARTERS else GPUMODE_FIRST_CHECK
 
 
 def okc_table(problem: str) -> str:
@@ -94,6 +99,22 @@ def lab_files(problem: str) -> dict[str, bytes]:
             files[f"experiments/{path.relative_to(folder / SWEEPS).as_posix()}"] = path.read_bytes()
     files["pod.yaml.example"] = (SKELETON / "pod.yaml.example").read_bytes()
     return files
+
+
+def gpumode_files(folder: Path) -> tuple[str, dict[str, bytes]]:
+    """The ``problem`` setting and the files of a new lab of the GPU MODE folder ``folder``."""
+    from okc.lab import gpumode
+    from okc.problems.gpumode import PREFIX
+
+    folder = Path(folder).expanduser()
+    task, flat = gpumode.flat_files(folder)
+    home = f"{gpumode.LAB_FOLDER}/{task.name}"
+    files = {f"{home}/{name}": data for name, data in flat.items()}
+    files["candidates/000_reference.py"] = (PROBLEMS / "gpumode" / "baseline.py").read_bytes()
+    if (folder / task.submission_name).is_file():
+        files[f"candidates/001_{Path(task.submission_name).stem}.py"] = (folder / task.submission_name).read_bytes()
+    files["pod.yaml.example"] = (SKELETON / "pod.yaml.example").read_bytes()
+    return PREFIX + home, files
 
 
 def _pyproject(root: Path, problem: str) -> tuple[str, bool]:
@@ -162,16 +183,22 @@ class _Writes:
                 path.unlink(missing_ok=True)
 
 
-def init_lab(root: Path, problem: str = DEFAULT_PROBLEM) -> Created:
-    """Make a new lab of ``problem`` at ``root`` (created if need be); ConfigError before any write if it cannot."""
-    if problem not in STARTERS:
+def init_lab(root: Path, problem: str = DEFAULT_PROBLEM, gpumode: Path | None = None) -> Created:
+    """Make a new lab of ``problem`` (or of the GPU MODE folder ``gpumode``) at ``root`` (created if need be);
+    ConfigError before any write if it cannot."""
+    if gpumode is not None:
+        if problem != DEFAULT_PROBLEM:
+            raise ConfigError(f"--problem {problem} and --gpumode {gpumode}: a lab judges one problem; give one of them")
+        problem, files = gpumode_files(gpumode)
+    elif problem not in STARTERS:
         raise ConfigError(f"unknown problem {problem!r}; okc init knows {', '.join(sorted(STARTERS))}")
     root = Path(root).expanduser().absolute()
     if root.exists() and not root.is_dir():
         raise ConfigError(f"{root} is a file, not a folder; nothing written")
     pyproject, had_pyproject = _pyproject(root, problem)
     gitignore, had_gitignore = _gitignore(root)
-    files = lab_files(problem)
+    if gpumode is None:
+        files = lab_files(problem)
     taken = [rel for rel in files if (root / rel).exists()]
     if taken:
         raise ConfigError(f"{root} has {', '.join(taken)} already; nothing written (okc init never overwrites a file)")

@@ -1,7 +1,8 @@
 """The problems okc can judge, by name.
 
 A built-in problem is a package here (``muse_bf16_proj``, ``tiny_matvec``); any importable
-module that exposes ``PROBLEM`` can be named by its dotted path instead.
+module that exposes ``PROBLEM`` can be named by its dotted path instead, and a GPU MODE problem
+folder as ``gpumode:PATH`` (okc.problems.gpumode).
 """
 
 from __future__ import annotations
@@ -22,7 +23,10 @@ BUILT_IN = tuple(catalog.BUILT_IN)
 def load_problem(name: str) -> Problem:
     """The ``PROBLEM`` of a built-in problem, or of the module at a dotted path."""
     from okc.judge.problem import Problem
+    from okc.problems import gpumode
 
+    if gpumode.is_gpumode(name):
+        return gpumode.load(name)
     module_name = f"okc.problems.{name}" if name in BUILT_IN else name
     if name not in BUILT_IN and "." not in name:
         raise ValueError(f"unknown problem {name!r}; built in: {', '.join(BUILT_IN)} (or give a dotted module path)")

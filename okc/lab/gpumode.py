@@ -1,0 +1,93 @@
+"""The local side of a GPU MODE problem: read its task.yml, and lay the folder out where it travels.
+
+GPU MODE's harness runs a submission in one flat folder built from task.yml's ``files``
+(``utils.py`` may come from ``../utils.py``, beside the problem). okc builds the same flat
+folder, plus the parsed task as ``task.json`` (the worker has no yaml), twice: into the lab at
+``okc init --gpumode`` (so the lab holds its own copy, whatever happens to the original), and
+into every job folder (so a job on a pod carries the exact problem it judged, as it carries
+its candidate). A malformed task.yml or a missing file is one ConfigError line (exit 2).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from okc.errors import ConfigError
+from okc.problems import gpumode
+from okc.problems.gpumode.taskfile import SUBMISSION, TASK_JSON, TASK_YML, Task, parse
+
+JOB_COPY = "problem"  # a job folder's copy of the problem, named gpumode:problem in its job.json
+LAB_FOLDER = "gpumode"  # okc init --gpumode copies a folder to gpumode/<its name>/ in the lab
+
+
+def read_task(folder: Path) -> Task:
+    """The folder's task.yml, parsed and validated; ConfigError (one line) if it cannot be."""
+    import yaml
+
+    folder = Path(folder)
+    path = folder / TASK_YML
+    if not folder.is_dir():
+        raise ConfigError(f"GPU MODE problem folder {folder} does not exist")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{folder} is not a GPU MODE problem folder: it has no {TASK_YML}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot be read ({exc})") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise ConfigError(f"{path}: not valid YAML{where} ({getattr(exc, 'problem', None) or exc})") from None
+    try:
+        return parse(data, folder.resolve().name)
+    except ValueError as exc:
+        raise ConfigError(f"{path}: {' '.join(str(exc).split())}") from None
+
+
+def flat_files(folder: Path) -> tuple[Task, dict[str, bytes]]:
+    """The task, and the files of the flat folder okc runs it in (name -> bytes), task.json included.
+
+    Every file task.yml lists (but the submission) from its source, then the folder's own
+    top-level files that are not listed (a helper its reference imports, the example submission).
+    """
+    folder = Path(folder)
+    task = read_task(folder)
+    files: dict[str, bytes] = {}
+    for entry in task.files:
+        if entry.source == SUBMISSION:
+            continue
+        source = folder / entry.source
+        if not source.is_file() and (folder / entry.name).is_file():
+            source = folder / entry.name  # a folder okc laid out flat already (a lab's copy, a job's)
+        try:
+            files[entry.name] = source.read_bytes()
+        except OSError as exc:
+            raise ConfigError(f"{folder / TASK_YML}: file {entry.name} comes from {entry.source}, "
+                              f"which cannot be read ({exc.strerror or exc})") from None
+    for path in sorted(folder.iterdir()):
+        if path.is_file() and path.name not in files and path.suffix in (".py", ".yml", ".yaml", ".md"):
+            files[path.name] = path.read_bytes()
+    files[TASK_JSON] = (json.dumps(task.to_json(), indent=2) + "\n").encode()
+    return task, files
+
+
+def problem_folder(lab) -> Path:
+    """The folder a lab's ``gpumode:PATH`` names (PATH relative to the lab root)."""
+    return gpumode.folder_of(lab.problem, lab.root)
+
+
+def check_lab_problem(lab) -> Task | None:
+    """The lab's GPU MODE task, validated (None for another kind of problem); ConfigError if broken."""
+    if not gpumode.is_gpumode(lab.problem):
+        return None
+    return read_task(problem_folder(lab))
+
+
+def copy_into_job(lab, job_dir: Path) -> None:
+    """Write the lab's problem, flat, into ``job_dir/problem/`` (the job names it ``gpumode:problem``)."""
+    _, files = flat_files(problem_folder(lab))
+    dest = job_dir / JOB_COPY
+    dest.mkdir()
+    for name, data in files.items():
+        (dest / name).write_bytes(data)

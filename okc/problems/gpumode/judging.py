@@ -1,0 +1,64 @@
+"""The check's verifier for a GPU MODE folder: its outputs judged by the folder's own code, in the worker.
+
+okc's verifier process (okc.judge.verifier) judges an output by SPEC 4.4's float64 rules from its
+raw bytes; a GPU MODE output is judged by the folder's ``check_implementation`` and may be a
+tuple. :class:`FolderVerifier` has the verifier's API, so okc.judge.check runs unchanged: each
+submitted output is judged at once (the graph rewrites its output at the next replay), on the
+input regenerated from the same seed label, by okc's rules on top of the folder's: stale (an
+all-NaN poisoned output, or one equal to the previous output of its case), the problem's own
+form, values, aliasing and written-input rules (okc.problems.gpumode.adapter). The folder's
+functions were taken before the candidate was imported; unlike okc's verifier process, a
+candidate that patches torch itself could still reach this judging.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from okc.judge.problem import clone_data, equal_data
+from okc.judge.rules import STALE, X_MODIFIED, Verdict, fail
+from okc.judge.seeds import derive_seed
+
+
+class FolderVerifier:
+    def __init__(self, problem, seed: int, device: torch.device) -> None:
+        self.problem, self.seed, self.device = problem, seed, device
+        self.cases = {case.key: case for case in problem.check_cases() + problem.scored_cases()}
+        self.previous: dict[tuple, object] = {}  # (weights, case, variant) -> the last output judged
+        self.answers: list[dict] = []
+
+    def _verdict(self, ref: dict, out: object, x: object) -> Verdict:
+        case = self.cases[ref["case"]]
+        inputs = self.problem.make_input(case, derive_seed(self.seed, *ref["input"]), ref["variant"], self.device)
+        form = self.problem.check_form(case, out, self.device)
+        if form is not None:
+            return form
+        if ref.get("poisoned") and type(out) is torch.Tensor and bool(torch.isnan(out).all()):
+            return fail(STALE, "the replay wrote nothing into the output (its NaN poison survived everywhere): "
+                        "a cached output, or one computed outside the captured work")
+        stream = (repr(ref.get("weights")), ref["case"], ref["variant"])
+        previous, self.previous[stream] = self.previous.get(stream), clone_data(out)
+        if previous is not None and equal_data(out, previous):
+            return fail(STALE, "the output is bit-identical to the previous call's, for a different input: a cached output")
+        verdict = self.problem.judge({}, case, inputs, out, inputs.x if x is None else x)
+        if verdict.passed and x is not None and (written := self.problem.modified_input(inputs.x, x)) is not None:
+            return fail(X_MODIFIED, written[0], row=written[1])
+        return verdict
+
+    def submit(self, ref: dict, out: object, x: object = None) -> None:
+        verdict = self._verdict(ref, out, x)
+        self.answers.append({"tag": ref.get("tag", {}), "ok": verdict.passed, "rule": verdict.rule,
+                             "message": verdict.message, "value": verdict.value, "bound": verdict.bound,
+                             "row": verdict.row})
+
+    def check_weights(self, weights: object, tensors: dict, tag: dict | None = None) -> None:
+        """A GPU MODE problem has no weights: nothing to write into."""
+        self.answers.append({"tag": tag or {}, "ok": True, "rule": "weights", "message": "no weights",
+                             "value": None, "bound": None, "row": None})
+
+    def results(self) -> list[dict]:
+        answers, self.answers = self.answers, []
+        return answers
+
+    def close(self) -> None:
+        self.answers = []

@@ -1,0 +1,174 @@
+"""A GPU MODE task.yml's contents as frozen dataclasses, validated; no torch, no yaml.
+
+The local side reads task.yml (it has yaml) and writes what it parsed as ``task.json`` beside
+it (:mod:`okc.lab.gpumode`); the worker, which imports only the standard library and torch,
+reads that. Keys okc does not use (description, templates, config) are accepted and ignored:
+GPU MODE adds keys over time. A malformed task is one ValueError naming the file and key.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+TASK_YML = "task.yml"
+TASK_JSON = "task.json"
+SUBMISSION = "@SUBMISSION@"  # task.yml's placeholder for the competitor's file
+RANKINGS = ("last", "mean", "geom")
+LANGS = ("py",)  # lang: cu (a CUDA source compiled by the harness) is not run by okc
+TIMEOUTS = ("test_timeout", "benchmark_timeout", "ranked_timeout")
+DEFAULT_TIMEOUT_S = 180.0
+DEFAULT_RANKING = "last"  # what GPU MODE ranks by when a task does not say
+
+
+def _scalar(value: object) -> bool:
+    return isinstance(value, (bool, int, str)) or (isinstance(value, float) and math.isfinite(value))
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One entry of ``tests`` or ``benchmarks``: the keyword arguments of ``generate_input``.
+
+    A list value (a group of sizes: ``m: [96, 128]``) is held as a tuple and handed back as a list.
+    """
+
+    args: tuple[tuple[str, object], ...]
+
+    def __post_init__(self) -> None:
+        for key, value in self.args:
+            if not isinstance(key, str) or not key.isidentifier():
+                raise ValueError(f"argument name {key!r} is not a Python identifier")
+            if not (_scalar(value) or (isinstance(value, tuple) and all(_scalar(item) for item in value))):
+                raise ValueError(f"argument {key} must be a number, a string, a boolean or a list of them, got {value!r}")
+
+    @classmethod
+    def of(cls, entry: dict) -> Spec:
+        return cls(tuple((key, tuple(value) if isinstance(value, list) else value) for key, value in entry.items()))
+
+    @property
+    def text(self) -> str:
+        """``size=127 seed=4242``: how GPU MODE shows a case."""
+        return " ".join(f"{key}={value}" for key, value in self.args)
+
+    def as_dict(self) -> dict:
+        return as_kwargs(self.args)
+
+
+def as_kwargs(args: tuple[tuple[str, object], ...]) -> dict:
+    """``generate_input``'s keyword arguments from a spec's frozen pairs (tuples back to lists)."""
+    return {key: list(value) if isinstance(value, tuple) else value for key, value in args}
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    name: str  # the file's name in the folder the harness runs in
+    source: str  # a path relative to the problem folder, or @SUBMISSION@
+
+    def __post_init__(self) -> None:
+        for label, value in (("name", self.name), ("source", self.source)):
+            if not isinstance(value, str) or not value:
+                raise ValueError(f"a file's {label} must be a non-empty string, got {value!r}")
+        if "/" in self.name or "\\" in self.name or self.name in (".", ".."):
+            raise ValueError(f"a file's name must be a plain file name, got {self.name!r}")
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    files: tuple[FileEntry, ...]
+    tests: tuple[Spec, ...]
+    benchmarks: tuple[Spec, ...]
+    lang: str = "py"
+    ranking_by: str = DEFAULT_RANKING
+    timeouts: tuple[tuple[str, float], ...] = field(default_factory=tuple)
+    multi_gpu: bool = False
+
+    def __post_init__(self) -> None:
+        if self.lang not in LANGS:
+            raise ValueError(f"lang {self.lang!r}: okc runs Python submissions only (lang: py)")
+        if self.ranking_by not in RANKINGS:
+            raise ValueError(f"ranking_by must be one of {', '.join(RANKINGS)}, got {self.ranking_by!r}")
+        if self.multi_gpu:
+            raise ValueError("multi_gpu: true: okc judges single-GPU problems only")
+        if not self.tests:
+            raise ValueError("tests must list at least one argument dict")
+        if [entry.source for entry in self.files].count(SUBMISSION) != 1:
+            raise ValueError(f"files must name exactly one {SUBMISSION} entry (the submission)")
+        if "reference.py" not in {entry.name for entry in self.files}:
+            raise ValueError("files must include reference.py")
+
+    @property
+    def submission_name(self) -> str:
+        return next(entry.name for entry in self.files if entry.source == SUBMISSION)
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        data["files"] = [asdict(entry) for entry in self.files]
+        for key in ("tests", "benchmarks"):
+            data[key] = [spec.as_dict() for spec in getattr(self, key)]
+        data["timeouts"] = dict(self.timeouts)
+        return data
+
+
+def _specs(data: dict, key: str) -> tuple[Spec, ...]:
+    entries = data.get(key, [])
+    if entries is None:
+        entries = []
+    if not isinstance(entries, list):
+        raise ValueError(f"{key} must be a list of argument dicts, got {type(entries).__name__}")
+    specs = []
+    for index, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            raise ValueError(f"{key}[{index}] must be a mapping of argument names to values, got {entry!r}")
+        try:
+            specs.append(Spec.of(entry))
+        except ValueError as exc:
+            raise ValueError(f"{key}[{index}]: {exc}") from None
+    return tuple(specs)
+
+
+def parse(data: object, name: str) -> Task:
+    """The task of problem ``name`` from task.yml's (or task.json's) top-level mapping; ValueError if malformed."""
+    if not isinstance(data, dict):
+        raise ValueError(f"the top level must be a mapping (files, tests, benchmarks, ...), got {type(data).__name__}")
+    files = data.get("files")
+    if not isinstance(files, list) or not all(isinstance(entry, dict) for entry in files):
+        raise ValueError("files must be a list of {name, source} mappings")
+    entries = []
+    for index, entry in enumerate(files):
+        try:
+            entries.append(FileEntry(entry.get("name"), entry.get("source")))
+        except ValueError as exc:
+            raise ValueError(f"files[{index}]: {exc}") from None
+    timeouts = []
+    for key in TIMEOUTS:
+        value = data.get(key, DEFAULT_TIMEOUT_S)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise ValueError(f"{key} must be a positive number of seconds, got {value!r}")
+        timeouts.append((key, float(value)))
+    if isinstance(data.get("timeouts"), dict):  # task.json keeps them together
+        timeouts = [(key, float(value)) for key, value in data["timeouts"].items()]
+    multi_gpu = data.get("multi_gpu", False)
+    if not isinstance(multi_gpu, bool):
+        raise ValueError(f"multi_gpu must be true or false, got {multi_gpu!r}")
+    lang, ranking = data.get("lang", "py"), data.get("ranking_by", DEFAULT_RANKING)
+    return Task(name=name, files=tuple(entries), tests=_specs(data, "tests"), benchmarks=_specs(data, "benchmarks"),
+                lang=lang, ranking_by=ranking, timeouts=tuple(timeouts), multi_gpu=multi_gpu)
+
+
+def read_json(folder: Path) -> Task:
+    """The task a local okc parsed and wrote as ``folder/task.json``; ValueError naming the file if it cannot."""
+    path = Path(folder) / TASK_JSON
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ValueError(f"{path} is missing: okc writes it from task.yml when a job is made "
+                         "(okc init --gpumode, okc check, okc bench)") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: cannot be read ({exc})") from None
+    try:
+        return parse(data, data.get("name") or Path(folder).name if isinstance(data, dict) else Path(folder).name)
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
