@@ -15,8 +15,9 @@ PROC_GPUS = Path("/proc/driver/nvidia/gpus")  # one folder per GPU the driver ha
 SMI_TIMEOUT_S = 10.0
 
 
-def driver_gpus(proc: Path = PROC_GPUS) -> int:
+def driver_gpus(proc: Path | None = None) -> int:
     """GPUs the NVIDIA driver lists here; 0 when there is no driver (or it does not answer in time)."""
+    proc = PROC_GPUS if proc is None else proc
     try:
         found = sum(1 for _ in proc.iterdir())
     except OSError:

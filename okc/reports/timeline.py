@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from okc.contract import CHECK_FILE, JOB_FILE, PID_FILE, RESULT_FILE
+from okc.contract import CHECK_FILE, EXIT_FILE, JOB_FILE, PID_FILE, RESULT_FILE, is_job_id, read_json
 from okc.reports.tables import Document, Table, table
 
 # The worker's marks before the kind runs, and what the span ending at each spent.
@@ -115,3 +115,39 @@ def job_document(read: Read, job_id: str) -> Document:
         line += f"; {wall:.2f} s from the launcher's start to the result"
     tables = timeline_tables(read)
     return Document(tables=tables, fields=fields, lines=(line,), main=0 if tables else None)
+
+
+STEP_SUFFIXES = (".check", ".bench")  # a try job's ledger rows: JOB.check, JOB.bench
+
+
+def job_files(lab, target, job: str) -> tuple[str, Read]:
+    """The job ``job`` names (a ledger row's JOB.check or JOB.bench names its try job), and a reader of
+    its files: the folder here once the job is home, else the target's (okc.jobs.target.Target)."""
+    import json
+
+    from okc.errors import ConfigError, PodError
+
+    for suffix in STEP_SUFFIXES:
+        if job.endswith(suffix) and is_job_id(job[: -len(suffix)]) and not (lab.results / job).is_dir():
+            job = job[: -len(suffix)]
+    if not is_job_id(job):
+        raise ConfigError(f"not a job id: {job!r}")
+    here = lab.results / job
+    if (here / EXIT_FILE).is_file() or (not target.remote and (here / JOB_FILE).is_file()):
+        return job, lambda name: read_json(here / name)
+    target.state(job)  # a clear error for a job the target does not have
+
+    def remote(name: str) -> dict[str, Any] | None:
+        chunks, offset = [], 0
+        while chunk := target.read(job, name, offset):
+            chunks.append(chunk)
+            offset += len(chunk)
+        try:
+            data = json.loads(b"".join(chunks)) if chunks else None
+        except ValueError:
+            return None
+        return data if isinstance(data, dict) else None
+
+    if remote(JOB_FILE) is None:
+        raise PodError(f"no job {job} on {target.name!r}")
+    return job, remote
