@@ -202,3 +202,21 @@ def test_the_submit_of_a_try_carries_the_measured_aa_floor_and_the_check_options
     assert spec["kind"] == "try" and spec["against"]["name"] == "000_baseline"
     assert spec["weight_seeds"] == 1 and spec["max_m"] == 16
     assert spec["bench"] == {"target_half_width": 0.01, "aa_floor": 0.004}
+
+
+@pytest.mark.skipif(cuda_available(), reason="on a GPU a tiny_matvec bench runs the GPU protocol")
+def test_try_on_a_pod_runs_through_the_same_runner_and_comes_home_with_both_verdicts(ssh_lab):
+    from sshd import POD_NAME
+
+    shutil.copy(REPO / "okc" / "problems" / "tiny_matvec" / "solutions" / "correct" / "matmul.py",
+                ssh_lab.candidates / "001_matmul.py")
+    done = invoke("try", "001", "--on", POD_NAME, *QUICK_BENCH)
+    assert done.exit_code == 0, done.output
+    assert "PASS 001_matmul" in done.stdout and "\nscore " in done.stdout
+    job_dir = only_job(ssh_lab)
+    assert (job_dir / CHECK_FILE).is_file() and (job_dir / "exit_code").is_file()
+    check_row, bench_row = rows(ssh_lab)
+    assert (check_row.kind, check_row.status, check_row.target) == ("check", "pass", POD_NAME)
+    assert (bench_row.kind, bench_row.status, bench_row.target) == ("bench", "ok", POD_NAME)
+    # Home and recorded: a pull finds nothing more to record.
+    assert invoke("pull", "--on", POD_NAME).exit_code == 0 and len(rows(ssh_lab)) == 2
