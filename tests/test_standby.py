@@ -66,7 +66,7 @@ def test_the_next_check_runs_in_the_standby_the_last_one_left_and_each_serves_on
     first_job = newest(tiny, "check")
     assert not (first_job / standby.EXIT_FILE).exists()  # no standby yet: a fresh worker
     left = slot_info()
-    assert left["code_dir"] and living(left["pid"], left["start"])
+    assert left["made_for"]["code_dir"] and living(left["pid"], left["start"])
     warmed()
     second = invoke("check", "001", "--quick")
     assert second.exit_code == 0 and "PASS 001_matmul" in second.output, second.output
@@ -97,21 +97,23 @@ def test_a_candidate_that_crashes_in_a_standby_worker_gets_the_same_verdict(tiny
     assert json.loads((newest(tiny, "check") / standby.EXIT_FILE).read_text()) == {"returncode": -signal.SIGABRT}
 
 
-def test_a_standby_for_other_code_is_stopped_not_used(tiny, tmp_path):
+@pytest.mark.parametrize("differs", ["code_dir", "CUDA_VISIBLE_DEVICES"])
+def test_a_standby_for_other_code_or_another_gpu_is_stopped_not_used(tiny, tmp_path, differs):
     locks = str(tmp_path / "locks")
-    env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
-    standby.leave(locks, 0, "/elsewhere/okc", env)
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "3"}
+    standby.leave(locks, 0, "/this/okc", env)
     info = json.loads((standby.slot_dir(locks, 0) / standby.INFO_FILE).read_text())
     assert living(info["pid"], info["start"])
     job = tmp_path / "job"
     job.mkdir()
-    assert standby.take(locks, 0, "/this/okc", str(job)) is None
+    code, taking = ("/elsewhere/okc", env) if differs == "code_dir" else ("/this/okc", {**env, "CUDA_VISIBLE_DEVICES": "1"})
+    assert standby.take(locks, 0, code, str(job), taking) is None
     assert not standby.slot_dir(locks, 0).exists()
     deadline = time.monotonic() + 5
     while living(info["pid"], info["start"]) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not living(info["pid"], info["start"])
-    assert standby.take(locks, 0, "/this/okc", str(job)) is None  # none left: the launcher starts its own
+    assert standby.take(locks, 0, "/this/okc", str(job), env) is None  # none left: the launcher starts its own
 
 
 def test_an_unclaimed_standby_gives_up_after_its_idle_time_and_only_one_a_gpu_is_kept(tiny, tmp_path, monkeypatch):

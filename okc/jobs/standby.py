@@ -11,13 +11,13 @@ folder (``standby_exit.json``), so the launcher's verdict, its timeout and its c
 keeper's whole process group) work as with a worker it started itself.
 
 Each standby serves exactly one job, then exits; an unclaimed one gives up after
-``OKC_STANDBY_IDLE_S`` (default 300 s); one made for other code (another code_dir or python)
-is stopped and a fresh worker started instead. Standard library only: pods run this too.
+``OKC_STANDBY_IDLE_S`` (default 300 s); one made for other code (another code_dir, python or
+PYTHONPATH) or another CUDA_VISIBLE_DEVICES is stopped, and a fresh worker started instead.
+Standard library only. This machine only: a pod's agent carries the launcher without this module.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import select
 import shutil
@@ -91,8 +91,15 @@ def _stop(folder: Path, info: dict | None) -> None:
     shutil.rmtree(folder, ignore_errors=True)
 
 
-def take(locks: str, index: int, code_dir: str, job_dir: str) -> Standby | None:
-    """Claim GPU ``index``'s standby (call it holding that GPU's lock) and hand it ``job_dir``; None if none fits."""
+def _made_for(code_dir: str, env: dict) -> dict:
+    """What a standby must share with the job it serves: the code, the python, the GPU it sees."""
+    return {"code_dir": code_dir, "python": sys.executable, "pythonpath": env.get("PYTHONPATH"),
+            "visible": env.get("CUDA_VISIBLE_DEVICES")}
+
+
+def take(locks: str, index: int, code_dir: str, job_dir: str, env: dict) -> Standby | None:
+    """Claim GPU ``index``'s standby (call it holding that GPU's lock) and hand it ``job_dir``; None if none
+    fits: one made for other code or another CUDA_VISIBLE_DEVICES is stopped instead."""
     slot = slot_dir(locks, index)
     claimed = slot.with_name(f"{slot.name}.claimed-{os.getpid()}")
     try:
@@ -100,7 +107,7 @@ def take(locks: str, index: int, code_dir: str, job_dir: str) -> Standby | None:
     except OSError:
         return None
     info = read_json(claimed / INFO_FILE)
-    fits = info is not None and info.get("code_dir") == code_dir and info.get("python") == sys.executable \
+    fits = info is not None and info.get("made_for") == _made_for(code_dir, env) \
         and isinstance(info.get("pid"), int) and _process_start(info["pid"]) == info.get("start")
     if not fits:
         _stop(claimed, info)
@@ -127,8 +134,8 @@ def leave(locks: str, index: int, code_dir: str, env: dict) -> None:
         keeper = subprocess.Popen([sys.executable, "-m", "okc.jobs.standby", str(slot)], env=env, cwd=slot,
                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                   start_new_session=True)
-        write_json(slot / INFO_FILE, {"pid": keeper.pid, "start": _process_start(keeper.pid), "code_dir": code_dir,
-                                      "python": sys.executable, "gpu": index, "made_at": time.time()})
+        write_json(slot / INFO_FILE, {"pid": keeper.pid, "start": _process_start(keeper.pid), "gpu": index,
+                                      "made_for": _made_for(code_dir, env), "made_at": time.time()})
     except OSError as exc:  # a standby is an optimisation: without one the next job starts its own worker
         print(f"okc: no standby worker for GPU {index}: {exc}", flush=True)
         shutil.rmtree(slot, ignore_errors=True)

@@ -218,7 +218,7 @@ def run_job(results: str, folder: str, job_id: str, indexes: list, code_dir: str
         env = dict(os.environ, PYTHONUNBUFFERED="1", CUDA_VISIBLE_DEVICES=visible_device(index))
         env["PYTHONPATH"] = os.pathsep.join(p for p in (code_dir, env.get("PYTHONPATH")) if p)
         standby, locks = _standby(), locks_dir(results)
-        proc = standby.take(locks, index, code_dir, folder) if standby else None
+        proc = standby.take(locks, index, code_dir, folder, env) if standby else None
         if proc is None:
             proc = subprocess.Popen([sys.executable, "-m", "okc.worker", folder], cwd=folder, env=env,
                                     stdin=subprocess.DEVNULL, start_new_session=True)
