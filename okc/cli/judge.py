@@ -138,6 +138,7 @@ def try_command(
     """Check, then (if it passes) bench against the baseline: one job, one worker; a ledger row per step.
 
     Prints what `okc check` and then `okc bench` print; exits 1 if the check fails or the bench errs.
+
     Example: okc try 036 --target 0.003
     """
     from okc.jobs import options, runner
