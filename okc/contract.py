@@ -23,7 +23,6 @@ RESULT_SCHEMA_VERSION = 1
 # The files of a job folder.
 JOB_FILE = "job.json"  # what was asked (written before the job starts, never again)
 RESULT_FILE = "result.json"  # the verdict (the worker's, or the launcher's when the worker left none)
-CHECK_FILE = "check.json"  # a try job's check step's verdict (result.json is its last step's)
 ENV_FILE = "env.json"  # the machine: GPU, clocks, versions, seed
 LOG_FILE = "log.txt"  # everything the launcher and the worker printed
 PHASE_FILE = "phase.json"  # where the worker is (so a crash or hang can be placed)
@@ -32,8 +31,7 @@ PID_FILE = "pid.json"  # the launcher's pid and process start time
 LAUNCHER_FILE = "launcher.json"  # the launcher's own account: return code, timeout, cancelled, lost
 EXIT_FILE = "exit_code"  # written last: the job is over once it exists
 
-# A screen job has points, no candidate (okc.judge.batch); a try job is a check, then a bench (okc.judge.trial).
-JOB_KINDS = ("check", "bench", "floor", "time", "screen", "try")
+JOB_KINDS = ("check", "bench", "floor", "time", "screen", "try")  # screen: points, no candidate; try: check then bench
 DEVICES = ("auto", "cpu", "cuda")
 STATUSES = ("pass", "fail", "ok", "error", "timeout", "invalid")  # invalid: a bench's re-check failed, no score
 PASSING = ("pass", "ok")

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from okc.cli.app import app
-from okc.jobs import standby
+from okc.launch import standby
 from okc.jobs.target import local_locks
 from okc.judge.standby import READY_FILE
 from okc.lab.config import find_lab

@@ -16,10 +16,11 @@ from typing import Any
 
 import okc
 from okc.contract import (
-    CHECK_FILE, ENV_FILE, EXIT_FILE, JOB_FILE, LAUNCHER_FILE, LOG_FILE, LOST_REASON, PHASE_FILE, RESULT_FILE, BadJob,
+    ENV_FILE, EXIT_FILE, JOB_FILE, LAUNCHER_FILE, LOG_FILE, LOST_REASON, PHASE_FILE, RESULT_FILE, BadJob,
     ContractError, JobResult, JobSpec, SourceRef, parse_result, read_job, read_json, result_document, write_json,
 )
 from okc.errors import ConfigError, JudgeError
+from okc.judge.trial import CHECK_FILE  # a try job's check verdict (that module imports only okc.contract)
 from okc.lab.candidates import Candidate
 from okc.lab.config import Lab
 from okc.lab.ledger import AA_MARK, Floor, Run, insert_run, record_floor, transaction

@@ -17,7 +17,9 @@ import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
-from okc.contract import CHECK_FILE, PASSING, BadJob, JobSpec, result_document, write_json
+from okc.contract import PASSING, BadJob, JobSpec, result_document, write_json
+
+CHECK_FILE = "check.json"  # the check step's verdict, beside result.json (the last step's)
 
 
 def step_phase(phase: Callable[..., None], step: str) -> Callable[..., None]:

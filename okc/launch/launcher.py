@@ -148,11 +148,11 @@ def locks_dir(results: str) -> str:
 
 
 def _standby():
-    """okc.jobs.standby when OKC_STANDBY=1 and okc's code is here (a pod's agent carries only this module)."""
+    """okc.launch.standby when OKC_STANDBY=1 and okc's code is here (a pod's agent carries only this module)."""
     if os.environ.get("OKC_STANDBY") != "1":
         return None
     try:
-        from okc.jobs import standby
+        from okc.launch import standby
     except ImportError:
         return None
     return standby

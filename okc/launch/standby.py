@@ -131,7 +131,7 @@ def leave(locks: str, index: int, code_dir: str, env: dict) -> None:
     try:
         slot.mkdir(parents=True)
         os.mkfifo(slot / FIFO, 0o600)
-        keeper = subprocess.Popen([sys.executable, "-m", "okc.jobs.standby", str(slot)], env=env, cwd=slot,
+        keeper = subprocess.Popen([sys.executable, "-m", "okc.launch.standby", str(slot)], env=env, cwd=slot,
                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                   start_new_session=True)
         write_json(slot / INFO_FILE, {"pid": keeper.pid, "start": _process_start(keeper.pid), "gpu": index,
