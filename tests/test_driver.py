@@ -79,4 +79,4 @@ def test_a_hung_nvidia_smi_is_given_up_at_its_deadline(no_driver, monkeypatch):
 def test_counting_gpus_here_takes_milliseconds_not_a_torch_import():
     started = time.monotonic()
     assert fanout.local_gpu_count() == 0
-    assert time.monotonic() - started < 0.2  # the torch probe took 1.25 s on a laptop
+    assert time.monotonic() - started < 0.5  # the torch probe took 1.25 s on a laptop (a loaded machine: room)
