@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on a GPU machine of the device tool: set up what the image lacks, run the GPU tests
 # and the benchmark scripts, and leave every log under $OUT (at most 8 files come back).
-# Usage there: bash benchmarks/device_run.sh [stage ...]   (stages: tests check bench floor ssh cli aa setup scaling screen)
+# Usage there: bash benchmarks/device_run.sh [stage ...]   (stages: tests check bench floor ssh cli aa setup scaling screen loop)
 set -uo pipefail
 export OUT=${OUT:-/tmp/okc-out}
 mkdir -p "$OUT"
@@ -49,6 +49,7 @@ for s in $stages; do
                 stage scaling_36 python3 benchmarks/sweep_scaling.py --points 36
                 stage screen_compare python3 benchmarks/screen_compare.py --points ${OKC_COMPARE_POINTS:-6}
                 tar czf "$OUT/screen_runs.tgz" results/experiments 2>/dev/null ;;
+        loop) stage loop_bench python3 benchmarks/loop_bench.py --h200 --runs ${OKC_LOOP_RUNS:-5} ;;
         *) echo "unknown stage $s" ;;
     esac
 done

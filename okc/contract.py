@@ -31,7 +31,7 @@ PID_FILE = "pid.json"  # the launcher's pid and process start time
 LAUNCHER_FILE = "launcher.json"  # the launcher's own account: return code, timeout, cancelled, lost
 EXIT_FILE = "exit_code"  # written last: the job is over once it exists
 
-JOB_KINDS = ("check", "bench", "floor", "time", "screen")  # a screen job has points, no candidate (okc.judge.batch)
+JOB_KINDS = ("check", "bench", "floor", "time", "screen", "try")  # screen: points, no candidate; try: check then bench
 DEVICES = ("auto", "cpu", "cuda")
 STATUSES = ("pass", "fail", "ok", "error", "timeout", "invalid")  # invalid: a bench's re-check failed, no score
 PASSING = ("pass", "ok")

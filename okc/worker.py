@@ -30,6 +30,7 @@ KINDS = {
     "floor": "okc.judge.floor:run_job",
     "time": "okc.judge.sweep:run_job",
     "screen": "okc.judge.screen:run_job",
+    "try": "okc.judge.trial:run_job",
 }
 
 
@@ -62,7 +63,7 @@ class Worker:
 
     def phase(self, name: str, **info) -> None:
         write_json(self.job_dir / PHASE_FILE, {"phase": name, **info, "at_s": self.mark(name)})
-        if name == "prepare":
+        if name.rpartition(".")[2] == "prepare":  # a try job's steps name theirs "check.prepare", "bench.prepare"
             self._deadline.arm(self.job.prepare_timeout_s, self._prepare_expired, self.job.prepare_timeout_s)
         else:
             self._deadline.disarm()

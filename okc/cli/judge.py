@@ -14,6 +14,8 @@ from okc.cli.app import (
 from okc.errors import EXIT_FAILED, EXIT_USAGE
 from okc.jobs.options import QUICK_MAX_M
 
+VERBOSE_HELP = "Also show where the job's seconds went (the worker's timeline and the kind's own seconds)."
+
 
 # ---------------------------------------------------------------------------------------
 # Judge: check, bench and the measured floor
@@ -45,6 +47,7 @@ def check(
     seed: Optional[int] = typer.Option(None, help="Reuse a recorded seed instead of a fresh one."),
     cases: Optional[str] = typer.Option(None, help="Only these cases, comma-separated (e.g. router/m=8,o/m=1)."),
     quick: bool = typer.Option(False, "--quick", help=f"One weight set and m <= {QUICK_MAX_M} only: minutes on a CPU, not the judge's coverage."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help=VERBOSE_HELP),
     fmt: str = "table",
 ) -> None:
     """Judge-equivalent correctness check of one candidate; records it in the ledger.
@@ -64,7 +67,7 @@ def check(
         outcome = runner.submit(lab, "check", candidate, on=on, on_log=echo_log if fmt == "table" else None,
                                 **checking.job_options())
     result = outcome.result
-    show(views.check_document(result, _source(outcome), outcome.recorded), fmt)
+    show(_verbose(views.check_document(result, _source(outcome), outcome.recorded), outcome, verbose), fmt)
     _not_recorded(outcome)
     if not result.passed:
         raise typer.Exit(EXIT_FAILED)
@@ -85,6 +88,7 @@ def bench(
     max_pairs: int = typer.Option(2000, "--max-pairs", help="Cap on pairs."),
     overhead_us: Optional[float] = typer.Option(None, "--overhead-us", help="Fixed replay cost to subtract (default: the judge's)."),
     solo: bool = typer.Option(False, "--solo", help="Time each side alone (blocks of its own replays; same graphs, flush, inputs)."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help=VERBOSE_HELP),
     fmt: str = "table",
 ) -> None:
     """Paired benchmark against the baseline (or another candidate): score with a 95% CI; records it.
@@ -109,7 +113,8 @@ def bench(
     if not result.passed:
         _not_recorded(outcome)
         raise_failed(result)
-    show(views.bench_document(result, _source(outcome), other.name, outcome.recorded, _gpumode(outcome)), fmt)
+    show(_verbose(views.bench_document(result, _source(outcome), other.name, outcome.recorded, _gpumode(outcome)),
+                  outcome, verbose), fmt)
     _not_recorded(outcome)
     if outcome.record_error:
         raise typer.Exit(EXIT_USAGE)
@@ -125,6 +130,78 @@ def _gpumode(outcome) -> dict | None:
         return json.loads((outcome.job_dir / RESULT_FILE).read_text(encoding="utf-8")).get("gpumode")
     except (OSError, ValueError, AttributeError):
         return None
+
+
+@app.command("try")
+@handles_errors
+@output_options
+def try_command(
+    words: list[str] = typer.Argument(..., help=CANDIDATE_HELP, metavar="[candidate] NNN"),
+    on: Optional[str] = typer.Option(None, "--on", help="Pod from pod.yaml, or 'local'."),
+    device: str = typer.Option("auto", help="auto, cuda or cpu (local target)."),
+    seed: Optional[int] = typer.Option(None, help="Reuse a recorded seed instead of a fresh one."),
+    quick: bool = typer.Option(False, "--quick", help=f"Check one weight set and m <= {QUICK_MAX_M} only (the bench is whole)."),
+    target: float = typer.Option(0.005, "--target", help="Stop when the score's CI half-width is under this (0.005 = ±0.5%)."),
+    min_pairs: int = typer.Option(50, "--min-pairs", help="Pairs before the stopping rule is consulted."),
+    max_pairs: int = typer.Option(2000, "--max-pairs", help="Cap on pairs."),
+    overhead_us: Optional[float] = typer.Option(None, "--overhead-us", help="Fixed replay cost to subtract (default: the judge's)."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help=VERBOSE_HELP),
+    fmt: str = "table",
+) -> None:
+    """Check, then (if it passes) bench against the baseline: one job, one worker; a ledger row per step.
+
+    Prints what `okc check` and then `okc bench` print; exits 1 if the check fails or the bench errs.
+
+    Example: okc try 036 --target 0.003
+    """
+    from okc.jobs import options, runner
+    from okc.jobs.folder import try_steps
+    from okc.lab import candidates
+    from okc.reports import views
+    from okc.reports.tables import Document
+
+    checking = options.CheckOptions.parse(device, seed, None, quick)
+    benching = options.BenchOptions(target, min_pairs, max_pairs, overhead_us)
+    lab = load_lab()
+    candidate = candidates.resolve(lab.candidates, candidate_ref(words))
+    baseline = candidates.resolve(lab.candidates, lab.baseline)
+    options.preflight(lab, on, checking)
+    with _bench_progress(target) as on_progress:
+        outcome = runner.submit(lab, "try", candidate, against=baseline, on=on, on_progress=on_progress,
+                                on_log=echo_log if fmt == "table" else None, bench=benching.settings(),
+                                **checking.job_options())
+    steps = dict(try_steps(outcome.job_dir))
+    source = _source(outcome)
+    checked = views.check_document(steps["check"], source, outcome.recorded)
+    benched = steps.get("bench")
+    document = views.bench_document(benched, source, baseline.name, outcome.recorded) if benched else None
+    if fmt == "table":
+        show(checked, fmt)
+        if benched is not None and benched.passed:
+            show(_verbose(document, outcome, verbose), fmt)
+        elif verbose:
+            show(_verbose(Document(), outcome, verbose), fmt)
+    else:
+        fields = {"verdict": checked.fields["verdict"], "job_id": outcome.job_dir.name,
+                  "check": checked.data(), "bench": document.data() if document else None}
+        show(_verbose(Document(fields=fields, main=None), outcome, verbose), fmt)
+    _not_recorded(outcome)
+    if benched is not None and not benched.passed and fmt == "table":
+        raise_failed(benched)
+    if not steps["check"].passed or (benched is not None and not benched.passed):
+        raise typer.Exit(EXIT_FAILED)
+    if outcome.record_error:
+        raise typer.Exit(EXIT_USAGE)
+
+
+def _verbose(document, outcome, verbose: bool):
+    """With --verbose, the job's timeline and the kind's own seconds after the document's tables."""
+    if not verbose:
+        return document
+    from okc.contract import read_json
+    from okc.reports.timeline import with_timeline
+
+    return with_timeline(document, lambda name: read_json(outcome.job_dir / name))
 
 
 class _bench_progress:

@@ -241,10 +241,11 @@ def _say_result(outcome) -> None:
 @handles_errors
 @output_options
 def jobs_command(
+    job: Optional[str] = typer.Argument(None, help="One job (see okc jobs): its facts and where its seconds went."),
     on: Optional[str] = typer.Option(None, "--on", help="Pod from pod.yaml, or 'local' (default: the default pod)."),
     fmt: str = "table",
 ) -> None:
-    """Jobs on the target, running and finished, and whether each is home and recorded.
+    """Jobs on the target, running and finished, and whether each is home and recorded; or one job.
 
     Example: okc jobs --on h200
     """
@@ -253,7 +254,13 @@ def jobs_command(
 
     lab, target = _target(on)
     with target:
-        show(jobs_document(list_jobs(lab, target), target.name), fmt)
+        if job is None:
+            show(jobs_document(list_jobs(lab, target), target.name), fmt)
+            return
+        from okc.reports.timeline import job_document, job_files
+
+        job_id, read = job_files(lab, target, job)
+        show(job_document(read, job_id), fmt)
 
 
 @app.command()

@@ -20,9 +20,10 @@ from okc.contract import (
     ContractError, JobResult, JobSpec, SourceRef, parse_result, read_job, read_json, result_document, write_json,
 )
 from okc.errors import ConfigError, JudgeError
+from okc.judge.trial import CHECK_FILE  # a try job's check verdict (that module imports only okc.contract)
 from okc.lab.candidates import Candidate
 from okc.lab.config import Lab
-from okc.lab.ledger import AA_MARK, Floor, Run, record_floor, record_run
+from okc.lab.ledger import AA_MARK, Floor, Run, insert_run, record_floor, transaction
 
 CPU_LABEL = "CPU"  # the ledger's gpu column for a job that ran on the CPU (its numbers are CPU timings)
 
@@ -99,8 +100,8 @@ def load_spec(job_dir: Path) -> JobSpec:
         raise JudgeError(str(exc)) from None
 
 
-def load_result(job_dir: Path) -> JobResult:
-    path = job_dir / RESULT_FILE
+def load_result(job_dir: Path, name: str = RESULT_FILE) -> JobResult:
+    path = job_dir / name
     try:
         return parse_result(json.loads(path.read_text(encoding="utf-8")))
     except FileNotFoundError:
@@ -182,32 +183,56 @@ def floor_for(job_dir: Path) -> Floor | None:
                  gpu_uuid=result.gpu_uuid or gpu_uuid(job_dir), sizes=result.sizes, created_at=spec.created_at or now())
 
 
-def run_for(job_dir: Path) -> Run | None:
-    """The ledger row a finished check or bench job makes (None for other kinds, and for results
-    that say nothing of the candidate: a usage error, an interruption, a fault of okc)."""
-    spec, result = load_spec(job_dir), load_result(job_dir)
-    if spec.kind not in ("check", "bench") or spec.candidate is None or not result.recorded:
+def try_steps(job_dir: Path) -> list[tuple[str, JobResult]]:
+    """A try job's steps that ran, with their results: the check's (check.json, written when it ended;
+    else result.json, the worker's or a launcher's verdict on a check that never ended), then the
+    bench's (result.json) once the check passed."""
+    if not (job_dir / CHECK_FILE).is_file():
+        return [("check", load_result(job_dir))]
+    checked = load_result(job_dir, CHECK_FILE)
+    return [("check", checked)] + ([("bench", load_result(job_dir))] if checked.passed else [])
+
+
+def _run(spec: JobSpec, job_dir: Path, kind: str, result: JobResult, job_id: str) -> Run | None:
+    if spec.candidate is None or not result.recorded:
         return None
     score_ci = result.score_ci or (None, None)
     return Run(
         candidate_number=spec.candidate.number,
         candidate_name=spec.candidate.name,
         candidate_sha256=spec.candidate.sha256,
-        kind=spec.kind,
+        kind=kind,
         status=result.status,
         passed=result.passed,
-        job_id=spec.job_id,
+        job_id=job_id,
         target=spec.target,
         gpu=gpu_name(job_dir),
         score=result.score if result.passed else None,
         ci_lo=score_ci[0] if result.passed else None,
         ci_hi=score_ci[1] if result.passed else None,
         speedups=result.speedups,
-        against=(spec.against.name + (AA_MARK if spec.aa else "")) if spec.against else None,
+        against=(spec.against.name + (AA_MARK if spec.aa else "")) if spec.against and kind == "bench" else None,
         note=result.reason,
         result_path=job_dir.name,  # relative to the results folder: the ledger travels
         created_at=spec.created_at or now(),
     )
+
+
+def runs_for(job_dir: Path) -> list[Run]:
+    """The ledger rows a finished check, bench or try job makes (none for other kinds, and none for
+    results that say nothing of the candidate: a usage error, an interruption, a fault of okc).
+
+    A try job makes a row per step that ran, each as its own command would (job ids JOB.check and
+    JOB.bench; both rows' result_path is the one job folder).
+    """
+    spec = load_spec(job_dir)
+    if spec.kind == "try":
+        steps = [(kind, result, f"{spec.job_id}.{kind}") for kind, result in try_steps(job_dir)]
+    elif spec.kind in ("check", "bench"):
+        steps = [(spec.kind, load_result(job_dir), spec.job_id)]
+    else:
+        return []
+    return [run for kind, result, job_id in steps if (run := _run(spec, job_dir, kind, result, job_id)) is not None]
 
 
 def record_job(conn, job_dir: Path) -> bool:
@@ -221,10 +246,13 @@ def record_job(conn, job_dir: Path) -> bool:
     floor = floor_for(job_dir)
     if floor is not None:
         return record_floor(conn, floor)
-    run = run_for(job_dir)
-    return record_run(conn, run) if run is not None else False
+    rows = runs_for(job_dir)
+    if not rows:
+        return False
+    with transaction(conn):  # a try job's rows together, or neither
+        return any([insert_run(conn, run) for run in rows])
 
 
 def recordable(job_dir: Path) -> bool:
     """Whether a finished job makes a ledger row at all."""
-    return floor_for(job_dir) is not None or run_for(job_dir) is not None
+    return floor_for(job_dir) is not None or bool(runs_for(job_dir))

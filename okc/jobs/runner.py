@@ -271,7 +271,7 @@ def submit(lab: Lab, kind: str, candidate: Candidate | None, *, on: str | None =
     """
     with open_target(lab, on) as target:
         job_spec(lab, kind, candidate, against=against, target=target.name, **options)
-        if kind == "bench" and not options.get("aa"):
+        if kind in ("bench", "try") and not options.get("aa"):
             options["bench"] = with_aa_floor(lab, target.name, dict(options.get("bench") or {}))
         else:
             with ledger(lab.ledger_path):

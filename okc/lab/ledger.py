@@ -289,8 +289,12 @@ def insert_run(conn: sqlite3.Connection, run: Run) -> bool:
 
 
 def recorded_job_ids(conn: sqlite3.Connection) -> set[str]:
-    """Every local job id the ledger holds a row for (runs and floors)."""
-    rows = conn.execute("SELECT job_id FROM runs WHERE job_id IS NOT NULL UNION SELECT job_id FROM floors")
+    """Every local job id the ledger holds a row for (runs and floors).
+
+    A try job's rows are JOB.check and JOB.bench; their result_path names the job itself.
+    """
+    rows = conn.execute("SELECT job_id FROM runs WHERE job_id IS NOT NULL UNION SELECT result_path FROM runs "
+                        "WHERE result_path IS NOT NULL UNION SELECT job_id FROM floors")
     return {row[0] for row in rows}
 
 

@@ -142,10 +142,25 @@ class Cancel:
         self.requested = True
 
 
+def locks_dir(results: str) -> str:
+    # This machine's jobs share one lock folder whatever lab or sweep made them (okc.jobs.target).
+    return os.environ.get(LOCKS_ENV) or os.path.join(results, LOCKS_DIR)
+
+
+def _standby():
+    """okc.launch.standby when OKC_STANDBY=1 and okc's code is here (a pod's agent carries only this module)."""
+    if os.environ.get("OKC_STANDBY") != "1":
+        return None
+    try:
+        from okc.launch import standby
+    except ImportError:
+        return None
+    return standby
+
+
 def take_gpu(results: str, job_id: str, indexes: list, cancel: Cancel):
     """Hold one GPU's flock (the kernel drops it if we die: a dead job's lock is never honoured)."""
-    # This machine's jobs share one lock folder whatever lab or sweep made them (okc.jobs.target).
-    locks = os.environ.get(LOCKS_ENV) or os.path.join(results, LOCKS_DIR)
+    locks = locks_dir(results)
     os.makedirs(locks, exist_ok=True)
     said = False
     while not cancel.requested:
@@ -202,8 +217,11 @@ def run_job(results: str, folder: str, job_id: str, indexes: list, code_dir: str
         print(f"okc: job {job_id} running on GPU {index}", flush=True)
         env = dict(os.environ, PYTHONUNBUFFERED="1", CUDA_VISIBLE_DEVICES=visible_device(index))
         env["PYTHONPATH"] = os.pathsep.join(p for p in (code_dir, env.get("PYTHONPATH")) if p)
-        proc = subprocess.Popen([sys.executable, "-m", "okc.worker", folder], cwd=folder, env=env,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        standby, locks = _standby(), locks_dir(results)
+        proc = standby.take(locks, index, code_dir, folder, env) if standby else None
+        if proc is None:
+            proc = subprocess.Popen([sys.executable, "-m", "okc.worker", folder], cwd=folder, env=env,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
         while proc.poll() is None:
             if cancel.requested or time.monotonic() - started > float(timeout):
                 launcher["timed_out"] = not cancel.requested
@@ -219,6 +237,8 @@ def run_job(results: str, folder: str, job_id: str, indexes: list, code_dir: str
         proc.wait()
         launcher["returncode"] = proc.returncode
         kill_group(proc)  # whatever the worker left running in its group goes with it
+        if standby:  # the next job's worker, started while this GPU is still ours
+            standby.leave(locks, index, code_dir, env)
     launcher["seconds"] = round(time.monotonic() - started, 3)
     write_json(Path(folder) / LAUNCHER_FILE, launcher)
     code = launcher["returncode"]

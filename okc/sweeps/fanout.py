@@ -42,7 +42,12 @@ class Slot:
 
 
 def local_gpu_count() -> int:
-    """CUDA devices here, asked of a short-lived process (the CLI never imports torch)."""
+    """CUDA devices here: none without an NVIDIA driver (no process started); else asked of a
+    short-lived process (the CLI never imports torch), which sees CUDA_VISIBLE_DEVICES and torch's build."""
+    from okc.jobs.driver import driver_gpus
+
+    if driver_gpus() == 0:
+        return 0
     probe = "import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)"
     try:
         done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,

@@ -1,0 +1,57 @@
+"""A standby worker: python and torch (and a GPU's CUDA context) ready before its one job exists.
+
+``python -m okc.judge.standby`` imports torch, makes the CUDA context where there is a GPU, then
+waits on stdin for one line: the job folder it is handed (okc.launch.standby's keeper writes it).
+From then on it is the worker of that job, exactly as ``python -m okc.worker JOB_DIR`` would be:
+its output goes to the job's log, it runs in the job folder, and it exits with the job. It never
+serves a second job: a candidate never shares a process with another candidate.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from okc.contract import LOG_FILE
+from okc.worker import EXIT_BAD_JOB, Worker
+
+
+def warm_up() -> None:
+    """The expensive start, done while no job waits: import torch, and make the CUDA context."""
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.init()
+        torch.empty(1, device="cuda")
+
+
+def become_worker(job_dir: Path) -> None:
+    """From here on this process is the job's worker: its log, its folder, no stdin."""
+    log = os.open(job_dir / LOG_FILE, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.chdir(job_dir)
+    Worker(job_dir).run()
+
+
+READY_FILE = "ready"  # written into the standby's folder (its working directory) once warm
+
+
+def main() -> None:
+    warm_up()
+    try:
+        Path(READY_FILE).write_text("")
+    except OSError:  # the folder is gone: claimed already, and the job is on its way
+        pass
+    line = sys.stdin.readline().strip()
+    job_dir = Path(line) if line else None
+    if job_dir is None or not job_dir.is_dir():
+        sys.exit(EXIT_BAD_JOB)  # no job came (the keeper gave up): nothing ran
+    become_worker(job_dir.resolve())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,194 @@
+"""Standby workers: the next job's worker, its python and torch import done before it is needed.
+
+Opt-in (``OKC_STANDBY=1`` in the launcher's environment). A launcher that has just finished a
+job on GPU i, still holding that GPU's lock, leaves one standby for GPU i (at most one a GPU):
+the folder ``standby-gpuI/`` beside the locks, holding a FIFO and ``standby.json``, and a
+*keeper*, a small process without torch that starts the worker proper (okc.judge.standby) and
+waits. The next launcher that takes GPU i's lock claims the folder (a rename: one claimant),
+writes its job folder into the FIFO and follows the keeper as it would the worker's process:
+the keeper hands the folder to the worker, waits for it and writes its return code into the job
+folder (``standby_exit.json``), so the launcher's verdict, its timeout and its cancel (the
+keeper's whole process group) work as with a worker it started itself.
+
+Each standby serves exactly one job, then exits; an unclaimed one gives up after
+``OKC_STANDBY_IDLE_S`` (default 300 s); one made for other code (another code_dir, python or
+PYTHONPATH) or another CUDA_VISIBLE_DEVICES is stopped, and a fresh worker started instead.
+Standard library only. This machine only: a pod's agent carries the launcher without this module.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from okc.contract import read_json, write_json
+
+ENABLED_ENV = "OKC_STANDBY"
+IDLE_ENV = "OKC_STANDBY_IDLE_S"
+IDLE_S = 300.0
+HANDOFF_S = 30.0  # a claimed standby waits this long for its job folder
+FIFO = "job.fifo"
+INFO_FILE = "standby.json"
+EXIT_FILE = "standby_exit.json"  # in the job folder: the worker's return code, by the keeper
+
+
+def enabled() -> bool:
+    return os.environ.get(ENABLED_ENV) == "1"
+
+
+def slot_dir(locks: str, index: int) -> Path:
+    return Path(locks) / f"standby-gpu{index}"
+
+
+def _process_start(pid: int) -> str | None:
+    """The kernel's start time of a living ``pid`` (okc.pods.launcher.process_start's rule; that module imports this one)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return None if fields[0] == "Z" else fields[19]
+
+
+class Standby:
+    """A claimed standby, followed as the launcher follows a worker's Popen: pid, poll, wait, returncode."""
+
+    def __init__(self, pid: int, start: str | None, job_dir: Path) -> None:
+        self.pid, self.start, self.job_dir = pid, start, job_dir
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            written = read_json(self.job_dir / EXIT_FILE)
+            if written is not None and isinstance(written.get("returncode"), int):
+                self.returncode = written["returncode"]
+            elif _process_start(self.pid) != self.start:
+                self.returncode = -signal.SIGKILL  # the keeper is gone without a word: it was killed
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(f"standby keeper {self.pid}", timeout)
+            time.sleep(0.02)
+        return self.returncode
+
+
+def _stop(folder: Path, info: dict | None) -> None:
+    pid = (info or {}).get("pid")
+    if isinstance(pid, int) and pid > 0 and _process_start(pid) == info.get("start"):
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _made_for(code_dir: str, env: dict) -> dict:
+    """What a standby must share with the job it serves: the code, the python, the GPU it sees."""
+    return {"code_dir": code_dir, "python": sys.executable, "pythonpath": env.get("PYTHONPATH"),
+            "visible": env.get("CUDA_VISIBLE_DEVICES")}
+
+
+def take(locks: str, index: int, code_dir: str, job_dir: str, env: dict) -> Standby | None:
+    """Claim GPU ``index``'s standby (call it holding that GPU's lock) and hand it ``job_dir``; None if none
+    fits: one made for other code or another CUDA_VISIBLE_DEVICES is stopped instead."""
+    slot = slot_dir(locks, index)
+    claimed = slot.with_name(f"{slot.name}.claimed-{os.getpid()}")
+    try:
+        os.rename(slot, claimed)
+    except OSError:
+        return None
+    info = read_json(claimed / INFO_FILE)
+    fits = info is not None and info.get("made_for") == _made_for(code_dir, env) \
+        and isinstance(info.get("pid"), int) and _process_start(info["pid"]) == info.get("start")
+    if not fits:
+        _stop(claimed, info)
+        return None
+    try:  # no reader (the keeper went away): ENXIO, and a fresh worker instead
+        fifo = os.open(claimed / FIFO, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError:
+        _stop(claimed, info)
+        return None
+    with os.fdopen(fifo, "w") as handle:
+        handle.write(f"{Path(job_dir).resolve()}\n")
+    shutil.rmtree(claimed, ignore_errors=True)  # the keeper holds the FIFO open; the folder's work is done
+    return Standby(info["pid"], info["start"], Path(job_dir))
+
+
+def leave(locks: str, index: int, code_dir: str, env: dict) -> None:
+    """Start GPU ``index``'s standby for the next job, unless one is there (call it holding the GPU's lock)."""
+    slot = slot_dir(locks, index)
+    if not enabled() or slot.exists():
+        return
+    try:
+        slot.mkdir(parents=True)
+        os.mkfifo(slot / FIFO, 0o600)
+        keeper = subprocess.Popen([sys.executable, "-m", "okc.launch.standby", str(slot)], env=env, cwd=slot,
+                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                  start_new_session=True)
+        write_json(slot / INFO_FILE, {"pid": keeper.pid, "start": _process_start(keeper.pid), "gpu": index,
+                                      "made_for": _made_for(code_dir, env), "made_at": time.time()})
+    except OSError as exc:  # a standby is an optimisation: without one the next job starts its own worker
+        print(f"okc: no standby worker for GPU {index}: {exc}", flush=True)
+        shutil.rmtree(slot, ignore_errors=True)
+
+
+# -- the keeper ------------------------------------------------------------------------
+
+
+def _read_line(fd: int, timeout: float) -> str | None:
+    data, deadline = b"", time.monotonic() + timeout
+    while not data.endswith(b"\n"):
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            return None
+        try:
+            chunk = os.read(fd, 4096)
+        except BlockingIOError:
+            continue
+        if not chunk:
+            return None
+        data += chunk
+    return data.decode("utf-8", "replace").strip()
+
+
+def keep(slot: Path) -> int:
+    """The keeper: start the worker, wait for its job folder, hand it over, and report how it ended."""
+    reader = os.open(slot / FIFO, os.O_RDONLY | os.O_NONBLOCK)
+    holder = os.open(slot / FIFO, os.O_WRONLY | os.O_NONBLOCK)  # a writer always: no end of file while idle
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the launcher's TERM is for the worker; the keeper reports it
+    worker = subprocess.Popen([sys.executable, "-m", "okc.judge.standby"], stdin=subprocess.PIPE,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=slot)
+    line = _read_line(reader, float(os.environ.get(IDLE_ENV) or IDLE_S))
+    if line is None:
+        try:  # nobody came: give the slot up, unless a launcher claimed it this very moment
+            os.rename(slot, slot.with_name(f"{slot.name}.expired-{os.getpid()}"))
+        except OSError:
+            line = _read_line(reader, HANDOFF_S)
+        else:
+            shutil.rmtree(slot.with_name(f"{slot.name}.expired-{os.getpid()}"), ignore_errors=True)
+    os.close(holder)
+    if line is None:
+        worker.kill()
+        worker.wait()
+        return 0
+    try:
+        worker.stdin.write(f"{line}\n".encode())
+        worker.stdin.close()
+    except OSError:  # the worker died while waiting: its code says how
+        pass
+    code = worker.wait()
+    write_json(Path(line) / EXIT_FILE, {"returncode": code})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(keep(Path(sys.argv[1])))

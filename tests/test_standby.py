@@ -1,0 +1,136 @@
+"""Standby workers: the next job's worker started (torch imported) by the previous job; one job each."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from okc.cli.app import app
+from okc.launch import standby
+from okc.jobs.target import local_locks
+from okc.judge.standby import READY_FILE
+from okc.lab.config import find_lab
+
+CRASH = Path(__file__).resolve().parent.parent / "okc/problems/tiny_matvec/solutions/wrong/crash.py"  # os.abort()
+READY_WAIT_S = 60.0  # a standby's python imports torch: seconds on a busy 2-core machine
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+def living(pid: int, start: str | None) -> bool:
+    return start is not None and standby._process_start(pid) == start
+
+
+@pytest.fixture
+def tiny(tmp_path, monkeypatch):
+    root = tmp_path / "laptop"
+    assert invoke("init", str(root), "--problem", "tiny_matvec").exit_code == 0
+    monkeypatch.setenv("OKC_LAB", str(root))
+    monkeypatch.chdir(root)
+    monkeypatch.setenv(standby.ENABLED_ENV, "1")
+    monkeypatch.setenv(standby.IDLE_ENV, "60")
+    yield find_lab()
+    for info in local_locks().glob("standby-gpu*/standby.json"):  # what the last job left: stopped here
+        standby._stop(info.parent, json.loads(info.read_text()))
+
+
+def slot_info() -> dict:
+    (info,) = local_locks().glob("standby-gpu*/standby.json")
+    return json.loads(info.read_text())
+
+
+def warmed() -> None:
+    """Wait until the standby's worker has imported torch (it then blocks reading its stdin)."""
+    deadline = time.monotonic() + READY_WAIT_S
+    while not list(local_locks().glob(f"standby-gpu*/{READY_FILE}")):
+        assert time.monotonic() < deadline, "the standby worker did not get ready"
+        time.sleep(0.1)
+
+
+def newest(lab, kind: str) -> Path:
+    return max((p for p in lab.results.iterdir() if f"-{kind}-" in p.name), key=lambda p: p.name)
+
+
+def test_the_next_check_runs_in_the_standby_the_last_one_left_and_each_serves_one_job(tiny):
+    first = invoke("check", "001", "--quick")
+    assert first.exit_code == 0, first.output
+    first_job = newest(tiny, "check")
+    assert not (first_job / standby.EXIT_FILE).exists()  # no standby yet: a fresh worker
+    left = slot_info()
+    assert left["made_for"]["code_dir"] and living(left["pid"], left["start"])
+    warmed()
+    second = invoke("check", "001", "--quick")
+    assert second.exit_code == 0 and "PASS 001_matmul" in second.output, second.output
+    second_job = newest(tiny, "check")
+    assert second_job != first_job
+    assert json.loads((second_job / standby.EXIT_FILE).read_text()) == {"returncode": 0}
+    timeline = json.loads((second_job / "result.json").read_text())["timeline"]
+    assert timeline["torch"] < 0.1  # imported before the job existed (a fresh worker: about a second or more)
+    assert f"job {second_job.name}: check of tiny_matvec" in (second_job / "log.txt").read_text()
+    # It served one job and is gone; the second job left the next standby, a new process.
+    deadline = time.monotonic() + 10
+    while living(left["pid"], left["start"]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not living(left["pid"], left["start"])
+    assert slot_info()["pid"] != left["pid"]
+    rows = json.loads(invoke("ledger", "--json").output)
+    assert [r["check"] for r in rows if r["number"] == 1] == ["pass"]
+
+
+def test_a_candidate_that_crashes_in_a_standby_worker_gets_the_same_verdict(tiny):
+    shutil.copy(CRASH, tiny.candidates / "002_abort.py")
+    assert invoke("check", "001", "--quick").exit_code == 0
+    warmed()
+    crashed = invoke("check", "002", "--quick", "--json")
+    assert crashed.exit_code == 1
+    data = json.loads(crashed.stdout)
+    assert data["status"] == "error" and "SIGABRT" in data["reason"]
+    assert json.loads((newest(tiny, "check") / standby.EXIT_FILE).read_text()) == {"returncode": -signal.SIGABRT}
+
+
+@pytest.mark.parametrize("differs", ["code_dir", "CUDA_VISIBLE_DEVICES"])
+def test_a_standby_for_other_code_or_another_gpu_is_stopped_not_used(tiny, tmp_path, differs):
+    locks = str(tmp_path / "locks")
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "3"}
+    standby.leave(locks, 0, "/this/okc", env)
+    info = json.loads((standby.slot_dir(locks, 0) / standby.INFO_FILE).read_text())
+    assert living(info["pid"], info["start"])
+    job = tmp_path / "job"
+    job.mkdir()
+    code, taking = ("/elsewhere/okc", env) if differs == "code_dir" else ("/this/okc", {**env, "CUDA_VISIBLE_DEVICES": "1"})
+    assert standby.take(locks, 0, code, str(job), taking) is None
+    assert not standby.slot_dir(locks, 0).exists()
+    deadline = time.monotonic() + 5
+    while living(info["pid"], info["start"]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not living(info["pid"], info["start"])
+    assert standby.take(locks, 0, "/this/okc", str(job), env) is None  # none left: the launcher starts its own
+
+
+def test_an_unclaimed_standby_gives_up_after_its_idle_time_and_only_one_a_gpu_is_kept(tiny, tmp_path, monkeypatch):
+    monkeypatch.setenv(standby.IDLE_ENV, "0.5")
+    locks = str(tmp_path / "locks")
+    standby.leave(locks, 1, "/code", dict(os.environ))
+    info = json.loads((standby.slot_dir(locks, 1) / standby.INFO_FILE).read_text())
+    standby.leave(locks, 1, "/code", dict(os.environ))  # one there already: no second
+    assert json.loads((standby.slot_dir(locks, 1) / standby.INFO_FILE).read_text())["pid"] == info["pid"]
+    deadline = time.monotonic() + 30
+    while living(info["pid"], info["start"]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not living(info["pid"], info["start"]) and not standby.slot_dir(locks, 1).exists()
+    assert list(Path(locks).iterdir()) == []
+
+
+def test_without_the_setting_no_standby_is_left(tiny, monkeypatch):
+    monkeypatch.delenv(standby.ENABLED_ENV)
+    assert invoke("check", "001", "--quick").exit_code == 0
+    assert not list(local_locks().glob("standby-gpu*"))
