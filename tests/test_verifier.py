@@ -151,3 +151,9 @@ def test_a_closed_session_leaves_its_process_for_the_next(verifier):
     again.check_weights(0, load_problem("tiny_matvec").make_weights(derive_seed(SEED, "weights", 0), CPU))
     assert again.results()[0]["ok"]
     again.close()
+
+
+def test_the_worker_starts_the_verifier_as_the_verifier_says():
+    from okc import worker
+
+    assert worker.VERIFIER_COMMAND == verifier_module.COMMAND

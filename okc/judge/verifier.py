@@ -1,9 +1,9 @@
 """The verifier: a process that never imports the candidate judges what the candidate returned.
 
-The worker starts ``python -m okc.judge.verifier`` before any candidate module is imported
-and hands it the raw bytes of each output (read from the output's memory by address: no
-torch function or Tensor method the candidate could rebind, no dispatcher the candidate
-could hook). The verifier regenerates the weights and inputs itself from the job's seed and
+The worker starts it (:data:`COMMAND`; ``python -m okc.judge.verifier`` works too) before
+any candidate module is imported and hands it the raw bytes of each output, read from the
+output's memory by address: no torch function or Tensor method the candidate could rebind,
+no dispatcher the candidate could hook. The verifier regenerates the weights and inputs itself from the job's seed and
 the seed labels the worker used, computes the float64 reference and applies every rule of
 okc.judge.rules. A candidate that rebinds torch functions, registers a TorchFunctionMode or
 TorchDispatchMode, overrides aten ops or flips ``allow_tf32`` in its own process cannot
@@ -65,7 +65,9 @@ import torch
 
 from okc.judge import verdicts
 
-MODULE = "okc.judge.verifier"
+# How the process is started (okc.worker has the same list: it starts one before importing torch).
+# Niced: on a machine of few cores its torch import must not slow the worker's own start.
+COMMAND = [sys.executable, "-c", "import os; os.nice(10); from okc.judge.verifier import main; main()"]
 IN_FLIGHT_BYTES = 256 * 2**20  # output bytes copied and not yet written to the pipe: the back-pressure
 HEADER = struct.Struct("<II")  # a message: the JSON header's length and its payload's part count
 CLOSE_WAIT_S = 30.0  # for the verifier to finish the outputs in its pipe and acknowledge the end
@@ -105,7 +107,7 @@ class VerifierError(Exception):
 def spawn(job_dir: Path | None = None) -> subprocess.Popen:
     """Start a verifier process (it imports torch while the caller goes on) and keep it as the spare."""
     global _spare
-    _spare = subprocess.Popen([sys.executable, "-m", MODULE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    _spare = subprocess.Popen(COMMAND, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               cwd=str(job_dir) if job_dir else None, bufsize=0)
     return _spare
 
