@@ -25,6 +25,7 @@ PROBLEMS_DIR = Path(okc.__file__).resolve().parent / "problems"
 # sliced unpooler, probe rows on a bf16 layer (o at m = 8), and the router at a larger m.
 MUSE_CPU_CASES = ["o/m=8", "unpooler/m=5", "router/m=9", "router/m=512"]
 PROCESS_RULES = {"timeout", "crash"}  # verdicts only the launcher can give: the worker cannot finish
+IN_A_WORKER = "Judged in a worker"  # a solution's docstring says so when it rebinds torch for its process
 
 
 def make_job(job_dir: Path, source: Path, problem_name: str, **fields) -> Path:
@@ -288,6 +289,11 @@ def test_solution_is_judged_for_its_reason(tmp_path, device, problem_name, path,
                 assert "during check" in result.reason
         else:
             assert result.status in ("fail", "error") and "died of SIG" in result.reason
+        return
+    if IN_A_WORKER in path.read_text():  # it changes torch for its whole process: not this one's
+        job_dir = make_job(tmp_path / "job", path, problem_name, cases=cases, weight_seeds=1, device=device)
+        code, result = run_worker(job_dir)
+        assert code == 1 and result["status"] == "fail" and result["rule"] in expected, result["failures"]
         return
     problem = load_problem(problem_name)
     result = run_check(problem, path, device=torch.device(device), seed=2024, weight_seeds=1, cases=cases, log=lambda line: None)
