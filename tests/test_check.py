@@ -82,6 +82,27 @@ def test_worker_reports_a_failure_with_case_rule_value_and_row(tmp_path):
                     result["failures"][0])
 
 
+def test_a_launched_worker_does_not_name_its_job_to_the_candidate(tmp_path, monkeypatch):
+    from okc.jobs.runner import run_local
+
+    source = tmp_path / "nosy.py"
+    source.write_text(
+        "import os, sys\n"
+        "def prepare(weights):\n"
+        "    cmdline = open('/proc/self/cmdline', 'rb').read().replace(b'\\0', b' ').decode()\n"
+        "    okc = sorted(name for name in os.environ if name.startswith('OKC_'))\n"
+        "    raise RuntimeError(f'cmdline={cmdline!r} cwd={os.getcwd()!r} env={okc!r}')\n"
+        "def kernel_fn(x, layer):\n    return x\n"
+    )
+    monkeypatch.setenv("OKC_LAB", str(tmp_path))
+    job_dir = make_job(tmp_path / "20261201-120000-check-abcdef", source, "tiny_matvec", device="cpu")
+    result = run_local(job_dir)
+    assert result.status == "fail" and "prepare raised RuntimeError" in result.reason, result.reason
+    cmdline, cwd = re.search(r"cmdline='([^']*)' cwd='([^']*)'", result.reason).groups()
+    assert job_dir.name not in cmdline and "check" not in cmdline.replace("okc.judge", "")
+    assert Path(cwd) != job_dir and "env=[]" in result.reason
+
+
 @pytest.mark.parametrize(
     "fields, message",
     [
