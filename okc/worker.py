@@ -1,9 +1,15 @@
-"""The worker: ``python -m okc.worker JOB_DIR`` runs one job and writes its verdict beside it.
+"""The worker: ``python -m okc.worker`` (the job folder on stdin) or ``python -m okc.worker JOB_DIR``
+runs one job and writes its verdict beside it.
 
 It reads JOB_DIR/job.json, writes env.json, keeps phase.json current (so the launcher can
 say where a crash or hang happened), and writes result.json atomically. Exit code 0: the
 candidate passed; 1: it failed (or timed out in prepare); 2: the job itself was bad.
 The candidate's ``prepare`` limit is enforced here; the whole-job limit by the launcher.
+
+For a check or a bench it starts the verifier process (okc.judge.verifier) first, so that
+it imports torch while this process does; before the kind's code imports the candidate it
+moves to the candidate's folder and drops okc's environment variables, so neither argv, the
+working directory nor the environment says what kind of job this is.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 import faulthandler
 import importlib
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -22,6 +29,9 @@ from okc.deadline import Deadline
 EXIT_PASS = 0
 EXIT_FAILED = 1
 EXIT_BAD_JOB = 2
+VERIFIED_KINDS = ("check", "bench")  # the kinds whose outputs the verifier process judges
+# okc.judge.verifier.COMMAND, spelled out: importing that module here would import torch first.
+VERIFIER_COMMAND = [sys.executable, "-c", "import os; os.nice(10); from okc.judge.verifier import main; main()"]
 
 # kind -> "module:function"; the function is (job, job_dir, *, device, seed, phase, log) -> result fields.
 KINDS = {
@@ -51,6 +61,7 @@ class Worker:
         self._deadline = Deadline()  # prepare's
         self._lock = threading.Lock()  # one result.json, whoever gets there first
         self._done = False
+        self._verifier: subprocess.Popen | None = None
 
     def log(self, line: str) -> None:
         print(line, flush=True)
@@ -97,7 +108,17 @@ class Worker:
             self.log(f"result: {result['status']}" + (f" - {result['reason']}" if result.get("reason") else ""))
             sys.stdout.flush()
             sys.stderr.flush()
+            if self._verifier is not None:
+                self._verifier.kill()
             os._exit(_exit_code(result["status"], result["error_kind"]))
+
+    def _unmark(self) -> None:
+        """Leave nothing job-identifying where a candidate looks first: the job folder as the working
+        directory, okc's environment variables. (The verifier's re-checks are the real defence.)"""
+        candidate = self.job_dir / "candidate"
+        os.chdir(candidate if candidate.is_dir() else "/")
+        for name in [name for name in os.environ if name.startswith("OKC_")]:
+            del os.environ[name]
 
     def run(self) -> None:
         try:
@@ -105,8 +126,15 @@ class Worker:
             target = KINDS.get(self.job.kind)
             if target is None:
                 raise BadJob(f"unknown job kind {self.job.kind!r}; this worker runs {', '.join(KINDS)}")
+            if self.job.kind in VERIFIED_KINDS:
+                self._verifier = subprocess.Popen(VERIFIER_COMMAND, stdin=subprocess.PIPE,
+                                                  stdout=subprocess.PIPE, bufsize=0)
             device = resolve_device(self.job.device)
             self.mark("torch")
+            if self._verifier is not None:
+                from okc.judge import verifier
+
+                verifier.adopt(self._verifier)
             from okc.judge.envinfo import collect
             from okc.judge.seeds import fresh_seed
 
@@ -119,6 +147,7 @@ class Worker:
             module_name, function = target.split(":")
             run_kind = getattr(importlib.import_module(module_name), function)
             self.mark("job")
+            self._unmark()
             fields = run_kind(self.job, self.job_dir, device=device, seed=seed, phase=self.phase, log=self.log)
         except BadJob as exc:
             fields = {"status": "error", "reason": f"bad job: {exc}", "error_kind": "usage"}
@@ -146,10 +175,11 @@ def resolve_device(requested: str):
 
 
 def main(argv: list[str]) -> None:
-    if len(argv) != 1:
-        print("usage: python -m okc.worker JOB_DIR", file=sys.stderr)
+    if len(argv) > 1:
+        print("usage: python -m okc.worker [JOB_DIR] (without it, the job folder is read from stdin)", file=sys.stderr)
         sys.exit(EXIT_BAD_JOB)
-    job_dir = Path(argv[0]).resolve()
+    # The launcher hands the folder over on stdin, so the command line does not name the job.
+    job_dir = Path(argv[0] if argv else sys.stdin.readline().strip() or ".").resolve()
     if not job_dir.is_dir():
         print(f"no job folder {job_dir}", file=sys.stderr)
         sys.exit(EXIT_BAD_JOB)

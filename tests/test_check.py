@@ -25,6 +25,7 @@ PROBLEMS_DIR = Path(okc.__file__).resolve().parent / "problems"
 # sliced unpooler, probe rows on a bf16 layer (o at m = 8), and the router at a larger m.
 MUSE_CPU_CASES = ["o/m=8", "unpooler/m=5", "router/m=9", "router/m=512"]
 PROCESS_RULES = {"timeout", "crash"}  # verdicts only the launcher can give: the worker cannot finish
+IN_A_WORKER = "Judged in a worker"  # a solution's docstring says so when it rebinds torch for its process
 
 
 def make_job(job_dir: Path, source: Path, problem_name: str, **fields) -> Path:
@@ -79,6 +80,27 @@ def test_worker_reports_a_failure_with_case_rule_value_and_row(tmp_path):
     assert failed[0]["value"] > failed[0]["bound"] == pytest.approx(0.05) and failed[0]["row"] is not None
     assert re.match(r"proj/m=500 \[check only\] normal input, weight seed 0, replay 0: row: .* > 0\.05 at row \d+",
                     result["failures"][0])
+
+
+def test_a_launched_worker_does_not_name_its_job_to_the_candidate(tmp_path, monkeypatch):
+    from okc.jobs.runner import run_local
+
+    source = tmp_path / "nosy.py"
+    source.write_text(
+        "import os, sys\n"
+        "def prepare(weights):\n"
+        "    cmdline = open('/proc/self/cmdline', 'rb').read().replace(b'\\0', b' ').decode()\n"
+        "    okc = sorted(name for name in os.environ if name.startswith('OKC_'))\n"
+        "    raise RuntimeError(f'cmdline={cmdline!r} cwd={os.getcwd()!r} env={okc!r}')\n"
+        "def kernel_fn(x, layer):\n    return x\n"
+    )
+    monkeypatch.setenv("OKC_LAB", str(tmp_path))
+    job_dir = make_job(tmp_path / "20261201-120000-check-abcdef", source, "tiny_matvec", device="cpu")
+    result = run_local(job_dir)
+    assert result.status == "fail" and "prepare raised RuntimeError" in result.reason, result.reason
+    cmdline, cwd = re.search(r"cmdline='([^']*)' cwd='([^']*)'", result.reason).groups()
+    assert job_dir.name not in cmdline and "check" not in cmdline.replace("okc.judge", "")
+    assert Path(cwd) != job_dir and "env=[]" in result.reason
 
 
 @pytest.mark.parametrize(
@@ -288,6 +310,11 @@ def test_solution_is_judged_for_its_reason(tmp_path, device, problem_name, path,
                 assert "during check" in result.reason
         else:
             assert result.status in ("fail", "error") and "died of SIG" in result.reason
+        return
+    if IN_A_WORKER in path.read_text():  # it changes torch for its whole process: not this one's
+        job_dir = make_job(tmp_path / "job", path, problem_name, cases=cases, weight_seeds=1, device=device)
+        code, result = run_worker(job_dir)
+        assert code == 1 and result["status"] == "fail" and result["rule"] in expected, result["failures"]
         return
     problem = load_problem(problem_name)
     result = run_check(problem, path, device=torch.device(device), seed=2024, weight_seeds=1, cases=cases, log=lambda line: None)

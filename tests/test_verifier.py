@@ -3,6 +3,9 @@ is handed, and its verdicts do not move when the process that hands them over re
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -151,3 +154,57 @@ def test_a_closed_session_leaves_its_process_for_the_next(verifier):
     again.check_weights(0, load_problem("tiny_matvec").make_weights(derive_seed(SEED, "weights", 0), CPU))
     assert again.results()[0]["ok"]
     again.close()
+
+
+def test_the_worker_starts_the_verifier_as_the_verifier_says():
+    from okc import worker
+
+    assert worker.VERIFIER_COMMAND == verifier_module.COMMAND
+
+
+@pytest.mark.gpu
+def test_cuda_outputs_are_read_by_address_and_judged_on_the_gpu():
+    cuda = torch.device("cuda")
+    muse = load_problem("muse_bf16_proj")
+    case = Case("router", 9)
+    session = Verifier.start("muse_bf16_proj", SEED, cuda)
+    truth = muse.make_weights(derive_seed(SEED, "weights", 0), cuda)
+    inputs = muse.make_input(case, derive_seed(SEED, "g"), "outlier", cuda)
+    right = muse.reference(truth, case, inputs.x)
+    request = {"weights": 0, "case": case.key, "input": ["g"], "variant": "outlier", "tag": {}}
+    session.check_weights(0, truth)
+    session.submit(request, right.clone(), x=inputs.x.clone())
+    session.submit(request, right.t().contiguous().t(), x=inputs.x.clone())  # a strided output
+    session.submit(request, right + 1e-3, x=inputs.x.clone())
+    session.submit(request, right.cpu(), x=inputs.x.clone())
+    weights, plain, strided, off, on_cpu = session.results()
+    session.close()
+    assert weights["ok"] and plain["ok"] and strided["ok"], (weights, plain, strided)
+    assert off["rule"] == rules.WHOLE and on_cpu["rule"] == rules.DEVICE
+
+
+def _verifier_pids() -> set[int]:
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"from okc.judge.verifier import main" in cmdline:
+                found.add(int(entry.name))
+    return found
+
+
+def test_the_verifier_dies_with_a_worker_that_crashed(tmp_path):
+    from test_check import PROBLEMS_DIR, make_job, run_worker
+
+    before = _verifier_pids()
+    job_dir = make_job(tmp_path / "job", PROBLEMS_DIR / "tiny_matvec" / "solutions" / "wrong" / "segfault.py",
+                       "tiny_matvec", device="cpu", weight_seeds=1)
+    with pytest.raises(FileNotFoundError):  # the worker died before writing any result.json
+        run_worker(job_dir)
+    deadline = time.monotonic() + 10
+    while _verifier_pids() - before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _verifier_pids() - before

@@ -130,10 +130,11 @@ class Checker:
             started = time.monotonic()
             try:
                 self._check_all(module, weights, index)
-            except Stop:
-                with contextlib.suppress(VerifierError):
-                    self._collect(index, None)  # what was judged before the stop still counts
-                raise
+            except Stop as stop:
+                if self.submitted:  # what was judged before the stop still counts
+                    with contextlib.suppress(VerifierError, Stop):
+                        self._collect(index, None)
+                raise stop from None
             finally:
                 self.seconds["check"] += time.monotonic() - started
             if len(self.failures) >= MAX_FAILURES:
@@ -144,7 +145,12 @@ class Checker:
             self.phase("check", case=case.key, weight_seed=index)
             self._check_case(module, case, index)
         self.verifier.check_weights(index, weights, {"at": "kernel_fn"})
-        self._collect(index, self.submitted)
+        self._collect(index, self._submitted())
+
+    def _submitted(self) -> int:
+        """The position of the next verdict among this weight set's."""
+        self.submitted += 1
+        return self.submitted - 1
 
     def _results(self) -> list[dict]:
         started = time.monotonic()
@@ -157,6 +163,8 @@ class Checker:
         """The verdicts of one weight set's outputs, in case order; then whether the weights changed."""
         results = [_verdict(result) for result in self._results()]
         plans, self.plans, self.submitted = self.plans, [], 0
+        if not results[0].passed:  # the weights as prepare left them
+            raise self._stop(None, index, rules.WEIGHTS_MODIFIED, f"prepare {results[0].message}")
         first_failure: int | None = None
         for case, plan in plans:
             passed, failed = [], None
@@ -238,10 +246,9 @@ class Checker:
         finally:
             self.seconds["prepare"] += time.monotonic() - started
         self.phase("check", weight_seed=index)
+        # Judged with the set's outputs (the verifier may still be starting): the set stops there if it failed.
         self.verifier.check_weights(index, weights, {"at": "prepare"})
-        (after_prepare,) = self._results()
-        if not after_prepare["ok"]:
-            raise self._stop(None, index, rules.WEIGHTS_MODIFIED, f"prepare {after_prepare['message']}")
+        self._submitted()
         return module, weights
 
     def _check_case(self, module: ModuleType, case: Case, index: int) -> None:
@@ -267,8 +274,7 @@ class Checker:
                         raise self._stop(case, index, rules.CUDA_ERROR, f"CUDA error, the context is lost: {describe(exc)}") from None
                     outcomes.append(fail(rules.EXCEPTION, f"kernel_fn raised {describe(exc)}"))
                     return
-                outcomes.append(self.submitted)
-                self.submitted += 1
+                outcomes.append(self._submitted())
 
     def _runner(self, module: ModuleType, case: Case, index: int):
         """A function fresh x -> (output, x as the call left it, whether the output was poisoned)."""

@@ -41,8 +41,11 @@ def die_with_parent() -> None:
         os._exit(0)
 
 
-def read_message(stream: BinaryIO) -> tuple[dict, list[bytearray]] | None:
-    """One message (a JSON header and its payload parts), or None at the end of the stream."""
+def read_message(stream: BinaryIO, buffers: list[bytearray] | None = None) -> tuple[dict, list] | None:
+    """One message (a JSON header and its payload parts), or None at the end of the stream.
+
+    With ``buffers``, the parts are views into them (grown as needed, reused by the next message:
+    nothing may keep a part past its message)."""
     head = _read_exactly(stream, _HEADER.size)
     if head is None:
         return None
@@ -50,31 +53,36 @@ def read_message(stream: BinaryIO) -> tuple[dict, list[bytearray]] | None:
     text = _read_exactly(stream, length)
     if text is None:
         return None
-    header = json.loads(bytes(text))
+    header = json.loads(text.tobytes())
     sizes = header.get("nbytes", [])
     if len(sizes) != count:
         raise ValueError(f"a message announced {count} payload parts and described {len(sizes)}")
     parts = []
-    for size in sizes:
-        part = _read_exactly(stream, size)
+    for index, size in enumerate(sizes):
+        if buffers is not None:
+            if index == len(buffers):
+                buffers.append(bytearray(size))
+            elif len(buffers[index]) < size:
+                buffers[index] = bytearray(size)
+        part = _read_exactly(stream, size, None if buffers is None else buffers[index])
         if part is None:
             return None
         parts.append(part)
     return header, parts
 
 
-def _read_exactly(stream: BinaryIO, size: int) -> bytearray | None:
-    buffer = bytearray(size)
-    view = memoryview(buffer)
+def _read_exactly(stream: BinaryIO, size: int, buffer: bytearray | None = None) -> memoryview | None:
+    view = memoryview(bytearray(size) if buffer is None else buffer)[:size]
+    whole = view
     while view:
         got = stream.readinto(view)
         if not got:
             return None
         view = view[got:]
-    return buffer
+    return whole
 
 
-def to_tensor(facts: dict, data: bytearray, device: torch.device) -> torch.Tensor:
+def to_tensor(facts: dict, data, device: torch.device) -> torch.Tensor:
     """The tensor the worker described (shape, strides, dtype), rebuilt from its bytes on ``device``."""
     dtype = _dtype(facts["dtype"])
     shape, stride = tuple(facts["shape"]), tuple(facts["stride"])
@@ -178,7 +186,8 @@ def serve(stream: BinaryIO, answers: TextIO) -> None:
     from okc.problems import load_problem
 
     session: Session | None = None
-    while (message := read_message(stream)) is not None:
+    buffers: list[bytearray] = []
+    while (message := read_message(stream, buffers)) is not None:
         header, parts = message
         kind = header.get("kind")
         if kind == "hello":

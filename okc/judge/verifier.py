@@ -1,9 +1,9 @@
 """The verifier: a process that never imports the candidate judges what the candidate returned.
 
-The worker starts ``python -m okc.judge.verifier`` before any candidate module is imported
-and hands it the raw bytes of each output (read from the output's memory by address: no
-torch function or Tensor method the candidate could rebind, no dispatcher the candidate
-could hook). The verifier regenerates the weights and inputs itself from the job's seed and
+The worker starts it (:data:`COMMAND`; ``python -m okc.judge.verifier`` works too) before
+any candidate module is imported and hands it the raw bytes of each output, read from the
+output's memory by address: no torch function or Tensor method the candidate could rebind,
+no dispatcher the candidate could hook. The verifier regenerates the weights and inputs itself from the job's seed and
 the seed labels the worker used, computes the float64 reference and applies every rule of
 okc.judge.rules. A candidate that rebinds torch functions, registers a TorchFunctionMode or
 TorchDispatchMode, overrides aten ops or flips ``allow_tf32`` in its own process cannot
@@ -51,8 +51,10 @@ PR_SET_PDEATHSIG when the worker dies.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
+import fcntl
 import json
 import os
 import struct
@@ -65,10 +67,15 @@ import torch
 
 from okc.judge import verdicts
 
-MODULE = "okc.judge.verifier"
+# How the process is started (okc.worker has the same list: it starts one before importing torch).
+# Niced: on a machine of few cores its torch import must not slow the worker's own start.
+COMMAND = [sys.executable, "-c", "import os; os.nice(10); from okc.judge.verifier import main; main()"]
 IN_FLIGHT_BYTES = 256 * 2**20  # output bytes copied and not yet written to the pipe: the back-pressure
 HEADER = struct.Struct("<II")  # a message: the JSON header's length and its payload's part count
 CLOSE_WAIT_S = 30.0  # for the verifier to finish the outputs in its pipe and acknowledge the end
+POOLED_MIN_BYTES = 2**16  # smaller buffers are cheaper made than looked up
+PIPE_BYTES = 2**20  # the pipe's buffer (Linux's default limit for one): 64 KiB made a switch per 64 KiB
+F_SETPIPE_SZ = 1031
 CUDA_MEMCPY_DEFAULT = 4  # cudaMemcpyDefault: the direction from the pointers (unified addressing)
 
 # --- bound at import, before any candidate runs: the transport never looks these up again ----------
@@ -105,7 +112,7 @@ class VerifierError(Exception):
 def spawn(job_dir: Path | None = None) -> subprocess.Popen:
     """Start a verifier process (it imports torch while the caller goes on) and keep it as the spare."""
     global _spare
-    _spare = subprocess.Popen([sys.executable, "-m", MODULE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    _spare = subprocess.Popen(COMMAND, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               cwd=str(job_dir) if job_dir else None, bufsize=0)
     return _spare
 
@@ -163,9 +170,11 @@ def describe(obj: object) -> tuple[dict, int, int, str]:
     return facts, address, nbytes, device_type
 
 
-def read_bytes(address: int, nbytes: int, device_type: str) -> bytearray:
-    """The ``nbytes`` at ``address`` in host memory (a device-wide synchronize first on CUDA)."""
-    buffer = bytearray(nbytes)
+def read_bytes(address: int, nbytes: int, device_type: str, buffer: bytearray | None = None) -> bytearray:
+    """The ``nbytes`` at ``address`` in host memory (a device-wide synchronize first on CUDA),
+    in ``buffer`` if it is given and of that size (a fresh one costs a page fault per page)."""
+    if buffer is None or len(buffer) != nbytes:
+        buffer = bytearray(nbytes)
     if not nbytes:
         return buffer
     target = (_char_array * nbytes).from_buffer(buffer)
@@ -191,6 +200,8 @@ class Verifier:
         self.failure: str | None = None
         self.closed = False
         self.in_flight = 0
+        self.free: dict[int, list[bytearray]] = {}  # written buffers, by size, for the next outputs
+        self.free_bytes = 0
         self.queue: list[tuple[bytes, list[bytearray], int]] = []
         self.lock = threading.Condition()
         self.writer = threading.Thread(target=self._write_loop, name="okc-verifier-writer", daemon=True)
@@ -214,11 +225,11 @@ class Verifier:
 
     def submit(self, ref: dict, out: object, x: torch.Tensor | None = None) -> None:
         facts, address, nbytes, device_type = describe(out)
-        payload = [read_bytes(address, nbytes, device_type)]
+        payload = [read_bytes(address, nbytes, device_type, self._buffer(nbytes))]
         header = {"kind": "output", "ref": ref, "out": facts}
         if x is not None:
             x_facts, x_address, x_bytes, x_device = describe(x)
-            payload.append(read_bytes(x_address, x_bytes, x_device))
+            payload.append(read_bytes(x_address, x_bytes, x_device, self._buffer(x_bytes)))
             header["x"] = x_facts
         self._send(header, payload, 1)
 
@@ -227,7 +238,7 @@ class Verifier:
         for name, tensor in tensors.items():
             facts, address, nbytes, device_type = describe(tensor)
             names.append([_str(name), facts])
-            payload.append(read_bytes(address, nbytes, device_type))
+            payload.append(read_bytes(address, nbytes, device_type, self._buffer(nbytes)))
         self._send({"kind": "weights", "ref": {"weights": weights, "tag": tag or {}}, "tensors": names}, payload, 1)
 
     def results(self) -> list[dict]:
@@ -270,6 +281,15 @@ class Verifier:
 
     # --- the threads: bytes out with back-pressure, results in ------------------------------
 
+    def _buffer(self, nbytes: int) -> bytearray | None:
+        """A buffer of ``nbytes`` the writer is done with, if there is one (outputs repeat their sizes)."""
+        with self.lock:
+            free = self.free.get(nbytes)
+            if free:
+                self.free_bytes -= nbytes
+                return free.pop()
+        return None
+
     def _send(self, header: dict, payload: list[bytearray], expected: int) -> None:
         header["nbytes"] = [len(part) for part in payload]
         text = _dumps(header).encode()
@@ -286,6 +306,8 @@ class Verifier:
 
     def _write_loop(self) -> None:
         fd = self.process.stdin.fileno()
+        with contextlib.suppress(OSError, AttributeError):  # Linux only; 64 KiB otherwise
+            fcntl.fcntl(fd, F_SETPIPE_SZ, PIPE_BYTES)
         while True:
             with self.lock:
                 while not self.queue:
@@ -307,6 +329,10 @@ class Verifier:
             with self.lock:
                 self.queue.pop(0)
                 self.in_flight -= size
+                for part in payload:
+                    if len(part) >= POOLED_MIN_BYTES and self.free_bytes + len(part) <= IN_FLIGHT_BYTES:
+                        self.free.setdefault(len(part), []).append(part)
+                        self.free_bytes += len(part)
                 self.lock.notify_all()
 
     def _read_loop(self) -> None:

@@ -220,8 +220,14 @@ def run_job(results: str, folder: str, job_id: str, indexes: list, code_dir: str
         standby, locks = _standby(), locks_dir(results)
         proc = standby.take(locks, index, code_dir, folder, env) if standby else None
         if proc is None:
-            proc = subprocess.Popen([sys.executable, "-m", "okc.worker", folder], cwd=folder, env=env,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
+            # The folder goes over stdin, not argv: a candidate reading /proc/self/cmdline learns nothing.
+            proc = subprocess.Popen([sys.executable, "-m", "okc.worker"], cwd=folder, env=env,
+                                    stdin=subprocess.PIPE, start_new_session=True)
+            try:
+                with proc.stdin:
+                    proc.stdin.write(os.path.abspath(folder).encode() + b"\n")
+            except BrokenPipeError:  # the worker is gone already: its exit code says why
+                pass
         while proc.poll() is None:
             if cancel.requested or time.monotonic() - started > float(timeout):
                 launcher["timed_out"] = not cancel.requested
