@@ -29,7 +29,7 @@ from okc.deadline import Deadline
 EXIT_PASS = 0
 EXIT_FAILED = 1
 EXIT_BAD_JOB = 2
-VERIFIED_KINDS = ("check", "bench")  # the kinds whose outputs the verifier process judges
+VERIFIED_KINDS = ("check", "bench", "try")  # the kinds whose outputs the verifier process judges
 # okc.judge.verifier.COMMAND, spelled out: importing that module here would import torch first.
 VERIFIER_COMMAND = [sys.executable, "-c", "import os; os.nice(10); from okc.judge.verifier import main; main()"]
 
