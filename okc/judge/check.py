@@ -3,7 +3,9 @@
 Written once for any :class:`~okc.judge.problem.Problem`. On CUDA each case's call is
 captured into a CUDA graph and replayed with fresh inputs copied into its input buffer,
 the output buffer NaN-poisoned before every replay; on the CPU the call is repeated with
-fresh inputs instead, and the result says that graph capture was not exercised.
+fresh inputs instead, and the result says that graph capture was not exercised. Every
+output is judged by the verifier process (okc.judge.verifier), which never imports the
+candidate: a candidate that rebinds torch in its own process cannot reach a verdict.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from okc.judge.seeds import derive_seed
 
 VERIFIER_ERROR = "verifier_error"  # the verifier could not judge: a harness failure, never a verdict
 PR_SET_PDEATHSIG = 1
-_HEADER = struct.Struct("<II")
+HEADER = struct.Struct("<II")  # a message: the JSON header's length and its payload's part count
 
 
 def die_with_parent() -> None:
@@ -46,10 +46,10 @@ def read_message(stream: BinaryIO, buffers: list[bytearray] | None = None) -> tu
 
     With ``buffers``, the parts are views into them (grown as needed, reused by the next message:
     nothing may keep a part past its message)."""
-    head = _read_exactly(stream, _HEADER.size)
+    head = _read_exactly(stream, HEADER.size)
     if head is None:
         return None
-    length, count = _HEADER.unpack(head)
+    length, count = HEADER.unpack(head)
     text = _read_exactly(stream, length)
     if text is None:
         return None

@@ -57,7 +57,6 @@ import ctypes.util
 import fcntl
 import json
 import os
-import struct
 import subprocess
 import sys
 import threading
@@ -71,7 +70,6 @@ from okc.judge import verdicts
 # Niced: on a machine of few cores its torch import must not slow the worker's own start.
 COMMAND = [sys.executable, "-c", "import os; os.nice(10); from okc.judge.verifier import main; main()"]
 IN_FLIGHT_BYTES = 256 * 2**20  # output bytes copied and not yet written to the pipe: the back-pressure
-HEADER = struct.Struct("<II")  # a message: the JSON header's length and its payload's part count
 CLOSE_WAIT_S = 30.0  # for the verifier to finish the outputs in its pipe and acknowledge the end
 POOLED_MIN_BYTES = 2**16  # smaller buffers are cheaper made than looked up
 PIPE_BYTES = 2**20  # the pipe's buffer (Linux's default limit for one): 64 KiB made a switch per 64 KiB
@@ -82,8 +80,6 @@ CUDA_MEMCPY_DEFAULT = 4  # cudaMemcpyDefault: the direction from the pointers (u
 _TensorBase = torch._C.TensorBase
 _Tensor = torch.Tensor
 _type = type
-_isinstance = isinstance
-_tuple = tuple
 _str = str
 _int = int
 _data_ptr = _TensorBase.data_ptr
@@ -99,7 +95,7 @@ _char_array = ctypes.c_char
 _dumps = json.dumps
 _loads = json.loads
 _os_write = os.write
-_pack = HEADER.pack
+_pack = verdicts.HEADER.pack
 _cuda_memcpy = None  # cudaMemcpy of the libcudart torch loaded, bound by Verifier.start
 
 _spare: subprocess.Popen | None = None  # a verifier process started early (okc.worker) or left by close()
