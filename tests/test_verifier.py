@@ -183,28 +183,32 @@ def test_cuda_outputs_are_read_by_address_and_judged_on_the_gpu():
     assert off["rule"] == rules.WHOLE and on_cpu["rule"] == rules.DEVICE
 
 
-def _verifier_pids() -> set[int]:
-    found = set()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                cmdline = (entry / "cmdline").read_bytes()
-            except OSError:
-                continue
-            if b"from okc.judge.verifier import main" in cmdline:
-                found.add(int(entry.name))
-    return found
+def _is_verifier(pid: int) -> bool:
+    try:
+        return b"from okc.judge.verifier import main" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
 
 
 def test_the_verifier_dies_with_a_worker_that_crashed(tmp_path):
-    from test_check import PROBLEMS_DIR, make_job, run_worker
+    from test_check import make_job, run_worker
 
-    before = _verifier_pids()
-    job_dir = make_job(tmp_path / "job", PROBLEMS_DIR / "tiny_matvec" / "solutions" / "wrong" / "segfault.py",
-                       "tiny_matvec", device="cpu", weight_seeds=1)
+    record = tmp_path / "children.txt"
+    source = tmp_path / "crash_after_looking.py"
+    source.write_text(
+        "import ctypes, os\n"
+        "def prepare(weights):\n"
+        "    children = open(f'/proc/self/task/{os.getpid()}/children').read()\n"
+        f"    open({str(record)!r}, 'w').write(children)\n"
+        "    ctypes.string_at(0)  # a segfault: no result.json, no cleanup\n"
+        "def kernel_fn(x, layer):\n    return x\n"
+    )
+    job_dir = make_job(tmp_path / "job", source, "tiny_matvec", device="cpu", weight_seeds=1)
     with pytest.raises(FileNotFoundError):  # the worker died before writing any result.json
         run_worker(job_dir)
+    verifiers = [int(pid) for pid in record.read_text().split()]  # the worker's one child: its verifier
+    assert len(verifiers) == 1
     deadline = time.monotonic() + 10
-    while _verifier_pids() - before and time.monotonic() < deadline:
+    while any(_is_verifier(pid) for pid in verifiers) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not _verifier_pids() - before
+    assert not any(_is_verifier(pid) for pid in verifiers)
