@@ -72,5 +72,6 @@ def test_pull_refuses_crafted_names_and_ids_and_pulls_the_honest_job(lab_root, s
     assert not (tmp_path / "escape-job").exists() and not (lab.root / "escape-job").exists()
     for name in ("escape.txt", "escape2.txt"):
         assert not list(tmp_path.rglob(name)), name
-    assert sorted(p.name for p in lab.results.iterdir() if p.is_dir()) == [good]  # no folder for a refused job
+    assert sorted(p.name for p in lab.results.iterdir() if p.is_dir() and p.name != ".refused") == [good]
+    assert all(p.is_file() for p in (lab.results / ".refused").iterdir())  # refused before a byte came home
     assert CRAFTED_CONTENT not in b"".join(p.read_bytes() for p in lab.results.rglob("*") if p.is_file())

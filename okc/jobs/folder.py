@@ -8,6 +8,7 @@ will run); ``finish_job`` writes the launcher's verdict when the worker left non
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import shutil
 from datetime import datetime, timezone
@@ -25,6 +26,7 @@ from okc.lab.candidates import Candidate
 from okc.lab.config import Lab
 from okc.lab.ledger import AA_MARK, Floor, Run, insert_run, record_floor, transaction
 
+LOG_TAIL_BYTES = 64 << 10  # the end of a log that its last line is looked for in
 CPU_LABEL = "CPU"  # the ledger's gpu column for a job that ran on the CPU (its numbers are CPU timings)
 
 
@@ -125,10 +127,15 @@ def _signal_name(returncode: int) -> str:
 
 
 def _last_log_line(job_dir: Path) -> str | None:
+    """The log's last line (its first 300 characters), read from the log's end alone: a
+    candidate printing in a loop can leave gigabytes."""
     try:
-        lines = (job_dir / LOG_FILE).read_text(encoding="utf-8", errors="replace").strip().splitlines()
+        with open(job_dir / LOG_FILE, "rb") as handle:
+            handle.seek(max(0, handle.seek(0, os.SEEK_END) - LOG_TAIL_BYTES))
+            tail = handle.read(LOG_TAIL_BYTES)
     except OSError:
         return None
+    lines = tail.decode("utf-8", "replace").strip().splitlines()
     return lines[-1][:300] if lines else None
 
 

@@ -11,7 +11,12 @@ default 20 s): TCP connect, the SSH banner, key exchange and authentication each
 long; each SFTP call must be answered within it; a command or transfer that hears nothing
 back for that long is checked with a keepalive request and abandoned when that goes
 unanswered too (:mod:`okc.pods.watch`); a transfer as a whole gets that long plus its size
-at :data:`MIN_TRANSFER_RATE_BPS`. Network trouble, a stall included, becomes
+at :data:`MIN_TRANSFER_RATE_BPS`. A command whose remote process stops taking its input (stopped
+mid-sync, while sshd still answers keepalives) is given up after :data:`STALL_FACTOR` times
+ssh_timeout_s without progress. Nothing read from the pod is unbounded: a command's stdout is
+capped at :data:`MAX_OUTPUT_BYTES` (stderr keeps its last :data:`MAX_STDERR_BYTES`), and files
+are read in windows of :data:`WINDOW_BYTES` (paramiko's prefetch alone buffers a whole file
+in memory when the disk is slower than the network). Network trouble, a stall included, becomes
 :class:`UnreachableError` (exit 3); a refusal by the pod (host key, authentication, a
 failed command) a :class:`PodError` (exit 2).
 """
@@ -21,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import select
 import shlex
 import socket
@@ -45,6 +51,13 @@ READ_CHUNK = 65536
 SEND_CHUNK = 65536
 POLL_S = 0.2  # how long one wait for remote output may block before checking the deadline
 DEADLINE_GRACE_S = 5.0  # a command's own timeout is checked between reads; the watch is the backstop
+STALL_FACTOR = 3  # input not taken for this many ssh_timeout_s: the remote process is stopped or hung
+MAX_OUTPUT_BYTES = 64 << 20  # an agent answer is a few KiB (a jobs list of 10,000 jobs: ~2 MiB)
+MAX_STDERR_BYTES = 64 << 10  # only its last line is ever shown
+WINDOW_BYTES = 4 << 20  # a download or a read holds at most this much of a file in memory
+PREFETCH_REQUESTS = 32  # SFTP reads in flight within a window (32 KiB each)
+PART_PATTERN = re.compile(r"^\.(?P<name>.+)\.(?P<pid>[0-9]+)\.(?P<tid>[0-9]+)\.part$")  # what get() writes first
+STALE_PART_S = 3600.0  # a .part this old is no live download's (a live one is written every moment)
 
 # paramiko logs every failed handshake with a traceback; okc reports each failure as one line.
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
@@ -308,6 +321,7 @@ class SSHTarget:
             try:
                 channel.exec_command(command)
                 watch.kick()
+                watch.expect_progress(self.timeout * STALL_FACTOR)
                 for chunk in chunks:
                     for start in range(0, len(chunk), SEND_CHUNK):
                         piece = bytes(chunk[start : start + SEND_CHUNK])
@@ -318,6 +332,7 @@ class SSHTarget:
                         if deadline is not None and time.monotonic() > deadline:
                             raise PodError(f"pod {self.pod.name!r}: {what} did not finish within {timeout:g} s")
                 channel.shutdown_write()
+                watch.expect_progress(None)  # the command may think a while before it answers: its timeout bounds it
                 return self._collect(channel, what, timeout, deadline, watch)
             finally:
                 channel.close()
@@ -329,8 +344,12 @@ class SSHTarget:
             while channel.recv_ready():
                 stdout += channel.recv(READ_CHUNK)
                 watch.kick()
+                if len(stdout) > MAX_OUTPUT_BYTES:  # no agent answer is this long: a pod flooding okc's memory
+                    raise PodError(f"pod {self.pod.name!r}: {what} printed more than {MAX_OUTPUT_BYTES >> 20} MiB; "
+                                   "okc reads no more of it")
             while channel.recv_stderr_ready():
                 stderr += channel.recv_stderr(READ_CHUNK)
+                del stderr[:-MAX_STDERR_BYTES]
                 watch.kick()
             # Output can still arrive after the exit status (OpenSSH sends it when the process
             # ends, not when its pipes drain): done only at EOF with both buffers empty.
@@ -371,24 +390,90 @@ class SSHTarget:
                 except FileNotFoundError:
                     raise PodError(f"pod {self.pod.name!r}: cannot write {target} (does its folder exist?)") from None
 
+    def read_at(self, remote: str, offset: int, limit: int = WINDOW_BYTES) -> bytes:
+        """At most ``limit`` bytes of ``remote`` (below remote_dir) from ``offset`` on; b'' past its end.
+        FileNotFoundError if it does not exist."""
+        what = f"reading {remote}"
+        with self.network_errors(what):
+            with self.sftp.open(self.pod.remote_path(remote), "rb") as handle:
+                size = handle.stat().st_size or 0
+                count = max(0, min(limit, size - offset))
+                return next(handle.readv([(offset, count)], PREFETCH_REQUESTS)) if count else b""
+
     def get(self, remote: str, local: Path, size: int | None = None) -> None:
-        """Copy ``remote`` (below remote_dir; ``size`` bytes if known) to the local file,
-        written whole or not at all."""
+        """Copy ``remote`` (below remote_dir; ``size`` bytes if known) to the local file, written
+        whole or not at all, in windows of WINDOW_BYTES (memory stays bounded whatever its size).
+
+        Ctrl-C abandons the connection (its SFTP replies in flight with it) and raises
+        KeyboardInterrupt alone, with no half-written file left behind.
+        """
         source = self.pod.remote_path(remote)
         local = Path(local)
         # Per process and thread: two pulls of one job at once never write the same temporary file.
         temporary = local.with_name(f".{local.name}.{os.getpid()}.{threading.get_ident()}.part")
         what = f"download of {source}"
-        with self.network_errors(what):
-            sftp = self.sftp
-            try:
-                if size is None:
-                    size = sftp.stat(source).st_size or 0
-                with self.watched(what, self.transfer_deadline(size)) as watch:
-                    sftp.get(source, str(temporary), callback=lambda done, total: watch.kick())
-            except BaseException as exc:  # a timeout, a dropped connection, Ctrl-C: no .part left behind
-                temporary.unlink(missing_ok=True)
-                if isinstance(exc, FileNotFoundError):
+        try:
+            with self.network_errors(what):
+                sftp = self.sftp
+                try:
+                    if size is None:
+                        size = sftp.stat(source).st_size or 0
+                    with self.watched(what, self.transfer_deadline(size)) as watch:
+                        self._download(sftp, source, temporary, size, watch)
+                except FileNotFoundError:
                     raise PodError(f"pod {self.pod.name!r}: no file {source}") from None
-                raise
+        except BaseException as exc:  # a timeout, a dropped connection, Ctrl-C: no .part left behind
+            temporary.unlink(missing_ok=True)
+            if isinstance(exc, KeyboardInterrupt) or isinstance(exc.__context__, KeyboardInterrupt):
+                self.close()  # replies still in flight would surface later as SFTP errors
+                raise KeyboardInterrupt from None
+            raise
         temporary.replace(local)
+
+    def _download(self, sftp: paramiko.SFTPClient, source: str, temporary: Path, size: int, watch: Watch) -> None:
+        with sftp.open(source, "rb") as handle, open(temporary, "wb") as out:
+            offset = 0
+            while offset < size:
+                count = min(WINDOW_BYTES, size - offset)
+                data = next(handle.readv([(offset, count)], PREFETCH_REQUESTS))
+                if not data:
+                    raise PodError(f"pod {self.pod.name!r}: {source} shrank during its download")
+                out.write(data)
+                offset += len(data)
+                watch.kick()
+
+
+def remove_stale_parts(folder: Path) -> list[Path]:
+    """Delete the temporaries :meth:`SSHTarget.get` left in ``folder`` (okc's own name pattern only)
+    when their process is gone (SIGKILL) or they are older than STALE_PART_S; what was removed."""
+    removed = []
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return removed
+    for entry in entries:
+        match = PART_PATTERN.match(entry.name)
+        if match is None or not entry.is_file(follow_symlinks=False):
+            continue
+        pid = int(match["pid"])
+        try:
+            old = time.time() - entry.stat(follow_symlinks=False).st_mtime > STALE_PART_S
+        except OSError:
+            continue
+        if pid == os.getpid() and not old:
+            continue  # this process's own download, in another thread
+        if old or not _alive(pid):
+            with contextlib.suppress(OSError):
+                os.unlink(entry.path)
+                removed.append(Path(entry.path))
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: not ours, but not ours to judge either
+        return True
+    return True
