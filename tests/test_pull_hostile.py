@@ -25,7 +25,7 @@ def _hostile_lab(lab_root: Path, sshd, port: int, remote: Path, host_key) -> obj
     settings = {**sshd.pod_settings(remote), "port": port}
     (lab_root / "pod.yaml").write_text(yaml.safe_dump({"default": POD, "pods": {POD: settings}}))
     lab = find_lab(lab_root)
-    HostKeyPins(pins_path(lab)).pin(f"[127.0.0.1]:{port}", host_key)
+    HostKeyPins(pins_path(lab)).pin(f"pod/{POD}", host_key)
     return lab
 
 

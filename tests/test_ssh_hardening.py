@@ -217,10 +217,17 @@ def test_the_pin_file_is_private(ssh_lab, monkeypatch):
     assert path.parent.stat().st_mode & 0o777 == 0o700
 
 
-def test_a_pin_file_from_before_per_pod_pins_still_works(ssh_lab, sshd):
-    """ssh_lab pins the old way, by [host]:port: it keeps working, and the pod gets its own pin."""
+def test_a_pin_from_before_per_pod_pins_lets_no_pod_connect_until_trusted(ssh_lab, sshd):
+    """An older okc's [host]:port pin does not say which pod was trusted: a pod name never trusted
+    is refused through it, pointed at okc pod trust; once confirmed the pod has its own pin."""
     path = pins_path(ssh_lab)
-    assert path.read_text().startswith(f"{sshd.known_hosts_name} ")
+    HostKeyPins(path).path.write_text(f"{sshd.known_hosts_name} ssh-ed25519 {sshd.host_key_public.get_base64()}\n")
+    refused = invoke("sync")
+    assert refused.exit_code == 2, refused.output
+    assert "no host-key pin of its own" in refused.output and f"okc pod trust {POD_NAME}" in refused.output
+    assert not HostKeyPins(path).lookup(pin_name(resolve_pod(ssh_lab, POD_NAME)))
+    trusted = invoke("pod", "trust", POD_NAME, "--yes")
+    assert trusted.exit_code == 0 and "pinned in" in trusted.output, trusted.output
     assert invoke("sync").exit_code == 0
     pins = HostKeyPins(path)
     assert fingerprint(pins.lookup(pin_name(resolve_pod(ssh_lab, POD_NAME)))["ssh-ed25519"]) == fingerprint(sshd.host_key_public)

@@ -191,10 +191,12 @@ class SSHTarget:
         identities = self._identity_files(endpoint)
         client = paramiko.SSHClient()
         host_name = endpoint.known_hosts_name
+        # Only the pod's own pin: one an older okc filed under [host]:port says nothing of which pod
+        # was trusted, so it is offered for `okc pod trust` to confirm, never used to connect.
         pinned, legacy = self.pins.for_pod(pin_name(self.pod), legacy_pin_name(self.pod, endpoint))
-        for key_type, key in pinned.items():
+        for key_type, key in ({} if legacy else pinned).items():
             client.get_host_keys().add(host_name, key_type, key)  # the name paramiko looks the server up by
-        client.set_missing_host_key_policy(RefuseUnknownHost(self.pod.name))
+        client.set_missing_host_key_policy(RefuseUnknownHost(self.pod.name, host_name if legacy else None))
         sock = self._socket(endpoint)
         try:
             client.connect(
@@ -225,7 +227,8 @@ class SSHTarget:
             raise PodError(f"{self._where(endpoint)}: authentication failed ({exc}); check user and identity_file") from None
         except (paramiko.SSHException, OSError, EOFError) as exc:
             transport = client.get_transport()
-            reached = transport is not None and transport.is_active() and transport.remote_version
+            # Reached only once the key exchange is done: a banner and then silence is no SSH server to speak of.
+            reached = transport is not None and transport.is_active() and transport.host_key is not None
             failure = handshake_failure(self._where(endpoint), transport, exc, self.timeout)
             client.close()
             if reached:  # the handshake finished: the pod refused us, it is not unreachable
@@ -233,9 +236,6 @@ class SSHTarget:
             raise failure from None
         transport = client.get_transport()
         transport.set_keepalive(KEEPALIVE_S)
-        if legacy:  # a pin filed under [host]:port by an older okc: from now on, the pod's own
-            with contextlib.suppress(OSError):
-                self.pins.pin(pin_name(self.pod), transport.get_remote_server_key())
         self._client = client
         return client
 
