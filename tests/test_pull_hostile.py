@@ -7,6 +7,7 @@ import shutil
 import stat
 from pathlib import Path
 
+import pytest
 import yaml
 from typer.testing import CliRunner
 
@@ -75,3 +76,174 @@ def test_pull_refuses_crafted_names_and_ids_and_pulls_the_honest_job(lab_root, s
     assert sorted(p.name for p in lab.results.iterdir() if p.is_dir() and p.name != ".refused") == [good]
     assert all(p.is_file() for p in (lab.results / ".refused").iterdir())  # refused before a byte came home
     assert CRAFTED_CONTENT not in b"".join(p.read_bytes() for p in lab.results.rglob("*") if p.is_file())
+
+
+# -- values a pod chooses ---------------------------------------------------------------
+
+from okc.contract import write_json  # noqa: E402
+from okc.jobs import incoming, runner as job_runner  # noqa: E402
+from okc.lab.ledger import ledger, runs  # noqa: E402
+from okc.pods.config import resolve_pod  # noqa: E402
+from okc.pods.target import PodTarget  # noqa: E402
+from sshd import POD_NAME  # noqa: E402
+
+FUTURE_ID = "20991231-235959-check-future"
+
+
+def _pod_results(lab) -> Path:
+    return Path(resolve_pod(lab).remote_dir) / "results"
+
+
+def _pod_job(lab, result: dict | str | None = None, spec: dict | None = None, log: bytes = b"okc: job ran\n") -> Path:
+    """A finished check job on the test pod (whose remote_dir is on this machine); ``result``
+    fields laid over a passing result.json (a str: the file's whole text), ``spec`` over job.json."""
+    job_dir = jobs.create_job(lab, "check", resolve(lab.candidates, "0"), target=POD_NAME)
+    remote = _pod_results(lab) / job_dir.name
+    remote.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(str(job_dir), remote)
+    if spec:
+        data = json.loads((remote / "job.json").read_text())
+        write_json(remote / "job.json", {**data, **spec})
+    if isinstance(result, str):
+        (remote / "result.json").write_text(result)
+    else:
+        write_json(remote / "result.json", {"schema_version": 1, "job_id": remote.name, "kind": "check",
+                                            "status": "pass", "reason": None, "duration_s": 2.5, **(result or {})})
+    (remote / "log.txt").write_bytes(log)
+    (remote / "exit_code").write_text("0\n")
+    return remote
+
+
+def _job_ids(lab) -> list[str]:
+    with ledger(lab.ledger_path) as conn:
+        return sorted(r.job_id for r in runs(conn))
+
+
+BAD_JOBS = {
+    "result not JSON": {"result": "{not json"},
+    "status hacked": {"result": {"status": "hacked"}},
+    "score not a number": {"result": {"score": "abc", "score_ci": [1.0, 2.0]}},
+    "score Infinity": {"result": '{"schema_version": 1, "job_id": "%s", "kind": "check", "status": "pass", "score": Infinity}'},
+    "duration 1e12 s": {"result": {"duration_s": 1e12}},
+    "ci lo above hi": {"result": {"score": 1.5, "score_ci": [2.0, 1.0]}},
+    "job id chosen by the pod": {"spec": {"job_id": FUTURE_ID}},
+    "another target": {"spec": {"target": "some-other-pod"}},
+    "terminal escape in a name": {"spec": {"candidate": {"number": 0, "name": "base\x1b[2J\x1b]0;owned\x07",
+                                                         "source": "candidate/000_baseline.py", "sha256": ""}}},
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_JOBS))
+def test_a_bad_job_is_refused_once_with_a_reason_and_the_others_come_home(ssh_lab, case):
+    good_before = _pod_job(ssh_lab).name
+    bad = BAD_JOBS[case]
+    remote = _pod_job(ssh_lab, **{k: v for k, v in bad.items() if k != "result" or not isinstance(v, str)})
+    if isinstance(bad.get("result"), str):
+        (remote / "result.json").write_text(bad["result"].replace("%s", remote.name))
+    good_after = _pod_job(ssh_lab).name
+    first = runner.invoke(app, ["pull"])
+    assert first.exit_code == 2, first.output
+    assert "Traceback" not in first.output and "\x1b" not in first.output
+    refused = [line for line in first.output.splitlines() if remote.name in line]
+    assert len(refused) == 1 and "refused" in refused[0], first.output
+    assert _job_ids(ssh_lab) == sorted([good_before, good_after])  # not under the pod's id either
+    assert not (ssh_lab.results / remote.name).exists() and incoming.refused(ssh_lab.results, remote.name)
+    assert (ssh_lab.results / ".refused" / remote.name / "result.json").exists()  # kept aside to look at
+    assert (Path(resolve_pod(ssh_lab).remote_dir) / ".okc" / "pulled" / remote.name).exists()  # terminate not held up
+    again = runner.invoke(app, ["pull"])
+    assert again.exit_code == 0 and "0 job(s) pulled" in again.output and remote.name not in again.output, again.output
+    listed = runner.invoke(app, ["jobs", "--json"])
+    assert listed.exit_code == 0, listed.output
+    assert {row["job"]: row["pulled"] for row in json.loads(listed.output)}[remote.name] is True
+
+
+def test_a_bad_job_an_older_okc_let_home_does_not_break_jobs_or_pull(ssh_lab):
+    remote = _pod_job(ssh_lab, result="{not json")
+    shutil.copytree(remote, ssh_lab.results / remote.name)  # home, unchecked, not recorded
+    good = _pod_job(ssh_lab).name
+    listed = runner.invoke(app, ["jobs", "--json"])
+    assert listed.exit_code == 0, listed.output
+    pulled = runner.invoke(app, ["pull"])
+    assert pulled.exit_code == 2 and f"pulled {good}" in pulled.output and f"job {remote.name} refused" in pulled.output
+    assert _job_ids(ssh_lab) == [good]
+
+
+def test_odd_file_names_are_skipped_with_a_note_and_the_job_comes_home(ssh_lab):
+    remote = _pod_job(ssh_lab)
+    for odd in ("new\nline.txt", "back\\slash.txt", "bell\x07.txt"):
+        (remote / odd).write_text("odd\n")
+    result = runner.invoke(app, ["pull"])
+    assert result.exit_code == 0, result.output
+    assert f"pulled {remote.name}" in result.output and _job_ids(ssh_lab) == [remote.name]
+    notes = [line for line in result.output.splitlines() if "odd name" in line]
+    assert len(notes) == 3 and "\x07" not in result.output, result.output
+    assert not [p for p in (ssh_lab.results / remote.name).rglob("*") if p.is_file() and p.read_bytes() == b"odd\n"]
+
+
+def test_a_job_folder_that_is_a_symlink_out_of_remote_dir_is_refused(ssh_lab, tmp_path):
+    elsewhere = _pod_job(ssh_lab)
+    outside = tmp_path / "outside" / elsewhere.name
+    outside.parent.mkdir()
+    shutil.move(str(elsewhere), outside)
+    elsewhere.symlink_to(outside)
+    result = runner.invoke(app, ["pull"])
+    assert result.exit_code == 2 and "not a folder" in result.output, result.output
+    assert _job_ids(ssh_lab) == [] and not list((ssh_lab.results / ".refused").glob("*/"))
+
+
+def test_a_file_over_the_size_cap_is_refused_before_a_byte_travels(ssh_lab):
+    remote = _pod_job(ssh_lab)
+    with open(remote / "log.txt", "wb") as handle:  # sparse: the pod lists its size, nothing is read
+        handle.truncate(incoming.MAX_FILE_BYTES + 1)
+    result = runner.invoke(app, ["pull"])
+    assert result.exit_code == 2 and "over okc's cap" in result.output, result.output
+    assert not (ssh_lab.results / remote.name).exists() and _job_ids(ssh_lab) == []
+
+
+def test_stale_part_files_of_dead_or_old_downloads_are_removed_and_no_others(ssh_lab):
+    import os
+    import subprocess
+    import time
+
+    remote = _pod_job(ssh_lab)
+    here = ssh_lab.results / remote.name
+    here.mkdir()
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    living = subprocess.Popen(["sleep", "60"])
+    try:
+        dead = here / f".log.txt.{gone.pid}.140000.part"
+        old = here / f".result.json.{living.pid}.140001.part"
+        fresh = here / f".env.json.{living.pid}.140002.part"
+        foreign = here / ".notes.part"
+        for path in (dead, old, fresh, foreign):
+            path.write_text("partial")
+        os.utime(old, (time.time() - 2 * 3600, time.time() - 2 * 3600))
+        assert runner.invoke(app, ["pull"]).exit_code == 0
+        assert not dead.exists() and not old.exists() and fresh.exists() and foreign.exists()
+    finally:
+        living.kill()
+        living.wait()
+
+
+def test_logs_stream_in_chunks_with_control_characters_escaped(ssh_lab):
+    line = b"step\x1b[31m red\ttab\r\n"
+    remote = _pod_job(ssh_lab, log=line * 300_000)  # ~6 MB: several reads
+    shown: list[str] = []
+    with PodTarget(ssh_lab, resolve_pod(ssh_lab)) as target:
+        job_runner.logs(ssh_lab, target, remote.name, shown.append)
+    assert len([chunk for chunk in shown if chunk]) > 3
+    assert "".join(shown) == "step\\x1b[31m red\ttab\\r\n" * 300_000
+    cli = runner.invoke(app, ["logs", remote.name])
+    assert cli.exit_code == 0 and "\x1b" not in cli.output and cli.output.count("\n") == 300_000
+
+
+def test_an_agent_answer_beyond_the_stdout_cap_is_refused(lab_root, sshd, tmp_path, monkeypatch):
+    from okc.pods import ssh as ssh_module
+
+    monkeypatch.setattr(ssh_module, "MAX_OUTPUT_BYTES", 1 << 20)
+    crafted = Crafted(answer=b"[" * (3 << 20))
+    with hostile_server(sshd.host_key, sshd.client_key, crafted) as server:
+        _hostile_lab(lab_root, sshd, server.port, tmp_path / "remote", server.host_key)
+        result = runner.invoke(app, ["jobs"])
+    assert result.exit_code == 2 and "printed more than 1 MiB" in result.output, result.output
