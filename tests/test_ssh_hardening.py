@@ -151,6 +151,28 @@ def test_a_port_that_is_not_ssh_is_named(ssh_lab, reply):
     assert time.monotonic() - started < 6
 
 
+def test_an_ssh_banner_then_silence_is_unreachable_not_a_refusal(ssh_lab):
+    listener = _silent_server(b"SSH-2.0-OpenSSH_9.6\r\n")
+    try:
+        _set(ssh_lab, port=listener.getsockname()[1], ssh_timeout_s=2)
+        started = time.monotonic()
+        result = invoke("sync")
+    finally:
+        listener.close()
+    assert result.exit_code == 3, result.output
+    line = _one_line(result)
+    assert "did not finish the key exchange" in line and "No existing session" not in line, line
+    assert time.monotonic() - started < 8
+
+
+def test_a_port_out_of_range_in_ssh_config_is_a_usage_error(ssh_lab, sshd):
+    Path(os.environ["OKC_SSH_CONFIG"]).write_text(f"Host gpubox\n  HostName 127.0.0.1\n  Port {sshd.port + 65536}\n")
+    _set(ssh_lab, host="gpubox", port=None)
+    result = invoke("sync")
+    assert result.exit_code == 2, result.output
+    assert "must be between 1 and 65535" in _one_line(result)
+
+
 def test_a_garbage_identity_file_is_named(ssh_lab, tmp_path):
     garbage = tmp_path / "id_garbage"
     garbage.write_text("this is not a key\n")
