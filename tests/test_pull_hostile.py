@@ -247,3 +247,29 @@ def test_an_agent_answer_beyond_the_stdout_cap_is_refused(lab_root, sshd, tmp_pa
         _hostile_lab(lab_root, sshd, server.port, tmp_path / "remote", server.host_key)
         result = runner.invoke(app, ["jobs"])
     assert result.exit_code == 2 and "printed more than 1 MiB" in result.output, result.output
+
+
+@pytest.mark.parametrize("after_s", [0.0, 0.2])
+def test_ctrl_c_during_a_download_is_one_line_and_a_later_pull_records_once(ssh_lab, after_s):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    remote = _pod_job(ssh_lab, log=b"x" * (48 << 20))
+    home = ssh_lab.results / remote.name
+    proc = subprocess.Popen([sys.executable, "-m", "okc", "pull"], cwd=ssh_lab.root, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while not (home.is_dir() and any(p.stat().st_size > 0 for p in home.glob(".log.txt.*.part"))):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.01)
+    time.sleep(after_s)
+    os.kill(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    text = err.decode()
+    assert proc.returncode != 0 and "Traceback" not in text and len(text.strip().splitlines()) <= 1, text
+    assert not list(home.glob("*.part"))
+    assert runner.invoke(app, ["pull"]).exit_code == 0
+    assert _job_ids(ssh_lab) == [remote.name]

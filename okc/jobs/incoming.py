@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 from pathlib import Path
 
@@ -34,6 +35,7 @@ DOCUMENTS = (JOB_FILE, RESULT_FILE, ENV_FILE, LAUNCHER_FILE, PHASE_FILE, PROGRES
 MAX_DURATION_S = 7 * 24 * 3600.0  # no job runs for a week (its job_timeout_s stops it long before)
 MAX_SCORE = 1e6  # a speedup of a million times is not a measurement
 MAX_NAME_CHARS = 200  # a candidate or GPU name shown in tables
+LOG_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 REFUSED_DIR = ".refused"  # under results/: job ids start with a letter or digit, so it names no job
 
 
@@ -46,8 +48,9 @@ def escaped(text: object) -> str:
 
 
 def escaped_log(text: str) -> str:
-    """A log's text for a terminal: lines and tabs kept, every other control character escaped."""
-    return "\n".join("\t".join(escaped(part) for part in line.split("\t")) for line in text.split("\n"))
+    """A log's text for a terminal: lines and tabs kept, every other control character (C0, DEL, C1:
+    what a terminal acts on) escaped."""
+    return LOG_CONTROL.sub(lambda match: match.group().encode("unicode_escape").decode("ascii"), text)
 
 
 # -- before anything travels -----------------------------------------------------------
