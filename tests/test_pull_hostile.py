@@ -273,3 +273,33 @@ def test_ctrl_c_during_a_download_is_one_line_and_a_later_pull_records_once(ssh_
     assert not list(home.glob("*.part"))
     assert runner.invoke(app, ["pull"]).exit_code == 0
     assert _job_ids(ssh_lab) == [remote.name]
+
+
+def test_a_name_with_terminal_escapes_already_in_the_ledger_is_printed_escaped(lab):
+    from okc.lab.ledger import Run, record_run
+
+    with ledger(lab.ledger_path) as conn:
+        record_run(conn, Run(candidate_number=7, candidate_name="evil\x1b]0;owned\x07\x1b[2J", candidate_sha256="ab",
+                             kind="check", status="pass", passed=True, job_id="20260101-000000-check-abcdef"))
+    for command in (["ledger"], ["cost"]):
+        result = runner.invoke(app, command)
+        assert "\x1b" not in result.output and "\x07" not in result.output, (command, result.output)
+    assert "evil\\x1b]0;owned" in runner.invoke(app, ["ledger"]).output
+
+
+def test_the_last_log_line_is_read_from_the_logs_end(lab):
+    import tracemalloc
+
+    job_dir = jobs.create_job(lab, "check", resolve(lab.candidates, "0"))
+    (job_dir / "launcher.json").write_text(json.dumps({"returncode": 3, "timed_out": False}))
+    with open(job_dir / "log.txt", "wb") as handle:  # 1 GB, sparse: reading it whole would take that much memory
+        handle.truncate(1 << 30)
+        handle.seek(0, 2)
+        handle.write(b"\nTypeError: the last words\n")
+    tracemalloc.start()
+    try:
+        status, kind, reason = jobs.launcher_verdict(job_dir)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert reason.endswith("TypeError: the last words") and peak < 4 << 20, (reason, peak)
