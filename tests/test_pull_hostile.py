@@ -239,7 +239,7 @@ def test_logs_stream_in_chunks_with_control_characters_escaped(ssh_lab):
 
 
 def test_an_agent_answer_beyond_the_stdout_cap_is_refused(lab_root, sshd, tmp_path, monkeypatch):
-    from okc.pods import ssh as ssh_module
+    from okc.pods import ssh as ssh_module  # the stdout cap is read at each command
 
     monkeypatch.setattr(ssh_module, "MAX_OUTPUT_BYTES", 1 << 20)
     crafted = Crafted(answer=b"[" * (3 << 20))

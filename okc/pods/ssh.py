@@ -15,8 +15,8 @@ at :data:`MIN_TRANSFER_RATE_BPS`. A command whose remote process stops taking it
 mid-sync, while sshd still answers keepalives) is given up after :data:`STALL_FACTOR` times
 ssh_timeout_s without progress. Nothing read from the pod is unbounded: a command's stdout is
 capped at :data:`MAX_OUTPUT_BYTES` (stderr keeps its last :data:`MAX_STDERR_BYTES`), and files
-are read in windows of :data:`WINDOW_BYTES` (paramiko's prefetch alone buffers a whole file
-in memory when the disk is slower than the network). Network trouble, a stall included, becomes
+are read a window at a time (:mod:`okc.pods.transfer`: paramiko's own prefetch buffers a
+whole file). Network trouble, a stall included, becomes
 :class:`UnreachableError` (exit 3); a refusal by the pod (host key, authentication, a
 failed command) a :class:`PodError` (exit 2).
 """
@@ -25,24 +25,22 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import re
 import select
 import shlex
 import socket
-import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
 
 import paramiko
 
 from okc.errors import ConfigError, PodError, UnreachableError
+from okc.pods.command import RunResult, remote_command  # noqa: F401  (RunResult: for importers)
 from okc.pods.config import Pod
 from okc.pods.handshake import check_identity_file, handshake_failure
 from okc.pods.hostkeys import HostKeyPins, RefuseUnknownHost, changed_key_error, legacy_pin_name, pin_name
 from okc.pods.sshconfig import Endpoint, resolve_endpoint
+from okc.pods.transfer import download, part_path, read_window
 from okc.pods.watch import Watch
 
 KEEPALIVE_S = 15  # a silent NAT or pod proxy drops idle connections after a minute or so
@@ -54,52 +52,9 @@ DEADLINE_GRACE_S = 5.0  # a command's own timeout is checked between reads; the 
 STALL_FACTOR = 3  # input not taken for this many ssh_timeout_s: the remote process is stopped or hung
 MAX_OUTPUT_BYTES = 64 << 20  # an agent answer is a few KiB (a jobs list of 10,000 jobs: ~2 MiB)
 MAX_STDERR_BYTES = 64 << 10  # only its last line is ever shown
-WINDOW_BYTES = 1 << 20  # a download or a read holds at most this much of a file in memory (4 MiB windows peaked 5x higher)
-PREFETCH_REQUESTS = 32  # SFTP reads in flight within a window (32 KiB each)
-PART_PATTERN = re.compile(r"^\.(?P<name>.+)\.(?P<pid>[0-9]+)\.(?P<tid>[0-9]+)\.part$")  # what get() writes first
-STALE_PART_S = 3600.0  # a .part this old is no live download's (a live one is written every moment)
 
 # paramiko logs every failed handshake with a traceback; okc reports each failure as one line.
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
-
-# Runpod images keep the pod's variables (RUNPOD_POD_ID, CUDA paths...) in this file; an
-# ssh session does not load it on its own.
-ENV_PRELUDE = "if [ -f /etc/rp_environment ]; then . /etc/rp_environment; fi"
-
-
-@dataclass(frozen=True)
-class RunResult:
-    rc: int
-    stdout: bytes
-    stderr: bytes
-
-    @property
-    def ok(self) -> bool:
-        return self.rc == 0
-
-    def text(self) -> str:
-        return self.stdout.decode("utf-8", "replace")
-
-    def check(self, what: str) -> RunResult:
-        """Self when the command succeeded, else a PodError naming ``what`` and its stderr."""
-        if self.rc != 0:
-            detail = self.stderr.decode("utf-8", "replace").strip().splitlines()
-            tail = f": {detail[-1]}" if detail else ""
-            raise PodError(f"{what} failed on the pod (exit {self.rc}){tail}")
-        return self
-
-
-def remote_command(pod: Pod, argv: Sequence[str], cwd: str | None = None) -> str:
-    """The exact command line sent to the pod for ``argv`` (every element shell-quoted)."""
-    if not argv:
-        raise ValueError("remote_command needs a non-empty argv")
-    lines = [ENV_PRELUDE]
-    lines += [f"export {name}={shlex.quote(value)}" for name, value in pod.env.items()]
-    if cwd is not None:
-        lines.append(f"cd {shlex.quote(pod.remote_path(cwd))} || exit 1")
-    lines.append("exec " + shlex.join(str(a) for a in argv))
-    # The login shell of the pod user may not be POSIX (fish, csh): hand it one quoted word.
-    return "sh -c " + shlex.quote("\n".join(lines))
 
 
 class SSHTarget:
@@ -390,15 +345,13 @@ class SSHTarget:
                 except FileNotFoundError:
                     raise PodError(f"pod {self.pod.name!r}: cannot write {target} (does its folder exist?)") from None
 
-    def read_at(self, remote: str, offset: int, limit: int = WINDOW_BYTES) -> bytes:
+    def read_at(self, remote: str, offset: int, limit: int) -> bytes:
         """At most ``limit`` bytes of ``remote`` (below remote_dir) from ``offset`` on; b'' past its end.
         FileNotFoundError if it does not exist."""
         what = f"reading {remote}"
         with self.network_errors(what):
             with self.sftp.open(self.pod.remote_path(remote), "rb") as handle:
-                size = handle.stat().st_size or 0
-                count = max(0, min(limit, size - offset))
-                return next(handle.readv([(offset, count)], PREFETCH_REQUESTS)) if count else b""
+                return read_window(handle, offset, limit)
 
     def get(self, remote: str, local: Path, size: int | None = None) -> None:
         """Copy ``remote`` (below remote_dir; ``size`` bytes if known) to the local file, written
@@ -410,7 +363,7 @@ class SSHTarget:
         source = self.pod.remote_path(remote)
         local = Path(local)
         # Per process and thread: two pulls of one job at once never write the same temporary file.
-        temporary = local.with_name(f".{local.name}.{os.getpid()}.{threading.get_ident()}.part")
+        temporary = part_path(local)
         what = f"download of {source}"
         try:
             with self.network_errors(what):
@@ -418,8 +371,9 @@ class SSHTarget:
                 try:
                     if size is None:
                         size = sftp.stat(source).st_size or 0
-                    with self.watched(what, self.transfer_deadline(size)) as watch:
-                        self._download(sftp, source, temporary, size, watch)
+                    with self.watched(what, self.transfer_deadline(size)) as watch, sftp.open(source, "rb") as handle:
+                        if download(handle, temporary, size, watch.kick) < size:
+                            raise PodError(f"pod {self.pod.name!r}: {source} shrank during its download")
                 except FileNotFoundError:
                     raise PodError(f"pod {self.pod.name!r}: no file {source}") from None
         except BaseException as exc:  # a timeout, a dropped connection, Ctrl-C: no .part left behind
@@ -429,51 +383,3 @@ class SSHTarget:
                 raise KeyboardInterrupt from None
             raise
         temporary.replace(local)
-
-    def _download(self, sftp: paramiko.SFTPClient, source: str, temporary: Path, size: int, watch: Watch) -> None:
-        with sftp.open(source, "rb") as handle, open(temporary, "wb") as out:
-            offset = 0
-            while offset < size:
-                count = min(WINDOW_BYTES, size - offset)
-                data = next(handle.readv([(offset, count)], PREFETCH_REQUESTS))
-                if not data:
-                    raise PodError(f"pod {self.pod.name!r}: {source} shrank during its download")
-                out.write(data)
-                offset += len(data)
-                watch.kick()
-
-
-def remove_stale_parts(folder: Path) -> list[Path]:
-    """Delete the temporaries :meth:`SSHTarget.get` left in ``folder`` (okc's own name pattern only)
-    when their process is gone (SIGKILL) or they are older than STALE_PART_S; what was removed."""
-    removed = []
-    try:
-        entries = list(os.scandir(folder))
-    except OSError:
-        return removed
-    for entry in entries:
-        match = PART_PATTERN.match(entry.name)
-        if match is None or not entry.is_file(follow_symlinks=False):
-            continue
-        pid = int(match["pid"])
-        try:
-            old = time.time() - entry.stat(follow_symlinks=False).st_mtime > STALE_PART_S
-        except OSError:
-            continue
-        if pid == os.getpid() and not old:
-            continue  # this process's own download, in another thread
-        if old or not _alive(pid):
-            with contextlib.suppress(OSError):
-                os.unlink(entry.path)
-                removed.append(Path(entry.path))
-    return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process: not ours, but not ours to judge either
-        return True
-    return True

@@ -19,7 +19,8 @@ from okc.jobs.incoming import check_listing, escaped
 from okc.pods.config import Pod
 from okc.pods.hostkeys import HostKeyPins, pins_path
 from okc.pods.paths import MAX_JOB_DEPTH, MAX_JOB_FILES, checked_job_id, checked_name, local_path_under
-from okc.pods.ssh import SSHTarget, remove_stale_parts
+from okc.pods.ssh import SSHTarget
+from okc.pods.transfer import remove_stale_parts
 from okc.pods.sync import call_agent, sync  # call_agent: also for this module's importers
 
 READ_CHUNK = 1 << 20
