@@ -50,7 +50,7 @@ SEND_CHUNK = 65536
 POLL_S = 0.2  # how long one wait for remote output may block before checking the deadline
 DEADLINE_GRACE_S = 5.0  # a command's own timeout is checked between reads; the watch is the backstop
 STALL_FACTOR = 3  # input not taken for this many ssh_timeout_s: the remote process is stopped or hung
-MAX_OUTPUT_BYTES = 64 << 20  # an agent answer is a few KiB (a jobs list of 10,000 jobs: ~2 MiB)
+MAX_OUTPUT_BYTES = 8 << 20  # an agent answer is a few KiB (a jobs list of 10,000 jobs: ~1.5 MiB)
 MAX_STDERR_BYTES = 64 << 10  # only its last line is ever shown
 
 # paramiko logs every failed handshake with a traceback; okc reports each failure as one line.

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import stat
 import threading
+from dataclasses import replace
 from pathlib import Path, PurePosixPath
 
 from okc.contract import EXIT_FILE, JOB_FILE, LOG_FILE, ContractError, JobState, is_job_id
@@ -24,6 +25,7 @@ from okc.pods.transfer import remove_stale_parts
 from okc.pods.sync import call_agent, sync  # call_agent: also for this module's importers
 
 READ_CHUNK = 1 << 20
+MAX_EPOCH_S = 253402300799.0  # 9999-12-31: a later start time is no date (and no datetime takes it)
 _synced: set[tuple[str, str]] = set()  # (lab root, pod name) synced by this process
 _sync_lock = threading.Lock()
 
@@ -111,9 +113,13 @@ class PodTarget:
         states = []
         for entry in found:
             try:
-                states.append(JobState.from_json(entry))
+                state = JobState.from_json(entry)
             except ContractError as exc:
                 self.notes.append(f"pod {self.name!r} listed something that is not a job: {escaped(exc)[:200]}")
+                continue
+            if state.started_at is not None and not state.started_at < MAX_EPOCH_S:  # no date to show for it
+                state = replace(state, started_at=None)
+            states.append(state)
         return states
 
     def state(self, job_id: str) -> JobState:
