@@ -301,8 +301,10 @@ def submit(lab: Lab, kind: str, candidate: Candidate | None, *, on: str | None =
 
 def settled(lab: Lab, job_id: str, known: set[str]) -> bool:
     """Whether the lab is done with a finished job: recorded, refused, or home with nothing to record."""
-    if job_id in known or not is_job_id(job_id):  # a name that is no job id was never the lab's to pull
-        return job_id in known
+    if job_id in known:
+        return True
+    if not is_job_id(job_id):  # names no folder here: pull refuses it each time, with a line
+        return False
     if incoming.refused(lab.results, job_id) is not None:
         return True
     job_dir = lab.results / job_id
