@@ -346,12 +346,14 @@ class SSHTarget:
                     raise PodError(f"pod {self.pod.name!r}: cannot write {target} (does its folder exist?)") from None
 
     def read_at(self, remote: str, offset: int, limit: int) -> bytes:
-        """At most ``limit`` bytes of ``remote`` (below remote_dir) from ``offset`` on; b'' past its end.
-        FileNotFoundError if it does not exist."""
-        what = f"reading {remote}"
-        with self.network_errors(what):
-            with self.sftp.open(self.pod.remote_path(remote), "rb") as handle:
-                return read_window(handle, offset, limit)
+        """At most ``limit`` bytes of ``remote`` (below remote_dir) from ``offset`` on; b'' past its
+        end or while it does not exist."""
+        with self.network_errors(f"reading {remote}"):
+            try:
+                with self.sftp.open(self.pod.remote_path(remote), "rb") as handle:
+                    return read_window(handle, offset, limit)
+            except FileNotFoundError:
+                return b""
 
     def get(self, remote: str, local: Path, size: int | None = None) -> None:
         """Copy ``remote`` (below remote_dir; ``size`` bytes if known) to the local file, written

@@ -99,11 +99,7 @@ class PodTarget:
                 return False
 
     def read(self, job_id: str, name: str, offset: int) -> bytes:
-        with self.ssh.network_errors(f"reading {name} of job {job_id}"):
-            try:
-                return self.ssh.read_at(f"{remote_job_dir(job_id)}/{name}", offset, READ_CHUNK)
-            except FileNotFoundError:
-                return b""
+        return self.ssh.read_at(f"{remote_job_dir(job_id)}/{name}", offset, READ_CHUNK)
 
     def jobs(self) -> list[JobState]:
         """The agent's job list; an entry that is not a job state is left out with a note (the rest still count)."""
