@@ -16,17 +16,19 @@ pulled (its watchdog and ``okc pod terminate`` are not held up by it for ever).
 
 from __future__ import annotations
 
+import codecs
 import json
 import math
 import re
 import shutil
 from pathlib import Path
+from typing import Callable, Iterable
 
 from okc.contract import (
-    ENV_FILE, JOB_FILE, LAUNCHER_FILE, PHASE_FILE, PID_FILE, PROGRESS_FILE, RESULT_FILE, ContractError, parse_result,
-    read_job, write_json,
+    ENV_FILE, JOB_FILE, LAUNCHER_FILE, PHASE_FILE, PID_FILE, PROGRESS_FILE, RESULT_FILE, ContractError, is_job_id,
+    parse_result, read_job, write_json,
 )
-from okc.errors import UnsafeRemote
+from okc.errors import JudgeError, UnsafeRemote
 
 MAX_FILE_BYTES = 2 << 30  # one file of a job: a candidate printing in a loop can fill a log this far
 MAX_JOB_BYTES = 4 << 30  # a job folder in all
@@ -45,6 +47,15 @@ def escaped(text: object) -> str:
     if text.isprintable():
         return text
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+def stream_log(chunks: Iterable[bytes], write: Callable[[str], None]) -> None:
+    """Decode a log's chunks as they come (a character split between two stays whole) and write
+    each escaped (:func:`escaped_log`)."""
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    for chunk in chunks:
+        write(escaped_log(decoder.decode(chunk)))
+    write(escaped_log(decoder.decode(b"", final=True)))
 
 
 def escaped_log(text: str) -> str:
@@ -191,3 +202,21 @@ def refuse(results: Path, job_id: str, target: str, reason: str) -> str:
             shutil.rmtree(came_home, ignore_errors=True)
     write_json(refusal_path(results, job_id), {"job": job_id, "target": target, "reason": reason})
     return f"job {job_id} refused: {escaped(reason)} (set aside in {folder}; not pulled again)"
+
+
+def settled(results: Path, job_id: str, known: set[str]) -> bool:
+    """Whether the lab is done with a finished job: recorded (``known``), refused, or home with
+    nothing to record."""
+    from okc.jobs.folder import is_home, recordable
+
+    if job_id in known:
+        return True
+    if not is_job_id(job_id):  # names no folder here: pull refuses it each time, with a line
+        return False
+    if refused(results, job_id) is not None:
+        return True
+    job_dir = results / job_id
+    try:
+        return is_home(job_dir) and (job_dir / RESULT_FILE).exists() and not recordable(job_dir)
+    except (JudgeError, ValueError, OSError):  # a folder an older okc let home unchecked: pull says why
+        return False

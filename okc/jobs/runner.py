@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from okc.benchrules import aa_floor
-from okc.contract import EXIT_FILE, JOB_FILE, LOG_FILE, PROGRESS_FILE, RESULT_FILE, JobResult, JobState, is_job_id, read_json
+from okc.contract import EXIT_FILE, JOB_FILE, LOG_FILE, PROGRESS_FILE, JobResult, JobState, is_job_id, read_json
 from okc.errors import ConfigError, JudgeError, LedgerError, OkcError, PodError, UnreachableError, UnsafeRemote
 from okc.jobs import incoming
-from okc.jobs.folder import create_job, finish_job, is_home, job_spec, record_job, recordable
+from okc.jobs.folder import create_job, finish_job, is_home, job_spec, record_job
 from okc.jobs.target import LocalTarget, Target
 from okc.lab.candidates import Candidate
 from okc.lab.config import Lab
@@ -299,27 +299,12 @@ def submit(lab: Lab, kind: str, candidate: Candidate | None, *, on: str | None =
 # -- looking after jobs ----------------------------------------------------------------
 
 
-def settled(lab: Lab, job_id: str, known: set[str]) -> bool:
-    """Whether the lab is done with a finished job: recorded, refused, or home with nothing to record."""
-    if job_id in known:
-        return True
-    if not is_job_id(job_id):  # names no folder here: pull refuses it each time, with a line
-        return False
-    if incoming.refused(lab.results, job_id) is not None:
-        return True
-    job_dir = lab.results / job_id
-    try:
-        return is_home(job_dir) and (job_dir / RESULT_FILE).exists() and not recordable(job_dir)
-    except (JudgeError, ValueError, OSError):  # a folder an older okc let home unchecked: pull says why
-        return False
-
-
 def list_jobs(lab: Lab, target: Target) -> list[tuple[JobState, bool]]:
     """Every job on the target (running, finished, lost), and whether it is home and recorded (or refused)."""
     found = target.jobs()
     with ledger(lab.ledger_path) as conn:
         known = recorded_job_ids(conn)
-    return [(entry, settled(lab, entry.job, known)) for entry in found]
+    return [(entry, incoming.settled(lab.results, entry.job, known)) for entry in found]
 
 
 def unpulled_jobs(lab: Lab, pod, info) -> list[str]:
@@ -356,18 +341,19 @@ def logs(lab: Lab, target: Target, job_id: str, write: Callable[[str], None]) ->
     """Stream the job's log to ``write``, a chunk at a time: the copy here once the job is home,
     else as the target has it now (memory stays bounded whatever the log's size)."""
     job_dir = lab.results / check_job_id(job_id)
-    decoder = codecs.getincrementaldecoder("utf-8")("replace")
     if is_home(job_dir):
         with open(job_dir / LOG_FILE, "rb") as handle:
-            while chunk := handle.read(LOG_CHUNK):
-                write(incoming.escaped_log(decoder.decode(chunk)))
-    else:
-        target.state(job_id)  # a clear error for a job the target does not have
-        offset = 0
-        while chunk := target.read(job_id, LOG_FILE, offset):
-            offset += len(chunk)
-            write(incoming.escaped_log(decoder.decode(chunk)))
-    write(incoming.escaped_log(decoder.decode(b"", final=True)))
+            incoming.stream_log(iter(lambda: handle.read(LOG_CHUNK), b""), write)
+        return
+    target.state(job_id)  # a clear error for a job the target does not have
+    incoming.stream_log(_log_chunks(target, job_id), write)
+
+
+def _log_chunks(target: Target, job_id: str):
+    offset = 0
+    while chunk := target.read(job_id, LOG_FILE, offset):
+        offset += len(chunk)
+        yield chunk
 
 
 def _wanted(target: Target, job_id: str | None) -> list[JobState]:
@@ -385,11 +371,8 @@ def _wanted(target: Target, job_id: str | None) -> list[JobState]:
 
 def pull(lab: Lab, target: Target, job_id: str | None = None) -> PullReport:
     """Bring home every finished job not yet recorded (or just ``job_id``), recording each as it arrives.
-
-    One bad job never stops the others: what the pod sent for it is refused once (okc.jobs.incoming)
-    or, for a failure of that job alone, reported and tried again at the next pull. A lost
-    connection or a broken ledger ends the pull (what came home so far is recorded).
-    """
+    A bad job is refused once (okc.jobs.incoming) or, failing alone, reported and tried at the next
+    pull; the others still come. A lost connection or a broken ledger ends the pull."""
     entries = _wanted(target, job_id)
     pulled, refused, recorded = [], [], 0
     with ledger(lab.ledger_path) as conn:
@@ -401,18 +384,16 @@ def pull(lab: Lab, target: Target, job_id: str | None = None) -> PullReport:
             if not is_job_id(name):
                 refused.append(f"refused a job id from {target.name!r}: {incoming.escaped(repr(name))[:200]}")
                 continue
-            if settled(lab, name, known):
+            if incoming.settled(lab.results, name, known):
                 continue  # refused once already, or home with nothing for the ledger (a sweep's timing, a usage error)
             job_dir = lab.results / name
             try:  # the target makes the folder once the pod's names are checked: a refused job leaves none
                 recorded += bring_home(target, job_dir, conn)
+                pulled.append(job_dir)
             except UnsafeRemote as exc:  # this job's files are refused; the others still come home
                 refused.append(str(exc))
-                continue
-            except (UnreachableError, LedgerError):
+            except UnreachableError:  # the connection is gone: no later job would come either
                 raise
             except (PodError, JudgeError) as exc:  # this job alone failed (a file the pod will not serve)
                 refused.append(f"job {name}: not pulled: {incoming.escaped(exc)}")
-                continue
-            pulled.append(job_dir)
     return PullReport(tuple(pulled), recorded, tuple(refused), tuple(target.notes))
