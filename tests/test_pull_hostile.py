@@ -81,7 +81,8 @@ def test_pull_refuses_crafted_names_and_ids_and_pulls_the_honest_job(lab_root, s
 # -- values a pod chooses ---------------------------------------------------------------
 
 from okc.contract import write_json  # noqa: E402
-from okc.jobs import incoming, runner as job_runner  # noqa: E402
+from okc import incoming  # noqa: E402
+from okc.jobs import runner as job_runner  # noqa: E402
 from okc.lab.ledger import ledger, runs  # noqa: E402
 from okc.pods.config import resolve_pod  # noqa: E402
 from okc.pods.target import PodTarget  # noqa: E402

@@ -23,8 +23,8 @@ from typing import Any
 from okc.benchrules import aa_floor
 from okc.contract import EXIT_FILE, JOB_FILE, LOG_FILE, PROGRESS_FILE, JobResult, JobState, is_job_id, read_json
 from okc.errors import ConfigError, JudgeError, LedgerError, OkcError, PodError, UnreachableError, UnsafeRemote
-from okc.jobs import incoming
-from okc.jobs.folder import create_job, finish_job, is_home, job_spec, record_job
+from okc import incoming
+from okc.jobs.folder import create_job, finish_job, is_home, job_spec, record_job, settled
 from okc.jobs.target import LocalTarget, Target
 from okc.lab.candidates import Candidate
 from okc.lab.config import Lab
@@ -185,7 +185,7 @@ def follow(target: Target, job_dir: Path, on_log: Callable[[str], None] | None =
 
 
 def come_home(target: Target, job_dir: Path) -> None:
-    """Fetch a finished job and check what a remote target sent (okc.jobs.incoming); a refused
+    """Fetch a finished job and check what a remote target sent (okc.incoming); a refused
     job is set aside for good and UnsafeRemote says so."""
     try:
         target.fetch(job_dir.name, job_dir)
@@ -304,7 +304,7 @@ def list_jobs(lab: Lab, target: Target) -> list[tuple[JobState, bool]]:
     found = target.jobs()
     with ledger(lab.ledger_path) as conn:
         known = recorded_job_ids(conn)
-    return [(entry, incoming.settled(lab.results, entry.job, known)) for entry in found]
+    return [(entry, settled(lab.results, entry.job, known)) for entry in found]
 
 
 def unpulled_jobs(lab: Lab, pod, info) -> list[str]:
@@ -371,7 +371,7 @@ def _wanted(target: Target, job_id: str | None) -> list[JobState]:
 
 def pull(lab: Lab, target: Target, job_id: str | None = None) -> PullReport:
     """Bring home every finished job not yet recorded (or just ``job_id``), recording each as it arrives.
-    A bad job is refused once (okc.jobs.incoming) or, failing alone, reported and tried at the next
+    A bad job is refused once (okc.incoming) or, failing alone, reported and tried at the next
     pull; the others still come. A lost connection or a broken ledger ends the pull."""
     entries = _wanted(target, job_id)
     pulled, refused, recorded = [], [], 0
@@ -384,7 +384,7 @@ def pull(lab: Lab, target: Target, job_id: str | None = None) -> PullReport:
             if not is_job_id(name):
                 refused.append(f"refused a job id from {target.name!r}: {incoming.escaped(repr(name))[:200]}")
                 continue
-            if incoming.settled(lab.results, name, known):
+            if settled(lab.results, name, known):
                 continue  # refused once already, or home with nothing for the ledger (a sweep's timing, a usage error)
             job_dir = lab.results / name
             try:  # the target makes the folder once the pod's names are checked: a refused job leaves none

@@ -16,7 +16,7 @@ from pathlib import Path, PurePosixPath
 
 from okc.contract import EXIT_FILE, JOB_FILE, LOG_FILE, ContractError, JobState, is_job_id
 from okc.errors import ConfigError, PodError, UnsafeRemote
-from okc.jobs.incoming import check_listing, escaped
+from okc.incoming import check_listing, escaped
 from okc.pods.config import Pod
 from okc.pods.hostkeys import HostKeyPins, pins_path
 from okc.pods.paths import MAX_JOB_DEPTH, MAX_JOB_FILES, checked_job_id, checked_name, local_path_under
@@ -132,7 +132,7 @@ class PodTarget:
 
         Every name and size is checked before the folder is made or a byte is written: a file
         with an odd name is skipped with a note; a symlinked job folder, a folder without
-        exit_code or over okc.jobs.incoming's size caps is refused (UnsafeRemote), and the
+        exit_code or over okc.incoming's size caps is refused (UnsafeRemote), and the
         pod is told the lab is done with it.
         """
         remote = remote_job_dir(checked_job_id(job_id))

@@ -209,7 +209,7 @@ def to_rich(t: Table, width: int):
     from rich.table import Table as RichTable
     from rich.text import Text
 
-    from okc.jobs.incoming import escaped
+    from okc.incoming import escaped
 
     shown, widths, dropped = fit(t, width)
     caption = t.caption

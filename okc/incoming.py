@@ -1,4 +1,5 @@
-"""What a target sends home, checked before it is recorded or printed.
+"""What a pod sends home, checked before it is recorded or printed (beside okc.contract: pods,
+jobs and reports use it, and pods and jobs do not import each other).
 
 A pod is not trusted with the ledger any more than with the disk (okc.pods.paths guards
 the disk). Before a pulled job is recorded its folder must say what okc asked for: job.json
@@ -25,10 +26,10 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from okc.contract import (
-    ENV_FILE, JOB_FILE, LAUNCHER_FILE, PHASE_FILE, PID_FILE, PROGRESS_FILE, RESULT_FILE, ContractError, is_job_id,
-    parse_result, read_job, write_json,
+    ENV_FILE, JOB_FILE, LAUNCHER_FILE, PHASE_FILE, PID_FILE, PROGRESS_FILE, RESULT_FILE, ContractError, parse_result,
+    read_job, write_json,
 )
-from okc.errors import JudgeError, UnsafeRemote
+from okc.errors import UnsafeRemote
 
 MAX_FILE_BYTES = 2 << 30  # one file of a job: a candidate printing in a loop can fill a log this far
 MAX_JOB_BYTES = 4 << 30  # a job folder in all
@@ -203,20 +204,3 @@ def refuse(results: Path, job_id: str, target: str, reason: str) -> str:
     write_json(refusal_path(results, job_id), {"job": job_id, "target": target, "reason": reason})
     return f"job {job_id} refused: {escaped(reason)} (set aside in {folder}; not pulled again)"
 
-
-def settled(results: Path, job_id: str, known: set[str]) -> bool:
-    """Whether the lab is done with a finished job: recorded (``known``), refused, or home with
-    nothing to record."""
-    from okc.jobs.folder import is_home, recordable
-
-    if job_id in known:
-        return True
-    if not is_job_id(job_id):  # names no folder here: pull refuses it each time, with a line
-        return False
-    if refused(results, job_id) is not None:
-        return True
-    job_dir = results / job_id
-    try:
-        return is_home(job_dir) and (job_dir / RESULT_FILE).exists() and not recordable(job_dir)
-    except (JudgeError, ValueError, OSError):  # a folder an older okc let home unchecked: pull says why
-        return False
