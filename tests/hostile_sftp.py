@@ -54,9 +54,12 @@ class _Server(paramiko.ServerInterface):
     def check_channel_exec_request(self, channel, command):
         def answer():
             time.sleep(EXEC_REPLY_DELAY_S)
-            channel.sendall(self.crafted.answer)
-            channel.send_exit_status(0)
-            channel.close()
+            try:
+                channel.sendall(self.crafted.answer)
+                channel.send_exit_status(0)
+                channel.close()
+            except (EOFError, OSError):
+                pass  # the client hung up first (it refused a flood)
 
         threading.Thread(target=answer, daemon=True).start()
         return True

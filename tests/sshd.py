@@ -215,5 +215,5 @@ def ssh_lab(lab_root, tmp_path, sshd, monkeypatch):
         yaml.safe_dump({"default": POD_NAME, "pods": {POD_NAME: sshd.pod_settings(remote)}})
     )
     monkeypatch.setenv(KNOWN_HOSTS_ENV, str(tmp_path / "known_hosts"))
-    HostKeyPins(tmp_path / "known_hosts").pin(sshd.known_hosts_name, sshd.host_key_public)
+    HostKeyPins(tmp_path / "known_hosts").pin(f"pod/{POD_NAME}", sshd.host_key_public)
     return find_lab(lab_root)

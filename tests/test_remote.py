@@ -120,7 +120,9 @@ def test_a_second_job_waits_for_the_gpu_lock(ssh_lab):
             assert time.monotonic() < deadline, log.read_text()
             time.sleep(0.2)
         with _pod_target(ssh_lab, pod) as target:
-            assert "waiting for a GPU: gpu lock held by other-job" in runner.logs(ssh_lab, target, job_dir.name)
+            shown: list[str] = []
+            runner.logs(ssh_lab, target, job_dir.name, shown.append)
+            assert "waiting for a GPU: gpu lock held by other-job" in "".join(shown)
         assert _states(ssh_lab)[job_dir.name] == "running"
 
         progress = {"pairs": 7, "half_width": 0.01}
@@ -149,7 +151,7 @@ def test_job_ids_cannot_inject_or_escape(ssh_lab, job_id):
         with pytest.raises(ConfigError):
             runner.attach(ssh_lab, target, job_id)
         with pytest.raises(ConfigError):
-            runner.logs(ssh_lab, target, job_id)
+            runner.logs(ssh_lab, target, job_id, print)
         with pytest.raises(ConfigError):
             runner.pull(ssh_lab, target, job_id)
 

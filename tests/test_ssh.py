@@ -147,7 +147,7 @@ def test_trust_then_connect(ssh_lab, sshd):
 
 def test_changed_host_key_is_refused(ssh_lab, sshd):
     impostor = paramiko.Ed25519Key.from_private_key_file(str(sshd.client_key))  # any other ed25519 key
-    HostKeyPins(pins_path(ssh_lab)).pin(sshd.known_hosts_name, impostor)
+    HostKeyPins(pins_path(ssh_lab)).pin("pod/testpod", impostor)
     with _target(ssh_lab) as target, pytest.raises(PodError) as error:
         target.run(["true"])
     message = str(error.value)

@@ -151,6 +151,28 @@ def test_a_port_that_is_not_ssh_is_named(ssh_lab, reply):
     assert time.monotonic() - started < 6
 
 
+def test_an_ssh_banner_then_silence_is_unreachable_not_a_refusal(ssh_lab):
+    listener = _silent_server(b"SSH-2.0-OpenSSH_9.6\r\n")
+    try:
+        _set(ssh_lab, port=listener.getsockname()[1], ssh_timeout_s=2)
+        started = time.monotonic()
+        result = invoke("sync")
+    finally:
+        listener.close()
+    assert result.exit_code == 3, result.output
+    line = _one_line(result)
+    assert "did not finish the key exchange" in line and "No existing session" not in line, line
+    assert time.monotonic() - started < 8
+
+
+def test_a_port_out_of_range_in_ssh_config_is_a_usage_error(ssh_lab, sshd):
+    Path(os.environ["OKC_SSH_CONFIG"]).write_text(f"Host gpubox\n  HostName 127.0.0.1\n  Port {sshd.port + 65536}\n")
+    _set(ssh_lab, host="gpubox", port=None)
+    result = invoke("sync")
+    assert result.exit_code == 2, result.output
+    assert "must be between 1 and 65535" in _one_line(result)
+
+
 def test_a_garbage_identity_file_is_named(ssh_lab, tmp_path):
     garbage = tmp_path / "id_garbage"
     garbage.write_text("this is not a key\n")
@@ -217,10 +239,17 @@ def test_the_pin_file_is_private(ssh_lab, monkeypatch):
     assert path.parent.stat().st_mode & 0o777 == 0o700
 
 
-def test_a_pin_file_from_before_per_pod_pins_still_works(ssh_lab, sshd):
-    """ssh_lab pins the old way, by [host]:port: it keeps working, and the pod gets its own pin."""
+def test_a_pin_from_before_per_pod_pins_lets_no_pod_connect_until_trusted(ssh_lab, sshd):
+    """An older okc's [host]:port pin does not say which pod was trusted: a pod name never trusted
+    is refused through it, pointed at okc pod trust; once confirmed the pod has its own pin."""
     path = pins_path(ssh_lab)
-    assert path.read_text().startswith(f"{sshd.known_hosts_name} ")
+    HostKeyPins(path).path.write_text(f"{sshd.known_hosts_name} ssh-ed25519 {sshd.host_key_public.get_base64()}\n")
+    refused = invoke("sync")
+    assert refused.exit_code == 2, refused.output
+    assert "no host-key pin of its own" in refused.output and f"okc pod trust {POD_NAME}" in refused.output
+    assert not HostKeyPins(path).lookup(pin_name(resolve_pod(ssh_lab, POD_NAME)))
+    trusted = invoke("pod", "trust", POD_NAME, "--yes")
+    assert trusted.exit_code == 0 and "pinned in" in trusted.output, trusted.output
     assert invoke("sync").exit_code == 0
     pins = HostKeyPins(path)
     assert fingerprint(pins.lookup(pin_name(resolve_pod(ssh_lab, POD_NAME)))["ssh-ed25519"]) == fingerprint(sshd.host_key_public)

@@ -82,9 +82,9 @@ def _ends_in_time(result, stall: Stall) -> str:
     return line
 
 
-def _write_big(path: Path) -> None:
+def _write_big(path: Path, megabytes: int = BIG_MB) -> None:
     with open(path, "wb") as handle:
-        for index in range(BIG_MB):
+        for index in range(megabytes):
             handle.write(bytes([index % 251]) * (1 << 20))
 
 
@@ -136,3 +136,55 @@ def test_a_stalled_pod_during_pull(ssh_lab, sshd):
     with Stall(sshd, mid_download) as stall:
         result = runner.invoke(app, ["pull"])
         _ends_in_time(result, stall)
+
+
+def _agent_pids(verb: str, remote: Path) -> list[int]:
+    """The pod-side agent processes running ``verb`` on ``remote`` (the pod is this machine)."""
+    wanted = b"\0" + verb.encode() + b"\0" + str(remote).encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if wanted in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+class StopAgent(Stall):
+    """Stops the agent's `apply` (not sshd: the connection keeps answering keepalives) once ``ready()``."""
+
+    def __init__(self, sshd, ready, remote: Path):
+        super().__init__(sshd, ready)
+        self.remote = remote
+
+    def _watch(self):
+        deadline = time.monotonic() + WATCH_S
+        while not self.done.is_set() and time.monotonic() < deadline:
+            if self.ready() and (pids := _agent_pids("apply", self.remote)):
+                self.pids = pids
+                for pid in pids:
+                    os.kill(pid, signal.SIGSTOP)
+                self.stopped_at = time.monotonic()
+                return
+            time.sleep(0.005)
+
+
+def test_a_remote_process_stopped_mid_sync_is_given_up_although_sshd_answers(ssh_lab, sshd):
+    from okc.pods.ssh import STALL_FACTOR
+
+    _short_deadlines(ssh_lab)
+    _write_big(ssh_lab.candidates / "040_big.bin", 16)  # more than the channel's window: the send blocks
+    staging = _remote(ssh_lab) / ".okc" / "staging"
+
+    def mid_transfer():
+        return any(p.stat().st_size > 0 for p in staging.glob("*")) if staging.is_dir() else False
+
+    with StopAgent(sshd, mid_transfer, _remote(ssh_lab)) as stall:
+        result = runner.invoke(app, ["sync"])
+        finished = time.monotonic()
+    assert stall.stopped_at is not None, result.output
+    assert result.exit_code == 3, result.output
+    assert "made no progress" in result.output and "Traceback" not in result.output, result.output
+    assert finished - stall.stopped_at < STALL_FACTOR * SSH_TIMEOUT_S + SLACK_S, f"{finished - stall.stopped_at:.1f} s"

@@ -3,6 +3,7 @@ cache, bounded memory, and messages that name the operation."""
 
 from __future__ import annotations
 
+import json
 import os
 import time
 import tracemalloc
@@ -139,3 +140,15 @@ def sys_python() -> str:
     import sys
 
     return sys.executable
+
+
+def test_a_remote_manifest_past_its_cap_is_not_read_whole(ssh_lab, monkeypatch):
+    from okc.pods import sync as sync_module
+
+    monkeypatch.setattr(sync_module, "MAX_MANIFEST_BYTES", 1 << 10)
+    manifest = Path(resolve_pod(ssh_lab).remote_dir) / ".okc" / "manifest.json"
+    manifest.parent.mkdir(parents=True)
+    files = {f"candidates/{i:04d}.py": {"size": 1, "sha256": "0" * 64} for i in range(100)}
+    manifest.write_text(json.dumps({"schema_version": 1, "files": files}))
+    with SSHTarget(resolve_pod(ssh_lab), HostKeyPins(pins_path(ssh_lab))) as target:
+        assert sync_module.remote_manifest(target) == {}

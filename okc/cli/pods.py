@@ -256,11 +256,13 @@ def jobs_command(
     with target:
         if job is None:
             show(jobs_document(list_jobs(lab, target), target.name), fmt)
-            return
-        from okc.reports.timeline import job_document, job_files
+        else:
+            from okc.reports.timeline import job_document, job_files
 
-        job_id, read = job_files(lab, target, job)
-        show(job_document(read, job_id), fmt)
+            job_id, read = job_files(lab, target, job)
+            show(job_document(read, job_id), fmt)
+    for line in target.notes:
+        err.print(line, markup=False, soft_wrap=True)
 
 
 @app.command()
@@ -296,8 +298,7 @@ def logs(
 
     lab, target = _target(on)
     with target:
-        text = job_logs(lab, target, job)
-    out.print(text, end="", markup=False, highlight=False, soft_wrap=True)
+        job_logs(lab, target, job, write=lambda text: (out.file.write(text), out.file.flush()))
 
 
 @app.command()
@@ -320,7 +321,7 @@ def pull(
         report = pull_jobs(lab, target, job)
     for job_dir in report.pulled:
         out.print(f"pulled {job_dir.name}", markup=False)
-    for line in report.refused:
+    for line in (*report.notes, *report.refused):
         err.print(line, markup=False, soft_wrap=True)
     out.print(f"{len(report.pulled)} job(s) pulled from {target.name}, {report.recorded} new ledger row(s)", markup=False)
     if report.refused:

@@ -8,6 +8,7 @@ will run); ``finish_job`` writes the launcher's verdict when the worker left non
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import shutil
 from datetime import datetime, timezone
@@ -17,14 +18,16 @@ from typing import Any
 import okc
 from okc.contract import (
     ENV_FILE, EXIT_FILE, JOB_FILE, LAUNCHER_FILE, LOG_FILE, LOST_REASON, PHASE_FILE, RESULT_FILE, BadJob,
-    ContractError, JobResult, JobSpec, SourceRef, parse_result, read_job, read_json, result_document, write_json,
+    ContractError, JobResult, JobSpec, SourceRef, is_job_id, parse_result, read_job, read_json, result_document, write_json,
 )
 from okc.errors import ConfigError, JudgeError
+from okc import incoming
 from okc.judge.trial import CHECK_FILE  # a try job's check verdict (that module imports only okc.contract)
 from okc.lab.candidates import Candidate
 from okc.lab.config import Lab
 from okc.lab.ledger import AA_MARK, Floor, Run, insert_run, record_floor, transaction
 
+LOG_TAIL_BYTES = 64 << 10  # the end of a log that its last line is looked for in
 CPU_LABEL = "CPU"  # the ledger's gpu column for a job that ran on the CPU (its numbers are CPU timings)
 
 
@@ -125,10 +128,15 @@ def _signal_name(returncode: int) -> str:
 
 
 def _last_log_line(job_dir: Path) -> str | None:
+    """The log's last line (its first 300 characters), read from the log's end alone: a
+    candidate printing in a loop can leave gigabytes."""
     try:
-        lines = (job_dir / LOG_FILE).read_text(encoding="utf-8", errors="replace").strip().splitlines()
+        with open(job_dir / LOG_FILE, "rb") as handle:
+            handle.seek(max(0, handle.seek(0, os.SEEK_END) - LOG_TAIL_BYTES))
+            tail = handle.read(LOG_TAIL_BYTES)
     except OSError:
         return None
+    lines = tail.decode("utf-8", "replace").strip().splitlines()
     return lines[-1][:300] if lines else None
 
 
@@ -256,3 +264,19 @@ def record_job(conn, job_dir: Path) -> bool:
 def recordable(job_dir: Path) -> bool:
     """Whether a finished job makes a ledger row at all."""
     return floor_for(job_dir) is not None or bool(runs_for(job_dir))
+
+
+def settled(results: Path, job_id: str, known: set[str]) -> bool:
+    """Whether the lab is done with a finished job: recorded (``known``), refused, or home with
+    nothing to record."""
+    if job_id in known:
+        return True
+    if not is_job_id(job_id):  # names no folder here: pull refuses it each time, with a line
+        return False
+    if incoming.refused(results, job_id) is not None:
+        return True
+    job_dir = results / job_id
+    try:
+        return is_home(job_dir) and (job_dir / RESULT_FILE).exists() and not recordable(job_dir)
+    except (JudgeError, ValueError, OSError):  # a folder an older okc let home unchecked: pull says why
+        return False

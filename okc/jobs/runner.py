@@ -21,14 +21,16 @@ from pathlib import Path
 from typing import Any
 
 from okc.benchrules import aa_floor
-from okc.contract import EXIT_FILE, JOB_FILE, LOG_FILE, PROGRESS_FILE, RESULT_FILE, JobResult, JobState, is_job_id, read_json
+from okc.contract import EXIT_FILE, JOB_FILE, LOG_FILE, PROGRESS_FILE, JobResult, JobState, is_job_id, read_json
 from okc.errors import ConfigError, JudgeError, LedgerError, OkcError, PodError, UnreachableError, UnsafeRemote
-from okc.jobs.folder import create_job, finish_job, is_home, job_spec, record_job, recordable
+from okc import incoming
+from okc.jobs.folder import create_job, finish_job, is_home, job_spec, record_job, settled
 from okc.jobs.target import LocalTarget, Target
 from okc.lab.candidates import Candidate
 from okc.lab.config import Lab
 from okc.lab.ledger import latest_aa, ledger, recorded_job_ids
 
+LOG_CHUNK = 1 << 20  # okc logs reads and prints this much at a time, whatever the log's size
 STATE_EVERY_S = 5.0  # how often a followed job is checked for having died without an exit code
 CANCEL_WAIT_S = 15.0  # after Ctrl-C, how long the launcher gets to stop a local job and write its files
 
@@ -49,7 +51,8 @@ class Outcome:
 class PullReport:
     pulled: tuple[Path, ...]  # brought home (or found home) and recorded by this pull
     recorded: int  # new ledger rows
-    refused: tuple[str, ...]  # one line per job the pod sent something unsafe for
+    refused: tuple[str, ...]  # one line per job the pod sent something unsafe for, or that failed alone
+    notes: tuple[str, ...] = ()  # what was skipped without refusing a job (an odd file name)
 
 
 def pod_for(lab: Lab, on: str | None):
@@ -181,9 +184,21 @@ def follow(target: Target, job_dir: Path, on_log: Callable[[str], None] | None =
         raise
 
 
+def come_home(target: Target, job_dir: Path) -> None:
+    """Fetch a finished job and check what a remote target sent (okc.incoming); a refused
+    job is set aside for good and UnsafeRemote says so."""
+    try:
+        target.fetch(job_dir.name, job_dir)
+        if target.remote:
+            incoming.check_home(job_dir, target.name)
+    except UnsafeRemote as exc:
+        raise UnsafeRemote(incoming.refuse(job_dir.parent, job_dir.name, target.name, str(exc))) from None
+
+
 def bring_home(target: Target, job_dir: Path, conn) -> bool:
-    """Fetch a finished job, write the launcher's verdict if the worker left none, record it; True if a new row."""
-    target.fetch(job_dir.name, job_dir)
+    """Fetch a finished job, check it, write the launcher's verdict if the worker left none, record it;
+    True if a new row."""
+    come_home(target, job_dir)
     finish_job(job_dir)
     return record_job(conn, job_dir)
 
@@ -202,7 +217,7 @@ def execute(target: Target, job_dir: Path, gpus: str | None = None, on_log: Call
         raise
     try:
         follow(target, job_dir, on_log, on_progress, cancel, watch)
-        target.fetch(job_dir.name, job_dir)
+        come_home(target, job_dir)
     except KeyboardInterrupt:  # a local job was stopped: its folder says so (result.json: interrupted)
         # A pod's job is not stopped by Ctrl-C, and its folder here may be half fetched: left for okc pull.
         if not target.remote and target.done(job_dir.name):
@@ -285,18 +300,11 @@ def submit(lab: Lab, kind: str, candidate: Candidate | None, *, on: str | None =
 
 
 def list_jobs(lab: Lab, target: Target) -> list[tuple[JobState, bool]]:
-    """Every job on the target (running, finished, lost), and whether it is home and recorded."""
+    """Every job on the target (running, finished, lost), and whether it is home and recorded (or refused)."""
     found = target.jobs()
     with ledger(lab.ledger_path) as conn:
         known = recorded_job_ids(conn)
-
-    def pulled(entry: JobState) -> bool:
-        if entry.job in known:
-            return True
-        job_dir = lab.results / entry.job
-        return is_job_id(entry.job) and is_home(job_dir) and (job_dir / RESULT_FILE).exists() and not recordable(job_dir)
-
-    return [(entry, pulled(entry)) for entry in found]
+    return [(entry, settled(lab.results, entry.job, known)) for entry in found]
 
 
 def unpulled_jobs(lab: Lab, pod, info) -> list[str]:
@@ -329,29 +337,43 @@ def attach(lab: Lab, target: Target, job_id: str, on_log=None, on_progress=None)
     return Outcome(job_dir, finish_job(job_dir), recorded)
 
 
-def logs(lab: Lab, target: Target, job_id: str) -> str:
-    """The job's whole log: the copy here once the job is home, else as the target has it now."""
+def logs(lab: Lab, target: Target, job_id: str, write: Callable[[str], None]) -> None:
+    """Stream the job's log to ``write``, a chunk at a time: the copy here once the job is home,
+    else as the target has it now (memory stays bounded whatever the log's size)."""
     job_dir = lab.results / check_job_id(job_id)
     if is_home(job_dir):
-        return (job_dir / LOG_FILE).read_text(encoding="utf-8", errors="replace")
+        with open(job_dir / LOG_FILE, "rb") as handle:
+            incoming.stream_log(iter(lambda: handle.read(LOG_CHUNK), b""), write)
+        return
     target.state(job_id)  # a clear error for a job the target does not have
-    chunks, offset = [], 0
+    incoming.stream_log(_log_chunks(target, job_id), write)
+
+
+def _log_chunks(target: Target, job_id: str):
+    offset = 0
     while chunk := target.read(job_id, LOG_FILE, offset):
-        chunks.append(chunk)
         offset += len(chunk)
-    return b"".join(chunks).decode("utf-8", "replace")
+        yield chunk
+
+
+def _wanted(target: Target, job_id: str | None) -> list[JobState]:
+    entries = target.jobs()
+    if job_id is None:
+        return entries
+    check_job_id(job_id)
+    entries = [e for e in entries if e.job == job_id]
+    if not entries:
+        raise PodError(f"no job {job_id} on {target.name!r}")
+    if not entries[0].over:
+        raise PodError(f"job {job_id} is {entries[0].state} on {target.name!r}; follow it with: okc attach {job_id}")
+    return entries
 
 
 def pull(lab: Lab, target: Target, job_id: str | None = None) -> PullReport:
-    """Bring home every finished job not yet recorded (or just ``job_id``), recording each as it arrives."""
-    entries = target.jobs()
-    if job_id is not None:
-        check_job_id(job_id)
-        entries = [e for e in entries if e.job == job_id]
-        if not entries:
-            raise PodError(f"no job {job_id} on {target.name!r}")
-        if not entries[0].over:
-            raise PodError(f"job {job_id} is {entries[0].state} on {target.name!r}; follow it with: okc attach {job_id}")
+    """Bring home every finished job not yet recorded (or just ``job_id``), recording each as it arrives.
+    A bad job is refused once (okc.incoming) or, failing alone, reported and tried at the next
+    pull; the others still come. A lost connection or a broken ledger ends the pull."""
+    entries = _wanted(target, job_id)
     pulled, refused, recorded = [], [], 0
     with ledger(lab.ledger_path) as conn:
         known = recorded_job_ids(conn)
@@ -360,15 +382,18 @@ def pull(lab: Lab, target: Target, job_id: str | None = None) -> PullReport:
             if not entry.over or name in known:
                 continue
             if not is_job_id(name):
-                refused.append(f"refused a job id from {target.name!r}: {name!r}")
+                refused.append(f"refused a job id from {target.name!r}: {incoming.escaped(repr(name))[:200]}")
                 continue
+            if settled(lab.results, name, known):
+                continue  # refused once already, or home with nothing for the ledger (a sweep's timing, a usage error)
             job_dir = lab.results / name
-            if is_home(job_dir) and (job_dir / RESULT_FILE).exists() and not recordable(job_dir):
-                continue  # home, and nothing for the ledger (a sweep's timing, a usage error)
             try:  # the target makes the folder once the pod's names are checked: a refused job leaves none
                 recorded += bring_home(target, job_dir, conn)
+                pulled.append(job_dir)
             except UnsafeRemote as exc:  # this job's files are refused; the others still come home
-                refused.append(f"job {name}: {exc}")
-                continue
-            pulled.append(job_dir)
-    return PullReport(tuple(pulled), recorded, tuple(refused))
+                refused.append(str(exc))
+            except UnreachableError:  # the connection is gone: no later job would come either
+                raise
+            except (PodError, JudgeError) as exc:  # this job alone failed (a file the pod will not serve)
+                refused.append(f"job {name}: not pulled: {incoming.escaped(exc)}")
+    return PullReport(tuple(pulled), recorded, tuple(refused), tuple(target.notes))

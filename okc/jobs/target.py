@@ -30,6 +30,7 @@ class Target(Protocol):
     remote: bool  # job files live elsewhere and travel home when the job is over
     poll_s: float  # how often a followed job is looked at
     gpus: str  # the GPUs a job may take by default ('0,1'): the agent holds one's lock
+    notes: list[str]  # what the target skipped from what it was sent (a malformed job entry, an odd file name)
 
     def __enter__(self) -> Target: ...
     def __exit__(self, *exc_info) -> None: ...
@@ -73,6 +74,7 @@ class LocalTarget:
         self.results = results
         self.env = env or {}  # laid over the launcher's environment
         self.processes: dict[str, subprocess.Popen] = {}
+        self.notes: list[str] = []
 
     def __enter__(self) -> LocalTarget:
         return self

@@ -23,6 +23,9 @@ def check_identity_file(pod_name: str, path: str) -> None:
 def handshake_failure(where: str, transport, exc: BaseException, timeout: float) -> UnreachableError:
     """The error for a handshake that failed: no SSH server there, a dead proxy, or the handshake itself."""
     text = str(exc) or type(exc).__name__
+    if transport is not None and transport.remote_version and transport.host_key is None:
+        return UnreachableError(f"{where}: the SSH server sent its banner ({transport.remote_version[:60]!r}) but did not "
+                                f"finish the key exchange within {timeout:g} s (pod or network stalled)")
     if transport is None or transport.remote_version:
         return UnreachableError(f"{where}: SSH handshake failed ({text})")
     proxy = getattr(transport, "sock", None)

@@ -9,9 +9,9 @@ $OKC_KNOWN_HOSTS points.
 A pin is filed under the pod, not under its address: ``pod/NAME``, or ``runpod:ID`` for a
 Runpod pod, so two pods behind one host:port (Runpod hands the same public IP:port to
 different pods over time) are trusted, and re-trusted, independently. Files written before
-per-pod pins filed keys under ``[host]:port``; such a pin is still honoured for a pod
-(not a Runpod one) that has none of its own, and the pod gets its own pin the first time
-it connects with it.
+per-pod pins filed keys under ``[host]:port``; such a pin does not say which pod was
+trusted, so no pod connects through it: ``okc pod trust NAME`` shows the key and pins it for
+that pod once confirmed.
 """
 
 from __future__ import annotations
@@ -122,10 +122,16 @@ class HostKeyPins:
 class RefuseUnknownHost(paramiko.MissingHostKeyPolicy):
     """paramiko's policy hook: an unpinned key is never accepted, only explained."""
 
-    def __init__(self, pod_name: str):
+    def __init__(self, pod_name: str, legacy_pin: str | None = None):
         self.pod_name = pod_name
+        self.legacy_pin = legacy_pin  # an older okc's [host]:port pin exists, for some pod
 
     def missing_host_key(self, client, hostname, key) -> None:
+        if self.legacy_pin:
+            raise PodError(
+                f"pod {self.pod_name!r} ({hostname}) has no host-key pin of its own (an older okc pinned "
+                f"{self.legacy_pin}, for whichever pod was there); check its key and pin it with: okc pod trust {self.pod_name}"
+            )
         raise PodError(
             f"pod {self.pod_name!r} ({hostname}) offers an unknown host key {describe(key)}; "
             f"if that is the pod's key, pin it with: okc pod trust {self.pod_name}"

@@ -41,13 +41,13 @@ class HostKeyOffer:
 
 
 def offered_host_key(lab, pod: Pod) -> HostKeyOffer:
-    """The key the pod offers now, and what is pinned for it (for ``okc pod trust``; an older
-    [host]:port pin counts until the pod has its own)."""
+    """The key the pod offers now, and what is pinned for this pod (for ``okc pod trust``; an older
+    [host]:port pin is no pod's own, so its key is asked about like a new one)."""
     with connect(lab, pod) as target:
         name, key = target.offered_host_key()
         endpoint = target.endpoint
-    pinned, _ = HostKeyPins(pins_path(lab)).for_pod(name, legacy_pin_name(target.pod, endpoint))
-    return HostKeyOffer(pod.name, name, endpoint.known_hosts_name, key, tuple(pinned.values()))
+    pinned, legacy = HostKeyPins(pins_path(lab)).for_pod(name, legacy_pin_name(target.pod, endpoint))
+    return HostKeyOffer(pod.name, name, endpoint.known_hosts_name, key, () if legacy else tuple(pinned.values()))
 
 
 def pin(lab, offer: HostKeyOffer) -> Path:

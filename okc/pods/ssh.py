@@ -11,7 +11,12 @@ default 20 s): TCP connect, the SSH banner, key exchange and authentication each
 long; each SFTP call must be answered within it; a command or transfer that hears nothing
 back for that long is checked with a keepalive request and abandoned when that goes
 unanswered too (:mod:`okc.pods.watch`); a transfer as a whole gets that long plus its size
-at :data:`MIN_TRANSFER_RATE_BPS`. Network trouble, a stall included, becomes
+at :data:`MIN_TRANSFER_RATE_BPS`. A command whose remote process stops taking its input (stopped
+mid-sync, while sshd still answers keepalives) is given up after :data:`STALL_FACTOR` times
+ssh_timeout_s without progress. Nothing read from the pod is unbounded: a command's stdout is
+capped at :data:`MAX_OUTPUT_BYTES` (stderr keeps its last :data:`MAX_STDERR_BYTES`), and files
+are read a window at a time (:mod:`okc.pods.transfer`: paramiko's own prefetch buffers a
+whole file). Network trouble, a stall included, becomes
 :class:`UnreachableError` (exit 3); a refusal by the pod (host key, authentication, a
 failed command) a :class:`PodError` (exit 2).
 """
@@ -20,23 +25,22 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import select
 import shlex
 import socket
-import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
 
 import paramiko
 
 from okc.errors import ConfigError, PodError, UnreachableError
+from okc.pods.command import RunResult, remote_command  # noqa: F401  (RunResult: for importers)
 from okc.pods.config import Pod
 from okc.pods.handshake import check_identity_file, handshake_failure
 from okc.pods.hostkeys import HostKeyPins, RefuseUnknownHost, changed_key_error, legacy_pin_name, pin_name
 from okc.pods.sshconfig import Endpoint, resolve_endpoint
+from okc.pods.transfer import download, part_path, read_window
 from okc.pods.watch import Watch
 
 KEEPALIVE_S = 15  # a silent NAT or pod proxy drops idle connections after a minute or so
@@ -45,48 +49,12 @@ READ_CHUNK = 65536
 SEND_CHUNK = 65536
 POLL_S = 0.2  # how long one wait for remote output may block before checking the deadline
 DEADLINE_GRACE_S = 5.0  # a command's own timeout is checked between reads; the watch is the backstop
+STALL_FACTOR = 3  # input not taken for this many ssh_timeout_s: the remote process is stopped or hung
+MAX_OUTPUT_BYTES = 8 << 20  # an agent answer is a few KiB (a jobs list of 10,000 jobs: ~1.5 MiB)
+MAX_STDERR_BYTES = 64 << 10  # only its last line is ever shown
 
 # paramiko logs every failed handshake with a traceback; okc reports each failure as one line.
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
-
-# Runpod images keep the pod's variables (RUNPOD_POD_ID, CUDA paths...) in this file; an
-# ssh session does not load it on its own.
-ENV_PRELUDE = "if [ -f /etc/rp_environment ]; then . /etc/rp_environment; fi"
-
-
-@dataclass(frozen=True)
-class RunResult:
-    rc: int
-    stdout: bytes
-    stderr: bytes
-
-    @property
-    def ok(self) -> bool:
-        return self.rc == 0
-
-    def text(self) -> str:
-        return self.stdout.decode("utf-8", "replace")
-
-    def check(self, what: str) -> RunResult:
-        """Self when the command succeeded, else a PodError naming ``what`` and its stderr."""
-        if self.rc != 0:
-            detail = self.stderr.decode("utf-8", "replace").strip().splitlines()
-            tail = f": {detail[-1]}" if detail else ""
-            raise PodError(f"{what} failed on the pod (exit {self.rc}){tail}")
-        return self
-
-
-def remote_command(pod: Pod, argv: Sequence[str], cwd: str | None = None) -> str:
-    """The exact command line sent to the pod for ``argv`` (every element shell-quoted)."""
-    if not argv:
-        raise ValueError("remote_command needs a non-empty argv")
-    lines = [ENV_PRELUDE]
-    lines += [f"export {name}={shlex.quote(value)}" for name, value in pod.env.items()]
-    if cwd is not None:
-        lines.append(f"cd {shlex.quote(pod.remote_path(cwd))} || exit 1")
-    lines.append("exec " + shlex.join(str(a) for a in argv))
-    # The login shell of the pod user may not be POSIX (fish, csh): hand it one quoted word.
-    return "sh -c " + shlex.quote("\n".join(lines))
 
 
 class SSHTarget:
@@ -178,10 +146,12 @@ class SSHTarget:
         identities = self._identity_files(endpoint)
         client = paramiko.SSHClient()
         host_name = endpoint.known_hosts_name
+        # Only the pod's own pin: one an older okc filed under [host]:port says nothing of which pod
+        # was trusted, so it is offered for `okc pod trust` to confirm, never used to connect.
         pinned, legacy = self.pins.for_pod(pin_name(self.pod), legacy_pin_name(self.pod, endpoint))
-        for key_type, key in pinned.items():
+        for key_type, key in ({} if legacy else pinned).items():
             client.get_host_keys().add(host_name, key_type, key)  # the name paramiko looks the server up by
-        client.set_missing_host_key_policy(RefuseUnknownHost(self.pod.name))
+        client.set_missing_host_key_policy(RefuseUnknownHost(self.pod.name, host_name if legacy else None))
         sock = self._socket(endpoint)
         try:
             client.connect(
@@ -212,7 +182,8 @@ class SSHTarget:
             raise PodError(f"{self._where(endpoint)}: authentication failed ({exc}); check user and identity_file") from None
         except (paramiko.SSHException, OSError, EOFError) as exc:
             transport = client.get_transport()
-            reached = transport is not None and transport.is_active() and transport.remote_version
+            # Reached only once the key exchange is done: a banner and then silence is no SSH server to speak of.
+            reached = transport is not None and transport.is_active() and transport.host_key is not None
             failure = handshake_failure(self._where(endpoint), transport, exc, self.timeout)
             client.close()
             if reached:  # the handshake finished: the pod refused us, it is not unreachable
@@ -220,9 +191,6 @@ class SSHTarget:
             raise failure from None
         transport = client.get_transport()
         transport.set_keepalive(KEEPALIVE_S)
-        if legacy:  # a pin filed under [host]:port by an older okc: from now on, the pod's own
-            with contextlib.suppress(OSError):
-                self.pins.pin(pin_name(self.pod), transport.get_remote_server_key())
         self._client = client
         return client
 
@@ -308,6 +276,7 @@ class SSHTarget:
             try:
                 channel.exec_command(command)
                 watch.kick()
+                watch.expect_progress(self.timeout * STALL_FACTOR)
                 for chunk in chunks:
                     for start in range(0, len(chunk), SEND_CHUNK):
                         piece = bytes(chunk[start : start + SEND_CHUNK])
@@ -318,6 +287,7 @@ class SSHTarget:
                         if deadline is not None and time.monotonic() > deadline:
                             raise PodError(f"pod {self.pod.name!r}: {what} did not finish within {timeout:g} s")
                 channel.shutdown_write()
+                watch.expect_progress(None)  # the command may think a while before it answers: its timeout bounds it
                 return self._collect(channel, what, timeout, deadline, watch)
             finally:
                 channel.close()
@@ -329,8 +299,12 @@ class SSHTarget:
             while channel.recv_ready():
                 stdout += channel.recv(READ_CHUNK)
                 watch.kick()
+                if len(stdout) > MAX_OUTPUT_BYTES:  # no agent answer is this long: a pod flooding okc's memory
+                    raise PodError(f"pod {self.pod.name!r}: {what} printed more than {MAX_OUTPUT_BYTES >> 20} MiB; "
+                                   "okc reads no more of it")
             while channel.recv_stderr_ready():
                 stderr += channel.recv_stderr(READ_CHUNK)
+                del stderr[:-MAX_STDERR_BYTES]
                 watch.kick()
             # Output can still arrive after the exit status (OpenSSH sends it when the process
             # ends, not when its pipes drain): done only at EOF with both buffers empty.
@@ -371,24 +345,43 @@ class SSHTarget:
                 except FileNotFoundError:
                     raise PodError(f"pod {self.pod.name!r}: cannot write {target} (does its folder exist?)") from None
 
+    def read_at(self, remote: str, offset: int, limit: int) -> bytes:
+        """At most ``limit`` bytes of ``remote`` (below remote_dir) from ``offset`` on; b'' past its
+        end or while it does not exist."""
+        with self.network_errors(f"reading {remote}"):
+            try:
+                with self.sftp.open(self.pod.remote_path(remote), "rb") as handle:
+                    return read_window(handle, offset, limit)
+            except FileNotFoundError:
+                return b""
+
     def get(self, remote: str, local: Path, size: int | None = None) -> None:
-        """Copy ``remote`` (below remote_dir; ``size`` bytes if known) to the local file,
-        written whole or not at all."""
+        """Copy ``remote`` (below remote_dir; ``size`` bytes if known) to the local file, written
+        whole or not at all, in windows of WINDOW_BYTES (memory stays bounded whatever its size).
+
+        Ctrl-C abandons the connection (its SFTP replies in flight with it) and raises
+        KeyboardInterrupt alone, with no half-written file left behind.
+        """
         source = self.pod.remote_path(remote)
         local = Path(local)
         # Per process and thread: two pulls of one job at once never write the same temporary file.
-        temporary = local.with_name(f".{local.name}.{os.getpid()}.{threading.get_ident()}.part")
+        temporary = part_path(local)
         what = f"download of {source}"
-        with self.network_errors(what):
-            sftp = self.sftp
-            try:
-                if size is None:
-                    size = sftp.stat(source).st_size or 0
-                with self.watched(what, self.transfer_deadline(size)) as watch:
-                    sftp.get(source, str(temporary), callback=lambda done, total: watch.kick())
-            except BaseException as exc:  # a timeout, a dropped connection, Ctrl-C: no .part left behind
-                temporary.unlink(missing_ok=True)
-                if isinstance(exc, FileNotFoundError):
+        try:
+            with self.network_errors(what):
+                sftp = self.sftp
+                try:
+                    if size is None:
+                        size = sftp.stat(source).st_size or 0
+                    with self.watched(what, self.transfer_deadline(size)) as watch, sftp.open(source, "rb") as handle:
+                        if download(handle, temporary, size, watch.kick) < size:
+                            raise PodError(f"pod {self.pod.name!r}: {source} shrank during its download")
+                except FileNotFoundError:
                     raise PodError(f"pod {self.pod.name!r}: no file {source}") from None
-                raise
+        except BaseException as exc:  # a timeout, a dropped connection, Ctrl-C: no .part left behind
+            temporary.unlink(missing_ok=True)
+            if isinstance(exc, KeyboardInterrupt) or isinstance(exc.__context__, KeyboardInterrupt):
+                self.close()  # replies still in flight would surface later as SFTP errors
+                raise KeyboardInterrupt from None
+            raise
         temporary.replace(local)

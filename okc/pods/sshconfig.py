@@ -27,7 +27,7 @@ from pathlib import Path
 import paramiko
 
 from okc.errors import ConfigError
-from okc.pods.config import DEFAULT_SSH_PORT, SSH_CONFIG_ENV, Pod, check_ssh_name
+from okc.pods.config import DEFAULT_SSH_PORT, MAX_PORT, SSH_CONFIG_ENV, Pod, check_ssh_name
 
 DEFAULT_SSH_CONFIG = "~/.ssh/config"
 MAX_INCLUDE_DEPTH = 16  # OpenSSH's limit; it also ends an Include loop
@@ -152,6 +152,8 @@ def resolve_endpoint(pod: Pod, config_path: Path | None = None) -> Endpoint:
             port = int(entry.get("port", DEFAULT_SSH_PORT))
         except ValueError:
             raise ConfigError(f"{config_path}: Port for {pod.host} is not a number: {entry.get('port')!r}") from None
+        if not 1 <= port <= MAX_PORT:  # the kernel would take 99999 modulo 65536: another port, silently
+            raise ConfigError(f"{config_path}: Port for {pod.host} must be between 1 and {MAX_PORT}, got {port}")
     user = pod.user or entry.get("user") or getpass.getuser()
     check_ssh_name(where, "User", user)
     if pod.identity_file:

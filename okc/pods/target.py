@@ -11,17 +11,21 @@ from __future__ import annotations
 
 import stat
 import threading
+from dataclasses import replace
 from pathlib import Path, PurePosixPath
 
 from okc.contract import EXIT_FILE, JOB_FILE, LOG_FILE, ContractError, JobState, is_job_id
 from okc.errors import ConfigError, PodError, UnsafeRemote
+from okc.incoming import check_listing, escaped
 from okc.pods.config import Pod
 from okc.pods.hostkeys import HostKeyPins, pins_path
 from okc.pods.paths import MAX_JOB_DEPTH, MAX_JOB_FILES, checked_job_id, checked_name, local_path_under
 from okc.pods.ssh import SSHTarget
+from okc.pods.transfer import remove_stale_parts
 from okc.pods.sync import call_agent, sync  # call_agent: also for this module's importers
 
 READ_CHUNK = 1 << 20
+MAX_EPOCH_S = 253402300799.0  # 9999-12-31: a later start time is no date (and no datetime takes it)
 _synced: set[tuple[str, str]] = set()  # (lab root, pod name) synced by this process
 _sync_lock = threading.Lock()
 
@@ -51,6 +55,7 @@ class PodTarget:
         self.lab, self.pod, self.name = lab, pod, pod.name
         self.gpus = ",".join(str(index) for index in range(pod.gpus))
         self.ssh = SSHTarget(pod, HostKeyPins(pins_path(lab)))
+        self.notes: list[str] = []
 
     def __enter__(self) -> PodTarget:
         return self
@@ -94,22 +99,24 @@ class PodTarget:
                 return False
 
     def read(self, job_id: str, name: str, offset: int) -> bytes:
-        with self.ssh.network_errors(f"reading {name} of job {job_id}"):
-            try:
-                with self.ssh.sftp.open(self.pod.remote_path(f"{remote_job_dir(job_id)}/{name}"), "rb") as handle:
-                    handle.seek(offset)
-                    return handle.read(READ_CHUNK)
-            except FileNotFoundError:
-                return b""
+        return self.ssh.read_at(f"{remote_job_dir(job_id)}/{name}", offset, READ_CHUNK)
 
     def jobs(self) -> list[JobState]:
+        """The agent's job list; an entry that is not a job state is left out with a note (the rest still count)."""
         found = call_agent(self.ssh, "jobs", self.results).get("jobs")
-        try:
-            if not isinstance(found, list):
-                raise ContractError("not a list")
-            return [JobState.from_json(entry) for entry in found]
-        except ContractError as exc:
-            raise PodError(f"okc agent jobs on pod {self.name!r} answered a malformed job list ({exc})") from None
+        if not isinstance(found, list):
+            raise PodError(f"okc agent jobs on pod {self.name!r} answered a malformed job list (not a list)")
+        states = []
+        for entry in found:
+            try:
+                state = JobState.from_json(entry)
+            except ContractError as exc:
+                self.notes.append(f"pod {self.name!r} listed something that is not a job: {escaped(exc)[:200]}")
+                continue
+            if state.started_at is not None and not state.started_at < MAX_EPOCH_S:  # no date to show for it
+                state = replace(state, started_at=None)
+            states.append(state)
+        return states
 
     def state(self, job_id: str) -> JobState:
         for entry in self.jobs():
@@ -121,14 +128,26 @@ class PodTarget:
         call_agent(self.ssh, "cancel", self.results, job_id)
 
     def fetch(self, job_id: str, job_dir: Path) -> None:
-        """Bring the finished remote job folder into ``job_dir``; exit_code comes last. Every
-        name is checked before the folder is made or a byte is written (UnsafeRemote if not)."""
+        """Bring the finished remote job folder into ``job_dir``; exit_code comes last.
+
+        Every name and size is checked before the folder is made or a byte is written: a file
+        with an odd name is skipped with a note; a symlinked job folder, a folder without
+        exit_code or over okc.incoming's size caps is refused (UnsafeRemote), and the
+        pod is told the lab is done with it.
+        """
         remote = remote_job_dir(checked_job_id(job_id))
-        files = [(relative, size, local_path_under(job_dir, relative)) for relative, size in self._remote_files(remote)]
-        files.sort(key=lambda item: item[0] == EXIT_FILE)
-        if not files or files[-1][0] != EXIT_FILE:
-            raise UnsafeRemote(f"the pod lists no {EXIT_FILE} in {remote}, so the job is not finished there")
+        try:
+            listed = self._remote_files(remote)
+            if not listed or listed[-1][0] != EXIT_FILE:
+                raise UnsafeRemote(f"the pod lists no {EXIT_FILE} in {remote}, so the job is not finished there")
+            check_listing(listed)
+        except UnsafeRemote:
+            mark_pulled(self.ssh, job_id)
+            raise
+        files = [(relative, size, local_path_under(job_dir, relative)) for relative, size in listed]
         job_dir.mkdir(parents=True, exist_ok=True)
+        for folder in {local.parent for _, _, local in files}:
+            remove_stale_parts(folder)  # what a SIGKILLed pull left
         for relative, size, local in files:
             if local.is_file() and local.stat().st_size == size and relative != EXIT_FILE:
                 continue  # the same file okc uploaded or streamed; a finished folder is not rewritten
@@ -137,23 +156,35 @@ class PodTarget:
         mark_pulled(self.ssh, job_id)
 
     def _remote_files(self, folder: str) -> list[tuple[str, int]]:
-        """(path relative to ``folder``, size) of every file below it, each name checked
-        (okc.pods.paths): a crafted listing raises UnsafeRemote before anything is written."""
+        """(path relative to ``folder``, size) of every regular file below it, exit_code last.
+        A name that is not plain is skipped with a note; a symlinked job folder is refused."""
         found, pending = [], [("", 0)]
         with self.ssh.network_errors("listing a job folder"):
+            try:
+                top = self.ssh.sftp.lstat(self.pod.remote_path(folder))
+            except FileNotFoundError:
+                raise UnsafeRemote(f"the pod has no folder {folder}") from None
+            if not stat.S_ISDIR(top.st_mode or 0):  # a symlink could lead anywhere on the pod
+                raise UnsafeRemote(f"{folder} on the pod is not a folder (a symlink?)")
             while pending:
                 sub, depth = pending.pop()
                 for attrs in self.ssh.sftp.listdir_attr(self.pod.remote_path(f"{folder}/{sub}" if sub else folder)):
-                    relative = f"{sub}/{checked_name(attrs.filename)}" if sub else checked_name(attrs.filename)
+                    try:
+                        name = checked_name(attrs.filename)
+                    except UnsafeRemote:
+                        self.notes.append(f"job {folder.rpartition('/')[2]}: skipped a file with an odd name: "
+                                          f"{escaped(repr(attrs.filename))[:200]}")
+                        continue
+                    relative = f"{sub}/{name}" if sub else name
                     if stat.S_ISDIR(attrs.st_mode or 0):
                         if depth + 1 > MAX_JOB_DEPTH:
-                            raise UnsafeRemote(f"folders nested deeper than {MAX_JOB_DEPTH} at {relative!r}")
+                            raise UnsafeRemote(f"folders nested deeper than {MAX_JOB_DEPTH} at {escaped(relative)!r}")
                         pending.append((relative, depth + 1))
                     elif stat.S_ISREG(attrs.st_mode or 0):
                         found.append((relative, attrs.st_size or 0))
                     if len(found) + len(pending) > MAX_JOB_FILES:
                         raise UnsafeRemote(f"more than {MAX_JOB_FILES} files")
-        return found
+        return sorted(found, key=lambda item: item[0] == EXIT_FILE)
 
 
 def mark_pulled(ssh: SSHTarget, job_id: str) -> None:

@@ -7,7 +7,10 @@ okc indefinitely. A :class:`Watch` guards one operation from a thread of its own
 nothing has come back for half of ``silence_s`` it asks the server for a reply (a global
 request, which any SSH server answers, if only with "unsupported"); when that too stays
 unanswered until ``silence_s`` has passed, or when the operation outlives ``deadline_s``,
-it closes the transport. Closing ends whatever paramiko call was waiting, and the
+it closes the transport. An answered probe shows the connection lives, not that the
+operation moves: while :meth:`Watch.expect_progress` is set (a command's input being sent),
+``stall_s`` without a :meth:`~Watch.kick` closes the transport too, keepalives or not.
+Closing ends whatever paramiko call was waiting, and the
 operation then reports :meth:`Watch.error` instead of what the closed socket raised.
 """
 
@@ -31,8 +34,9 @@ class Watch:
         self.transport = transport
         self.silence_s = silence_s
         self.deadline_s = deadline_s
-        self.started = self.last = time.monotonic()
-        self.fired: str | None = None  # "silence" or "deadline" once the watch closed the connection
+        self.stall_s: float | None = None
+        self.started = self.last = self.progressed = time.monotonic()
+        self.fired: str | None = None  # "silence", "stall" or "deadline" once the watch closed the connection
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name="okc-ssh-watch", daemon=True)
 
@@ -44,9 +48,17 @@ class Watch:
         self._done.set()
 
     def kick(self) -> None:
-        self.last = time.monotonic()
+        self.last = self.progressed = time.monotonic()
+
+    def expect_progress(self, stall_s: float | None) -> None:
+        """From now on, give up after ``stall_s`` without a kick (None: only liveness counts)."""
+        self.progressed = time.monotonic()
+        self.stall_s = stall_s
 
     def error(self, pod_name: str, what: str) -> UnreachableError:
+        if self.fired == "stall":
+            return UnreachableError(f"pod {pod_name!r}: {what} made no progress for {self.stall_s:g} s although the "
+                                    "connection answers (the remote process is stopped or hung)")
         if self.fired == "deadline":
             return UnreachableError(f"pod {pod_name!r}: {what} did not finish within {self.deadline_s:.0f} s; the network is too slow or the pod stalled")
         return UnreachableError(
@@ -59,10 +71,13 @@ class Watch:
             if self.deadline_s is not None and now - self.started > self.deadline_s:
                 self._fire("deadline")
                 return
+            if self.stall_s is not None and now - self.progressed > self.stall_s:
+                self._fire("stall")
+                return
             if now - self.last < self.silence_s / 2:
                 continue
             if self._answers(self.silence_s - (now - self.last)):
-                self.kick()
+                self.last = time.monotonic()  # alive; whether the operation moves is progressed's business
                 continue
             self._fire("silence")
             return

@@ -209,6 +209,8 @@ def to_rich(t: Table, width: int):
     from rich.table import Table as RichTable
     from rich.text import Text
 
+    from okc.incoming import escaped
+
     shown, widths, dropped = fit(t, width)
     caption = t.caption
     if dropped:
@@ -216,10 +218,11 @@ def to_rich(t: Table, width: int):
         caption = f"{caption}; {hidden}" if caption else hidden
     rich_table = RichTable(title=Text(t.title), caption=Text(caption) if caption else None, header_style="bold")
     for column, column_width in zip(shown, widths):
-        # Text, never markup: names and reasons come from candidates, pods and config files.
+        # Text, never markup, control characters escaped: names and reasons come from candidates,
+        # pods and config files, and a terminal acts on an ESC that rich passes through.
         rich_table.add_column(Text(column.header), width=column_width, overflow="fold")
     for index, record in enumerate(t.records):
-        rich_table.add_row(*[Text(c.text(record)) for c in shown],
+        rich_table.add_row(*[Text(escaped(c.text(record))) for c in shown],
                            style="bold yellow" if index in t.highlight else None)
     return rich_table
 
