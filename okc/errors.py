@@ -28,6 +28,10 @@ class LedgerError(OkcError):
     """The ledger database refused an operation."""
 
 
+class LedgerUnusable(LedgerError):
+    """The ledger file itself cannot be read or written (damaged, read-only, full, locked): not the row's fault."""
+
+
 class JudgeError(OkcError):
     """A job could not produce a verdict (the candidate's own failure is a result, not this)."""
 

@@ -34,7 +34,9 @@ def _source(outcome):
 def _not_recorded(outcome) -> None:
     """The verdict is printed already; say (one line) that the ledger did not take it."""
     if outcome.record_error:
-        error_line(f"the result was not recorded in the ledger: {outcome.record_error}")
+        job = outcome.job_dir.name
+        error_line(f"job {job} is not in the ledger: {outcome.record_error}; its folder keeps the result, and "
+                   f"`okc pull --on local {job}` records it then")
 
 
 @app.command()
@@ -105,7 +107,7 @@ def bench(
     # A/A: the named candidate against a second capture of itself (`okc bench 000 --aa` is the noise floor).
     named = lab.baseline if against in (None, "baseline") else against
     other = candidate if aa else candidates.resolve(lab.candidates, named)
-    options.preflight(lab, on)
+    options.preflight(lab, on, kind="bench")
     with _bench_progress(target) as on_progress:
         outcome = runner.submit(lab, "bench", candidate, against=other, aa=aa, on=on, on_progress=on_progress,
                                 bench=benching.settings())
@@ -165,7 +167,7 @@ def try_command(
     lab = load_lab()
     candidate = candidates.resolve(lab.candidates, candidate_ref(words))
     baseline = candidates.resolve(lab.candidates, lab.baseline)
-    options.preflight(lab, on, checking)
+    options.preflight(lab, on, checking, kind="bench")  # a try benches too: a GPU-only problem needs a GPU
     with _bench_progress(target) as on_progress:
         outcome = runner.submit(lab, "try", candidate, against=baseline, on=on, on_progress=on_progress,
                                 on_log=echo_log if fmt == "table" else None, bench=benching.settings(),
@@ -249,7 +251,7 @@ def floor(
     from okc.reports import views
 
     lab = load_lab()
-    options.preflight(lab, on)
+    options.preflight(lab, on, kind="floor")
     with err.status("measuring the read floor ..."):
         outcome = runner.submit(lab, "floor", None, on=on, on_log=echo_log if fmt == "table" else None)
     result = outcome.result

@@ -16,10 +16,11 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from okc.errors import LedgerError
+from okc.errors import LedgerError, LedgerUnusable
 from okc.contract import FloorSize
 
 BUSY_TIMEOUT_S = 30.0
+RECOVER_HINT = "okc ledger --rebuild makes it again from the job folders and official.jsonl (the old file is kept)"
 KINDS = ("check", "bench", "official-check", "official-scored")
 OFFICIAL_KINDS = ("official-check", "official-scored")
 
@@ -211,13 +212,24 @@ def open_ledger(path: Path) -> sqlite3.Connection:
         migrate(conn)
         present = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     except sqlite3.DatabaseError as exc:
-        raise LedgerError(f"{path}: cannot open the ledger ({exc})") from None
+        raise ledger_error(path, exc) from None
     missing = [name for name in TABLES if name not in present]
     if missing:
         conn.close()
-        raise LedgerError(f"{path}: the ledger is damaged, table(s) {', '.join(missing)} missing; move it aside "
-                          "and okc starts a new one (job folders under results/ keep every result)")
+        raise LedgerUnusable(f"{path}: the ledger is damaged, table(s) {', '.join(missing)} missing; {RECOVER_HINT}")
     return conn
+
+
+def ledger_error(path: Path, exc: sqlite3.Error) -> LedgerUnusable:
+    """What SQLite's refusal means for the user, in one line, with the way out."""
+    text = str(exc)
+    if "readonly" in text or "read-only" in text:
+        return LedgerUnusable(f"{path} cannot be written ({text}): make it and its folder writable")
+    if "disk is full" in text or "disk I/O" in text:
+        return LedgerUnusable(f"{path} cannot be written ({text}): free some space")
+    if "locked" in text or "busy" in text:
+        return LedgerUnusable(f"{path} is locked by another process ({text}): try again once it is done")
+    return LedgerUnusable(f"{path}: the ledger is damaged ({text}); {RECOVER_HINT}")
 
 
 @contextmanager
@@ -226,6 +238,8 @@ def ledger(path: Path) -> Iterator[sqlite3.Connection]:
     conn = open_ledger(path)
     try:
         yield conn
+    except sqlite3.Error as exc:  # damaged pages, a read-only or full disk: found only once a query reaches them
+        raise ledger_error(path, exc) from None
     finally:
         conn.close()
 
@@ -300,9 +314,30 @@ def recorded_job_ids(conn: sqlite3.Connection) -> set[str]:
 
 def run_from_row(row: sqlite3.Row) -> Run:
     values = dict(row)
-    values["speedups"] = json.loads(values["speedups"] or "{}")
+    for name in ("score", "ci_lo", "ci_hi"):
+        check_number(values.get("id"), name, values[name])
+    try:
+        speedups = json.loads(values["speedups"] or "{}")
+    except (TypeError, ValueError):
+        speedups = None
+    if not isinstance(speedups, dict) or not all(isinstance(v, (int, float)) for v in speedups.values()):
+        raise bad_row(values.get("id"), "speedups", values["speedups"])
+    values["speedups"] = speedups
     values["passed"] = None if values["passed"] is None else bool(values["passed"])
-    return Run(**values)
+    try:
+        return Run(**values)
+    except LedgerError as exc:
+        raise LedgerUnusable(f"ledger row {values.get('id')}: {exc} (edited by hand?); {RECOVER_HINT}") from None
+
+
+def check_number(row_id, name: str, value) -> None:
+    """A number column holds a number or nothing (SQLite keeps whatever a hand edit put there)."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        raise bad_row(row_id, name, value)
+
+
+def bad_row(row_id, name: str, value) -> LedgerUnusable:
+    return LedgerUnusable(f"ledger row {row_id}: {name} is {value!r}, not what okc wrote (edited by hand?); {RECOVER_HINT}")
 
 
 def runs(conn: sqlite3.Connection, candidate_number: int | None = None, kind: str | None = None) -> list[Run]:

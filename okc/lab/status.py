@@ -14,7 +14,7 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass
 
-from okc.lab.ledger import AA_MARK, Run, known_candidates, run_from_row
+from okc.lab.ledger import AA_MARK, Run, check_number, known_candidates, run_from_row
 
 # The columns that decide which rows matter, read from the covering index runs_status (no
 # table pages): one pass over them is faster than asking SQLite to group by source, and
@@ -69,6 +69,7 @@ def _pick(conn: sqlite3.Connection, current: dict[int, str], baseline_number: in
     scan = conn.cursor()
     scan.row_factory = None  # plain tuples: a Row object per run costs more than the pass itself
     for row_id, number, sha, kind, score, against in scan.execute(SCAN):
+        check_number(row_id, "score", score)
         if kind != "bench":
             key = (number, kind, current.get(number) == sha)
             latest[key] = max(row_id, latest.get(key, row_id))

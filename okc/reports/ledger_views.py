@@ -110,10 +110,17 @@ def ledger_table(found: list[Status]) -> Table:
 
 def ledger_document(lab: Lab) -> Document:
     """Every candidate's status: the results of its current source, older ones marked stale."""
-    current = {c.number: (c.name, c.sha256()) for c in candidates.discover(lab.candidates)}
+    scan = candidates.scan(lab.candidates)
+    current = {c.number: (c.name, c.sha256()) for c in scan.candidates}
     with ledger(lab.ledger_path) as conn:
         found = statuses(conn, current, baseline_number(lab))
-    return Document(tables=(ledger_table(found),))
+    return Document(tables=(ledger_table(found),), lines=candidate_notes(scan))
+
+
+def candidate_notes(scan: candidates.Scan) -> tuple[str, ...]:
+    """One line each for what candidates/ holds but okc leaves out (helpers are normal; a clash is not)."""
+    notes = [f"not a candidate, ignored: {', '.join(scan.ignored)}"] if scan.ignored else []
+    return tuple(notes + [f"candidate {number:03d} cannot be used: {why}" for number, why in sorted(scan.refused.items())])
 
 
 def sweep_document(lab: Lab, sweep: str) -> Document:
