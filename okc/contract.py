@@ -169,7 +169,8 @@ def read_job(job_dir: Path) -> JobSpec:
         raise exc if isinstance(exc, BadJob) else BadJob(f"{job_dir / JOB_FILE} cannot be read: {exc}") from None
 
 
-JOB_STATES = ("not started", "running", "finished", "lost")  # the last two: over, exit_code exists
+JOB_STATES = ("not started", "running", "finished", "lost", "cancelled")
+OVER_STATES = ("finished", "lost", "cancelled")  # the job is over and exit_code exists (cancelled: Ctrl-C or okc's cancel)
 
 
 @dataclass(frozen=True)
@@ -184,7 +185,7 @@ class JobState:
 
     @property
     def over(self) -> bool:
-        return self.state in JOB_STATES[2:]
+        return self.state in OVER_STATES
 
     @classmethod
     def from_json(cls, data: object) -> JobState:

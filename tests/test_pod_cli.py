@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 from okc.cli.app import app
 from okc.pods.hostkeys import fingerprint, pins_path
 from okc.lab.ledger import open_ledger, runs
+from okc.pods import launcher
 from okc.pods.config import resolve_pod
 from sshd import POD_NAME, free_port
 
@@ -75,7 +76,7 @@ def test_remote_check_past_a_stale_lock_then_jobs_logs_pull(ssh_lab):
     (job,) = listed
     assert job["state"] == "finished" and job["pulled"] is True and job["exit_code"] == 0
     log = invoke("logs", job["job"])
-    assert log.exit_code == 0 and f"okc: job {job['job']} running on GPU 0" in log.output
+    assert log.exit_code == 0 and f"okc: job {job['job']} running on {launcher.slot_name(0)}" in log.output
     assert "waiting" not in log.output
     local = ssh_lab.results / job["job"]
     for name in ("job.json", "result.json", "log.txt", "env.json", "exit_code", "candidate/000_baseline.py"):
