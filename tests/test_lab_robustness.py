@@ -241,6 +241,69 @@ def test_8_a_sweep_whose_every_point_fails_exits_1(tiny):
     assert "sweep zero: no point passed on any shape" in result.output.strip().splitlines()[-1]
 
 
+# -- 9-11: old numbers are never shown as current ----------------------------------------
+
+
+def _edit(lab_root: Path, name: str) -> None:
+    path = lab_root / "candidates" / name
+    path.write_text(path.read_text() + "\n# edited\n")
+
+
+def test_9_report_and_plot_mark_a_bench_whose_candidate_changed(lab):
+    import reportdata
+
+    reportdata.add_candidate(lab, "036_fast")
+    job = reportdata.bench_job(lab, "36").name
+    assert json.loads(invoke("report", "36", "--json").output)["stale"] is None
+    _edit(lab.root, "036_fast.py")
+    report = invoke("report", "36")
+    assert report.exit_code == 0 and "stale: 036 changed since" in report.output
+    assert json.loads(invoke("report", "36", "--json").output)["stale"] == "036 changed since"
+    plotted = invoke("plot", "36")
+    assert plotted.exit_code == 0 and "stale: 036 changed since" in plotted.output
+    history = invoke("plot")
+    assert history.exit_code == 0 and "1 stale score(s) drawn hollow" in history.output
+    (record,) = [r for r in json.loads(invoke("ledger", "--json").output) if r["number"] == 36]
+    assert record["bench_score"] is None and [s["job_id"] for s in record["stale"]] == [job]
+
+
+def test_10_editing_the_baseline_makes_benches_against_it_stale_everywhere(lab):
+    import reportdata
+
+    reportdata.add_candidate(lab, "036_fast")
+    job = reportdata.bench_job(lab, "36").name
+    assert invoke("record", "36", "--official", "scored", "--score", "1.3", "--ci", "1.2:1.4", "--job", "o1").exit_code == 0
+    _edit(lab.root, "000_baseline.py")
+    (record,) = [r for r in json.loads(invoke("ledger", "--json").output) if r["number"] == 36]
+    assert record["bench_score"] is None and [s["job_id"] for s in record["stale"]] == [job]
+    assert record["official_scored_score"] == 1.3  # an official result does not depend on our baseline file
+    assert "000 (what it ran against) changed since" in invoke("report", "36").output
+    scores = json.loads(invoke("ledger", "--calibration", "--json").output)["scores"]
+    assert any("stale local score: 000 (what it ran against) changed since" in (r["note"] or "") for r in scores)
+
+
+def test_11_a_candidate_against_itself_is_refused_and_kept_out_of_the_score_history(lab):
+    import reportdata
+    from okc.jobs import folder
+    from okc.lab.candidates import resolve
+    from okc.lab.status import against_baseline
+
+    reportdata.add_candidate(lab, "001_x")
+    one_line(invoke("bench", "001", "--against", "001"), 2, "benched against itself", "okc bench 001 --aa")
+    one_line(invoke("bench", "000"), 2, "000_baseline would be benched against itself", "okc bench 000 --aa")
+    assert [p for p in lab.results.iterdir() if p.is_dir()] == []
+    # Rows an older okc made that way are no score against the baseline, in the ledger and the history plot.
+    job_dir = folder.create_job(lab, "bench", resolve(lab.candidates, "0"), against=resolve(lab.candidates, "0"))
+    (job_dir / "result.json").write_text(json.dumps(reportdata.bench_result(job_dir.name, reportdata.SPEEDUPS)))
+    assert reportdata.record(lab, job_dir)
+    with open_ledger(lab.ledger_path) as conn:
+        (run,) = runs(conn, 0, "bench")
+    assert not against_baseline(run, 0)
+    (baseline,) = [r for r in json.loads(invoke("ledger", "--json").output) if r["number"] == 0]
+    assert baseline["bench_score"] is None
+    one_line(invoke("plot"), 2, "nothing to plot yet")
+
+
 # -- 12-13: one stray file does not stop the lab -----------------------------------------
 
 

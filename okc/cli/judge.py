@@ -107,6 +107,11 @@ def bench(
     # A/A: the named candidate against a second capture of itself (`okc bench 000 --aa` is the noise floor).
     named = lab.baseline if against in (None, "baseline") else against
     other = candidate if aa else candidates.resolve(lab.candidates, named)
+    if other.number == candidate.number and not aa:  # a score against itself is no speedup: it is the A/A floor
+        from okc.errors import ConfigError
+
+        raise ConfigError(f"{candidate.name} would be benched against itself; that is an A/A run: "
+                          f"okc bench {candidate.label} --aa")
     options.preflight(lab, on, kind="bench")
     with _bench_progress(target) as on_progress:
         outcome = runner.submit(lab, "bench", candidate, against=other, aa=aa, on=on, on_progress=on_progress,

@@ -151,6 +151,13 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE INDEX runs_status ON runs (candidate_number, kind, candidate_sha256, score, against)",
         "CREATE INDEX runs_by_official_job ON runs (official_job)",
     ),
+    (
+        # The source a bench was measured against (its sha256): a bench is stale once the baseline
+        # changes too, not only its candidate. The status index covers the new column as well.
+        "ALTER TABLE runs ADD COLUMN against_sha256 TEXT",
+        "DROP INDEX runs_status",
+        "CREATE INDEX runs_status ON runs (candidate_number, kind, candidate_sha256, score, against, against_sha256)",
+    ),
 )
 TABLES = ("candidates", "runs", "floors", "pod_rates", "job_costs", "sweep_rows", "sweep_winners", "official_tables")  # what a whole ledger holds
 
@@ -182,6 +189,7 @@ class Run:
     note: str | None = None
     result_path: str | None = None
     created_at: str = field(default_factory=now)
+    against_sha256: str | None = None  # a bench: the sha256 of the source it was measured against
     id: int | None = None
 
     def __post_init__(self) -> None:
