@@ -445,3 +445,24 @@ def test_22_bad_lab_settings_are_refused_at_load(tiny, setting, message):
     pyproject.write_text(text.replace("\n[tool.okc]\n", f"\n[tool.okc]\n{setting}\n"))
     one_line(invoke("ledger"), 2, message)
     assert not (tiny.parent.parent / "escape").exists()
+
+
+def test_23_one_name_per_kind_of_job_field():
+    from test_output import SCHEMA
+
+    for name, keys in SCHEMA.items():
+        for key in keys:
+            if "job" in key and key not in ("jobs", "jobs_without_rate"):
+                local = key == "job_id" or key.endswith("_job_id")
+                official = key.startswith("official_") and key.endswith("_job")
+                assert local != official, (name, key)  # exactly one of the two forms
+
+
+def test_17_a_sweeps_point_jobs_are_filed_under_their_sweep_in_okc_cost():
+    from okc.lab.costs import JobCost, cost_tables
+
+    costs = [JobCost("j1", "sweep", "local", 3600.0, candidate_number=-1, candidate_name="tiny_demo-f6c6a61068"),
+             JobCost("j2", "check", "local", 1800.0, candidate_number=1, candidate_name="001_matmul")]
+    by_candidate = cost_tables(costs, [])[0]
+    assert [(r["number"], r["candidate"], r["gpu_hours"]) for r in by_candidate.records] == [
+        (1, "001_matmul", 0.5), (None, "(sweep tiny_demo)", 1.0)]
