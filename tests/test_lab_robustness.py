@@ -140,11 +140,15 @@ def test_2_a_read_only_ledger_keeps_the_verdict_and_the_official_result(tiny, im
     assert "PASS 001_matmul" in result.output
     last = result.output.strip().splitlines()[-1]
     assert f"job {job} is not in the ledger" in last and "cannot be written" in last
+    assert "the next okc command records it" in last
     one_line(record_official(), 2, "cannot be written", "official job off1 is kept in official.jsonl")
     subprocess.run(["chattr", "-i", immutable], check=True)
-    assert invoke("ledger", "--rebuild").exit_code == 0
+    shown = invoke("ledger")  # writable again: the next command records what the ledger refused, once
+    assert shown.exit_code == 0 and "recorded 2 result(s) the ledger had refused" in shown.output, shown.output
     (record,) = [r for r in json.loads(invoke("ledger", "--json").output) if r["number"] == 1]
     assert record["check_job_id"] == job and record["official_scored_job"] == "off1"
+    with open_ledger(immutable) as conn:
+        assert [r.job_id for r in runs(conn)].count(job) == 1 and len(runs(conn)) == 2
 
 
 def test_3_a_full_stdout_is_one_line_on_stderr(tiny):

@@ -208,7 +208,7 @@ def test_a_ledger_that_breaks_during_the_job_does_not_lose_the_verdict(tmp_path,
     assert "PASS 002_vandal" in lines[-2]  # the verdict, then the one line about the ledger
     job = next(p.name for p in (root / "results").iterdir() if p.is_dir())
     assert f"job {job} is not in the ledger" in lines[-1] and "the ledger is damaged" in lines[-1]
-    assert f"okc pull --on local {job}" in lines[-1]
+    assert f"okc pull --on local {job}" in lines[-1] and "the next okc command records it" in lines[-1]
     assert result.exit_code == 2
     assert "Traceback" not in result.output
     # The damaged ledger: one line and the way out; the way out records the job from its folder, once.

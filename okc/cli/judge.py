@@ -35,8 +35,9 @@ def _not_recorded(outcome) -> None:
     """The verdict is printed already; say (one line) that the ledger did not take it."""
     if outcome.record_error:
         job = outcome.job_dir.name
+        later = f"{outcome.record_later}, or " if outcome.record_later else ""
         error_line(f"job {job} is not in the ledger: {outcome.record_error}; its folder keeps the result, and "
-                   f"`okc pull --on local {job}` records it then")
+                   f"once the ledger is mended {later}`okc pull --on local {job}` records it")
 
 
 @app.command()

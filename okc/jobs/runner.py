@@ -28,6 +28,7 @@ from okc.jobs.target import LocalTarget, Target
 from okc.lab.candidates import Candidate
 from okc.lab.config import Lab
 from okc.lab.ledger import latest_aa, ledger, recorded_job_ids
+from okc.lab.recovery import record_pending
 
 STATE_EVERY_S = 5.0  # how often a followed job is checked for having died without an exit code
 CANCEL_WAIT_S = 15.0  # after Ctrl-C, how long the launcher gets to stop a local job and write its files
@@ -43,6 +44,7 @@ class Outcome:
     result: JobResult
     recorded: bool
     record_error: str | None = None  # the ledger refused the row after the run: the result still stands
+    record_later: str = ""  # how the refused row gets recorded without the user's help, if it does
 
 
 @dataclass(frozen=True)
@@ -230,7 +232,10 @@ def run_job(lab: Lab, target: Target, job_dir: Path, on_log: Callable[[str], Non
         with ledger(lab.ledger_path) as conn:
             recorded = record_job(conn, job_dir)
     except LedgerError as exc:  # broken during the run: the verdict must not be lost with it
-        return Outcome(job_dir, result, False, record_error=str(exc))
+        from okc.lab.recovery import note_pending
+
+        later = "the next okc command records it" if note_pending(lab, job_dir.name) else ""
+        return Outcome(job_dir, result, False, record_error=str(exc), record_later=later)
     return Outcome(job_dir, result, recorded)
 
 
@@ -282,9 +287,8 @@ def submit(lab: Lab, kind: str, candidate: Candidate | None, *, on: str | None =
         job_spec(lab, kind, candidate, against=against, target=target.name, **options)
         if kind in ("bench", "try") and not options.get("aa"):
             options["bench"] = with_aa_floor(lab, target.name, dict(options.get("bench") or {}))
-        else:
-            with ledger(lab.ledger_path):
-                pass
+        with ledger(lab.ledger_path) as conn:  # opened before the job exists; jobs it refused before go in now
+            record_pending(lab, conn)
         target.prepare()
         job_dir = create_job(lab, kind, candidate, against=against, target=target.name, **options)
         return run_job(lab, target, job_dir, on_log=on_log, on_progress=on_progress)

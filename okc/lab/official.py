@@ -19,7 +19,7 @@ from okc.lab.candidates import Candidate
 from okc.lab.config import Lab
 from okc.lab.ledger import OFFICIAL_KINDS as LEDGER_KINDS
 from okc.lab.ledger import Run, insert_run, now, run_from_row, transaction
-from okc.lab.recovery import note_official, official_log
+from okc.lab.recovery import PENDING_OFFICIAL, note_official, note_pending, official_log
 from okc.lab.timings import Timing, parse_table
 from okc.problems.catalog import DEFAULT_MAX_SCORE, ProblemShapes, shapes_of
 
@@ -199,10 +199,11 @@ def record_official_result(lab: Lab, ref: str, kind: str, score: float, ci: str,
     try:
         with ledger(lab.ledger_path) as conn:
             recorded = record_official(conn, run, rows, source)
-    except LedgerUnusable as exc:  # typed in by hand, it exists nowhere else: kept for okc ledger --rebuild
+    except LedgerUnusable as exc:  # typed in by hand, it exists nowhere else: kept, and replayed later
         _keep(lab, run, rows, source)
-        raise LedgerUnusable(f"{exc}; official job {run.official_job} is kept in {official_log(lab).name} "
-                             "until then") from None
+        note_pending(lab, PENDING_OFFICIAL)
+        raise LedgerUnusable(f"{exc}; official job {run.official_job} is kept in {official_log(lab).name}, and the "
+                             "next okc command that can write the ledger records it") from None
     if recorded.new_run or recorded.new_table:
         _keep(lab, recorded.run, rows, source)
     return recorded

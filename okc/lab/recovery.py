@@ -21,6 +21,8 @@ from okc.lab.config import Lab
 from okc.lab.ledger import OFFICIAL_KINDS, Run, ledger, recorded_job_ids, run_from_row, transaction
 
 OFFICIAL_LOG = "official.jsonl"  # beside ledger.db: every official result okc record took, one JSON object a line
+PENDING = "unrecorded.txt"  # beside ledger.db: ids of finished jobs the ledger refused, recorded by the next command
+PENDING_OFFICIAL = "official.jsonl"  # the line in PENDING that says official.jsonl holds a result the ledger refused
 # Tables copied row by row from a damaged database (what job folders cannot make again).
 SALVAGED = ("candidates", "floors", "job_costs", "sweep_rows", "sweep_winners", "official_tables")
 SIDE_FILES = ("-wal", "-shm")
@@ -38,6 +40,51 @@ def note_official(lab: Lab, run: Run, rows: list[dict] | None, source: str | Non
         handle.write(line + "\n")
         handle.flush()
         os.fsync(handle.fileno())
+
+
+def note_pending(lab: Lab, job_id: str) -> bool:
+    """Remember a job the ledger refused, for the next command that opens it; False if even that failed."""
+    try:
+        with open(lab.ledger_path.with_name(PENDING), "a", encoding="utf-8") as handle:
+            handle.write(job_id + "\n")
+        return True
+    except OSError:
+        return False
+
+
+def record_pending(lab: Lab, conn: sqlite3.Connection) -> int:
+    """Record the jobs note_pending kept (each once: the ledger's job id is unique); the new rows.
+
+    A ledger that still refuses leaves the list as it is, for the next command.
+    """
+    from okc.contract import is_job_id
+    from okc.errors import OkcError
+    from okc.jobs.folder import is_home, record_job
+
+    path = lab.ledger_path.with_name(PENDING)
+    try:
+        names = path.read_text(encoding="utf-8").split()
+    except OSError:
+        return 0
+    recorded = 0
+    for name in dict.fromkeys(names):
+        if name == PENDING_OFFICIAL:
+            try:
+                recorded += _replay_official(conn, lab)
+            except sqlite3.Error:
+                return recorded
+            continue
+        job_dir = lab.results / name
+        if not (is_job_id(name) and is_home(job_dir)):
+            continue
+        try:
+            recorded += record_job(conn, job_dir)
+        except sqlite3.Error:
+            return recorded  # still refused: the list stays
+        except OkcError:
+            continue  # not a job this okc can record: nothing to keep it for
+    path.unlink(missing_ok=True)
+    return recorded
 
 
 @dataclass(frozen=True)
@@ -203,6 +250,7 @@ def rebuild(lab: Lab) -> Rebuilt:
         with transaction(conn):
             salvaged["pod_rates"] = sum(_insert(conn, "pod_rates", row) for row in rates)
         jobs = _record_folders(conn, lab)
+        lab.ledger_path.with_name(PENDING).unlink(missing_ok=True)  # every folder is recorded now
         official = _replay_official(conn, lab)
         copied_official, salvaged["runs"] = _copy_runs(conn, old("runs"))
         official += copied_official

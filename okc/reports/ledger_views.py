@@ -113,9 +113,13 @@ def ledger_document(lab: Lab) -> Document:
     """Every candidate's status: the results of its current source, older ones marked stale."""
     scan = candidates.scan(lab.candidates)
     current = {c.number: (c.name, c.sha256()) for c in scan.candidates}
+    from okc.lab.recovery import record_pending
+
     with ledger(lab.ledger_path) as conn:
+        pending = record_pending(lab, conn)  # jobs a broken ledger refused, now that it takes them
         found = statuses(conn, current, baseline_number(lab))
-    return Document(tables=(ledger_table(found),), lines=candidate_notes(scan))
+    notes = candidate_notes(scan) + ((f"recorded {pending} result(s) the ledger had refused",) if pending else ())
+    return Document(tables=(ledger_table(found),), lines=notes)
 
 
 def candidate_notes(scan: candidates.Scan) -> tuple[str, ...]:
