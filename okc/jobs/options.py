@@ -132,15 +132,13 @@ class SweepOptions:
         if self.emit is not None:
             check_emit(self.emit, lab.candidates)
 
-    def preflight(self, lab: Lab, name: str, on: str | None) -> None:
-        """The sweep's shapes are the problem's cases, and this machine can run its jobs if it is a target."""
-        from okc.sweeps.experiments import load_experiment
-
-        experiment = load_experiment(lab.experiments, name)
+    def preflight(self, lab: Lab, experiment: Any, on: str | None) -> None:
+        """The sweep's shapes (an okc.sweeps.experiments.Experiment's) are the problem's cases, and this
+        machine can run its jobs if it is a target."""
         try:
             check_cases(lab.problem, tuple(experiment.check_cases()), None)
         except ConfigError as exc:
-            raise ConfigError(f"sweep {name} ({experiment.path.name}): {exc}") from None
+            raise ConfigError(f"sweep {experiment.name} ({experiment.path.name}): {exc}") from None
         from okc.sweeps.fanout import target_names
 
         if any(runs_here(lab, target) for target in target_names(on)):

@@ -232,7 +232,7 @@ def run_job(lab: Lab, target: Target, job_dir: Path, on_log: Callable[[str], Non
         with ledger(lab.ledger_path) as conn:
             recorded = record_job(conn, job_dir)
     except LedgerError as exc:  # broken during the run: the verdict must not be lost with it
-        from okc.lab.recovery import note_pending
+        from okc.lab.backlog import note_pending
 
         later = "the next okc command records it" if note_pending(lab, job_dir.name) else ""
         return Outcome(job_dir, result, False, record_error=str(exc), record_later=later)

@@ -10,46 +10,19 @@ sweeps, pod rates) is copied across too; the old file is kept beside the new one
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 from okc.errors import LedgerError
 from okc.lab.config import Lab
+from okc.lab.backlog import PENDING, PENDING_OFFICIAL, official_log
 from okc.lab.ledger import OFFICIAL_KINDS, Run, ledger, recorded_job_ids, run_from_row, transaction
 
-OFFICIAL_LOG = "official.jsonl"  # beside ledger.db: every official result okc record took, one JSON object a line
-PENDING = "unrecorded.txt"  # beside ledger.db: ids of finished jobs the ledger refused, recorded by the next command
-PENDING_OFFICIAL = "official.jsonl"  # the line in PENDING that says official.jsonl holds a result the ledger refused
 # Tables copied row by row from a damaged database (what job folders cannot make again).
 SALVAGED = ("candidates", "floors", "job_costs", "sweep_rows", "sweep_winners", "official_tables")
 SIDE_FILES = ("-wal", "-shm")
-
-
-def official_log(lab: Lab) -> Path:
-    return lab.ledger_path.with_name(OFFICIAL_LOG)
-
-
-def note_official(lab: Lab, run: Run, rows: list[dict] | None, source: str | None) -> None:
-    """Append one official result to official.jsonl (the copy a rebuild replays); an OSError is the caller's."""
-    line = json.dumps({"run": {k: v for k, v in asdict(run).items() if k != "id"}, "rows": rows, "source": source},
-                      sort_keys=True)
-    with open(official_log(lab), "a", encoding="utf-8") as handle:
-        handle.write(line + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-
-
-def note_pending(lab: Lab, job_id: str) -> bool:
-    """Remember a job the ledger refused, for the next command that opens it; False if even that failed."""
-    try:
-        with open(lab.ledger_path.with_name(PENDING), "a", encoding="utf-8") as handle:
-            handle.write(job_id + "\n")
-        return True
-    except OSError:
-        return False
 
 
 def record_pending(lab: Lab, conn: sqlite3.Connection) -> int:
