@@ -407,6 +407,12 @@ def test_19_click_usage_errors_are_one_line(tiny, args):
     assert job_folders(tiny) == []
 
 
+@pytest.mark.parametrize("args", [[], ["pod"]])
+def test_19_a_group_alone_still_shows_its_help(args):
+    result = runner.invoke(app, args, prog_name="okc")
+    assert "Usage: okc" in result.output and "error:" not in result.output and "Commands:" in result.output
+
+
 def test_19_on_a_pod_without_pod_yaml_is_one_line(tiny):
     one_line(invoke("check", "001", "--on", "h200"), 2, "pod.yaml")
 

@@ -69,6 +69,9 @@ class _OneLineErrors(typer.core.TyperGroup):
                 _show_completion(args[1], prog_name or "okc")
                 sys.exit(0)
             code = super().main(args, prog_name, complete_var, False, **extra)
+        except click.exceptions.NoArgsIsHelpError as exc:  # `okc` or `okc pod` alone: the help, as click shows it
+            exc.show()
+            sys.exit(exc.exit_code)
         except click.UsageError as exc:
             where = f"okc {exc.ctx.command.name}: " if exc.ctx and exc.ctx.parent is not None else ""
             error_line(f"{where}{exc.format_message()} (see --help)")
