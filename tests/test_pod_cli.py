@@ -78,7 +78,7 @@ def test_remote_check_past_a_stale_lock_then_jobs_logs_pull(ssh_lab):
     log = invoke("logs", job["job_id"])
     assert log.exit_code == 0 and f"okc: job {job['job_id']} running on {launcher.slot_name(0)}" in log.output
     assert "waiting" not in log.output
-    local = ssh_lab.results / job["job"]
+    local = ssh_lab.results / job["job_id"]
     for name in ("job.json", "result.json", "log.txt", "env.json", "exit_code", "candidate/000_baseline.py"):
         assert (local / name).is_file(), name
     pulled = invoke("pull")
