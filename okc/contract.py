@@ -169,8 +169,7 @@ def read_job(job_dir: Path) -> JobSpec:
         raise exc if isinstance(exc, BadJob) else BadJob(f"{job_dir / JOB_FILE} cannot be read: {exc}") from None
 
 
-JOB_STATES = ("not started", "running", "finished", "lost", "cancelled")
-OVER_STATES = ("finished", "lost", "cancelled")  # the job is over and exit_code exists (cancelled: Ctrl-C or okc's cancel)
+JOB_STATES = ("not started", "running", "finished", "lost", "cancelled")  # the last three: over, exit_code exists
 
 
 @dataclass(frozen=True)
@@ -185,7 +184,7 @@ class JobState:
 
     @property
     def over(self) -> bool:
-        return self.state in OVER_STATES
+        return self.state in JOB_STATES[2:]
 
     @classmethod
     def from_json(cls, data: object) -> JobState:

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from okc.cli.app import app
 from okc.pods.hostkeys import fingerprint, pins_path
 from okc.lab.ledger import open_ledger, runs
-from okc.pods import launcher
+from okc.launch import launcher
 from okc.pods.config import resolve_pod
 from sshd import POD_NAME, free_port
 
