@@ -169,7 +169,7 @@ def read_job(job_dir: Path) -> JobSpec:
         raise exc if isinstance(exc, BadJob) else BadJob(f"{job_dir / JOB_FILE} cannot be read: {exc}") from None
 
 
-JOB_STATES = ("not started", "running", "finished", "lost")  # the last two: over, exit_code exists
+JOB_STATES = ("not started", "running", "finished", "lost", "cancelled")  # the last three: over, exit_code exists
 
 
 @dataclass(frozen=True)

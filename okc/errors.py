@@ -8,6 +8,7 @@ EXIT_OK = 0
 EXIT_FAILED = 1  # the candidate failed: check failed, bench error, timeout
 EXIT_USAGE = 2  # usage or configuration error
 EXIT_UNREACHABLE = 3  # the target cannot be reached
+EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports it (128 + SIGINT)
 
 
 class OkcError(Exception):
@@ -26,6 +27,10 @@ class CandidateError(OkcError):
 
 class LedgerError(OkcError):
     """The ledger database refused an operation."""
+
+
+class LedgerUnusable(LedgerError):
+    """The ledger file itself cannot be read or written (damaged, read-only, full, locked): not the row's fault."""
 
 
 class JudgeError(OkcError):
@@ -48,3 +53,9 @@ class UnreachableError(PodError):
     """The pod cannot be reached at all."""
 
     exit_code = EXIT_UNREACHABLE
+
+
+class Interrupted(OkcError):
+    """Ctrl-C stopped a job here (or stopped bringing one home): one line says what became of it."""
+
+    exit_code = EXIT_INTERRUPTED

@@ -2,7 +2,7 @@ import hashlib
 
 import pytest
 
-from okc.lab.candidates import discover, parse_name, resolve
+from okc.lab.candidates import discover, parse_name, resolve, scan
 from okc.errors import CandidateError
 
 
@@ -49,25 +49,52 @@ def test_folder_hash_is_stable_across_locations(tmp_path):
     assert parse_name(tmp_path / "a" / "005_f").sha256() == parse_name(tmp_path / "b" / "005_f").sha256()
 
 
-@pytest.mark.parametrize(
-    "files, message",
-    [
-        (["036_a.py", "036_b.py"], "two candidates have number 036"),
-        (["36_short.py"], "NNN_slug"),
-        (["abc.py"], "NNN_slug"),
-    ],
-)
-def test_bad_candidates_folder_is_refused(lab, files, message):
-    for name in files:
-        write(lab.candidates / name)
-    with pytest.raises(CandidateError, match=message):
-        discover(lab.candidates)
+def test_two_files_with_one_number_refuse_only_that_number(lab):
+    write(lab.candidates / "036_a.py")
+    write(lab.candidates / "036_b.py")
+    write(lab.candidates / "037_c.py")
+    assert [c.number for c in discover(lab.candidates)] == [0, 37]  # the others still work
+    with pytest.raises(CandidateError, match="two candidates have number 036: 036_a.py and 036_b.py"):
+        resolve(lab.candidates, "36")
+    assert resolve(lab.candidates, "37").name == "037_c"
 
 
-def test_folder_without_submission_is_refused(lab):
+@pytest.mark.parametrize("name", ["36_short.py", "abc.py", "helpers.py", "015_with space.py", "016_ünïcödé.py"])
+def test_files_not_named_as_candidates_are_ignored_with_a_note(lab, name):
+    write(lab.candidates / name)
+    found = scan(lab.candidates)
+    assert [c.number for c in found.candidates] == [0]
+    assert [note.startswith(repr(name)) for note in found.ignored] == [True]
+
+
+def test_folder_without_submission_is_ignored_with_a_note(lab):
     (lab.candidates / "009_empty").mkdir()
-    with pytest.raises(CandidateError, match="submission.py"):
-        discover(lab.candidates)
+    found = scan(lab.candidates)
+    assert [c.number for c in found.candidates] == [0] and "without submission.py" in found.ignored[0]
+
+
+def test_a_symlink_out_of_the_lab_is_refused(lab):
+    (lab.candidates / "025_x.py").symlink_to("/etc/passwd")
+    with pytest.raises(CandidateError, match="025_x.py is a symlink to /etc/passwd, outside the lab"):
+        resolve(lab.candidates, "25")
+    with pytest.raises(CandidateError, match="outside the lab"):
+        resolve(lab.candidates, "candidates/025_x.py")
+    assert [c.number for c in discover(lab.candidates)] == [0]
+
+
+def test_a_folder_candidate_with_a_link_out_is_refused(lab, tmp_path):
+    folder = lab.candidates / "026_f"
+    write(folder / "submission.py")
+    (folder / "k.py").symlink_to(write(tmp_path / "elsewhere.py"))
+    with pytest.raises(CandidateError, match="k.py is a symlink"):
+        resolve(lab.candidates, "26")
+
+
+def test_a_symlink_inside_the_lab_is_the_file_it_names(lab):
+    shared = write(lab.root / "shared" / "kernel.py", "K = 1\n")
+    (lab.candidates / "027_linked.py").symlink_to(shared)
+    candidate = resolve(lab.candidates, "27")
+    assert candidate.sha256() == hashlib.sha256(shared.read_bytes()).hexdigest()
 
 
 def test_missing_candidate(lab):

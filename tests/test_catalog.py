@@ -16,6 +16,7 @@ def test_the_catalog_has_the_problems_own_cases_loads_and_layers(name):
     assert shapes.check_keys() == [case.key for case in problem.check_cases()]
     assert shapes.loads == tuple((load.name, load.m) for load in problem.loads)
     assert shapes.layer_names == problem.layers
+    assert shapes.bench_devices == problem.bench_devices  # the CLI refuses a bench on a CPU by this copy
     for layer in problem.layer_table:
         copy = shapes.layer(layer.name)
         assert (copy.n, copy.k) == (layer.n, layer.k)

@@ -90,7 +90,7 @@ def test_record_refuses_bad_input(lab, args, message):
     [
         (lambda c: None, "no candidate 042"),
         (lambda c: (c / "042_a.py").write_text("") or (c / "042_b.py").write_text(""), "two candidates"),
-        (lambda c: (c / "42x.py").write_text(""), "NNN_slug"),
+        (lambda c: (c / "42x.py").write_text(""), "no candidate 042"),  # 42x.py is not a candidate: left out
     ],
 )
 def test_bad_candidate_names_exit_2_with_one_line(lab, setup, message):

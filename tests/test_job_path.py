@@ -185,13 +185,13 @@ def test_a_local_job_waits_for_the_gpu_a_sweep_holds(lab):
 
         threading.Thread(target=run, daemon=True).start()
         deadline = time.monotonic() + 30
-        while "waiting for a GPU: gpu lock held by sweep-job" not in "".join(logged):
+        while launcher.waiting_line("sweep-job") not in "".join(logged):
             assert time.monotonic() < deadline, "".join(logged)
             time.sleep(0.1)
         assert not done.is_set() and not (job_dir / "result.json").exists()
     assert done.wait(120)
     assert job_folder.load_result(job_dir).status == "pass"
-    assert "running on GPU 0" in "".join(logged)
+    assert f"running on {launcher.slot_name(0)}" in "".join(logged)
 
 
 def test_the_local_target_streams_the_workers_log_to_the_cli(lab_root):
@@ -199,7 +199,7 @@ def test_the_local_target_streams_the_workers_log_to_the_cli(lab_root):
     assert result.exit_code == 0, result.output
     (job_dir,) = [p for p in (lab_root / "results").iterdir() if p.is_dir()]
     streamed = result.output
-    assert f"okc: job {job_dir.name} running on GPU 0" in streamed
+    assert f"okc: job {job_dir.name} running on {launcher.slot_name(0)}" in streamed
     assert f"job {job_dir.name}: check of muse_bf16_proj on cpu" in streamed
 
 

@@ -118,14 +118,14 @@ def test_cli_check_exit_codes(tiny_lab):
 
 def test_bench_of_a_gpu_problem_without_a_gpu_refuses_with_one_line(lab):
     # The default lab's problem is muse_bf16_proj, meant for a GPU (tiny_matvec is benched on the CPU).
-    pytest.importorskip("torch")
-    import torch
+    from okc.jobs.options import nvidia_driver
 
-    if torch.cuda.is_available():
-        pytest.skip("this machine has a GPU")
-    result = CliRunner().invoke(app, ["bench", "0"])
-    assert result.exit_code == 1
-    assert "GPU" in result.output
+    if nvidia_driver():
+        pytest.skip("this machine has an NVIDIA driver")
+    result = CliRunner().invoke(app, ["bench", "0", "--aa"])
+    assert result.exit_code == 2  # refused before a job folder exists, not a failed candidate
+    assert "needs a CUDA GPU" in result.output and len(result.output.strip().splitlines()) == 1
+    assert [p for p in lab.results.iterdir() if p.is_dir()] == []
 
 
 def test_quick_check_is_partial_and_says_so(tiny_lab):

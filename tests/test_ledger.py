@@ -47,7 +47,7 @@ def test_newer_schema_is_refused(tmp_path):
 def test_not_a_database_is_a_clear_error(tmp_path):
     path = tmp_path / "ledger.db"
     path.write_bytes(b"this is not sqlite" * 100)
-    with pytest.raises(LedgerError, match="cannot open the ledger"):
+    with pytest.raises(LedgerError, match="the ledger is damaged .*; okc ledger --rebuild makes it again"):
         open_ledger(path)
 
 

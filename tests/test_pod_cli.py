@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 from okc.cli.app import app
 from okc.pods.hostkeys import fingerprint, pins_path
 from okc.lab.ledger import open_ledger, runs
+from okc.launch import launcher
 from okc.pods.config import resolve_pod
 from sshd import POD_NAME, free_port
 
@@ -74,10 +75,10 @@ def test_remote_check_past_a_stale_lock_then_jobs_logs_pull(ssh_lab):
     listed = json.loads(invoke("jobs", "--json").output)
     (job,) = listed
     assert job["state"] == "finished" and job["pulled"] is True and job["exit_code"] == 0
-    log = invoke("logs", job["job"])
-    assert log.exit_code == 0 and f"okc: job {job['job']} running on GPU 0" in log.output
+    log = invoke("logs", job["job_id"])
+    assert log.exit_code == 0 and f"okc: job {job['job_id']} running on {launcher.slot_name(0)}" in log.output
     assert "waiting" not in log.output
-    local = ssh_lab.results / job["job"]
+    local = ssh_lab.results / job["job_id"]
     for name in ("job.json", "result.json", "log.txt", "env.json", "exit_code", "candidate/000_baseline.py"):
         assert (local / name).is_file(), name
     pulled = invoke("pull")

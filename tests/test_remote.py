@@ -116,13 +116,13 @@ def test_a_second_job_waits_for_the_gpu_lock(ssh_lab):
             target.start(job_dir, "0")
         log = _remote_job(ssh_lab, job_dir.name) / "log.txt"
         deadline = time.monotonic() + 30
-        while b"waiting for a GPU" not in log.read_bytes():
+        while b"okc: waiting for " not in log.read_bytes():
             assert time.monotonic() < deadline, log.read_text()
             time.sleep(0.2)
         with _pod_target(ssh_lab, pod) as target:
             shown: list[str] = []
             runner.logs(ssh_lab, target, job_dir.name, shown.append)
-            assert "waiting for a GPU: gpu lock held by other-job" in "".join(shown)
+            assert launcher.waiting_line("other-job") in "".join(shown)
         assert _states(ssh_lab)[job_dir.name] == "running"
 
         progress = {"pairs": 7, "half_width": 0.01}
@@ -141,7 +141,7 @@ def test_a_second_job_waits_for_the_gpu_lock(ssh_lab):
     with _pod_target(ssh_lab) as target:
         assert runner.pull(ssh_lab, target).pulled == (job_dir,)
     assert job_folder.load_result(job_dir).status == "pass"
-    assert "running on GPU 0" in (job_dir / "log.txt").read_text()
+    assert f"running on {launcher.slot_name(0)}" in (job_dir / "log.txt").read_text()
     assert [r.job_id for r in _ledger_rows(ssh_lab)] == [job_dir.name]
 
 

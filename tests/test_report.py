@@ -6,6 +6,8 @@ import json
 import sqlite3
 
 import pytest
+
+from okc.jobs import options
 from typer.testing import CliRunner
 
 import reportdata
@@ -179,11 +181,12 @@ def test_a_failed_floor_job_records_nothing(lab):
     assert ledger.floors(open_ledger(lab.ledger_path)) == []
 
 
-def test_okc_floor_without_a_gpu_fails_with_a_reason(lab):
+@pytest.mark.skipif(options.nvidia_driver(), reason="this machine has an NVIDIA driver")
+def test_okc_floor_without_a_gpu_is_refused_before_a_job(lab):
     result = invoke("floor", "--on", "local")
-    assert result.exit_code == 1
-    assert "floor error" in result.output
-    assert ledger.floors(open_ledger(lab.ledger_path)) == []
+    assert result.exit_code == 2
+    assert "the read floor needs a CUDA GPU and this machine has none" in result.output
+    assert [p for p in lab.results.iterdir() if p.is_dir()] == []
 
 
 FLOOR = Floor("f", "NVIDIA H200", "GPU-a", tuple(FloorSize(n, b, us, b / us / 1e6) for n, b, us in reportdata.READ_FLOOR))

@@ -51,7 +51,7 @@ def test_pod_file_top_level_errors(tmp_path):
     bad.write_text("pods:\n  h200:\n    host: [unclosed\n")
     with pytest.raises(ConfigError, match=r"not valid YAML at line \d"):
         load_pod_file(bad)
-    with pytest.raises(ConfigError, match="no pod.yaml at .*a minimal pod.yaml"):
+    with pytest.raises(ConfigError, match="no pod.yaml at .*copy pod.yaml.example"):
         load_pod_file(tmp_path / "missing.yaml")
 
 

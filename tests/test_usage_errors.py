@@ -4,6 +4,7 @@ Every input of issue 11's list: no job folder, no ledger row, no ledger file eve
 candidate's own behaviour may produce a fail or error row.
 """
 
+import json
 import shutil
 import textwrap
 from pathlib import Path
@@ -112,7 +113,7 @@ def test_a_file_outside_the_labs_candidates_is_refused(lab_root, tmp_path):
     "settings, message",
     [
         ('results_dir = "pyproject.toml/results"', "cannot hold job folders"),
-        ('job_timeout_s = -1', "[tool.okc] job_timeout_s must be a positive number"),
+        ('job_timeout_s = -1', "[tool.okc] job_timeout_s must be a number of seconds above 0"),
         ('colour = "red"', "[tool.okc] has unknown setting(s): colour"),
     ],
 )
@@ -166,7 +167,7 @@ def test_a_corrupt_ledger_stops_the_job_before_it_runs(lab_root):
     (lab_root / "results" / "ledger.db").write_bytes(b"not a database" * 200)
     result = invoke("check", "000", "--quick")
     assert result.exit_code == 2
-    assert "cannot open the ledger" in result.output and len(result.output.strip().splitlines()) == 1
+    assert "the ledger is damaged" in result.output and "okc ledger --rebuild" in result.output and len(result.output.strip().splitlines()) == 1
     assert [p.name for p in (lab_root / "results").iterdir()] == ["ledger.db"]
 
 
@@ -176,8 +177,8 @@ def test_a_ledger_missing_a_table_is_one_line(lab_root, command):
     result = invoke(*command)
     assert result.exit_code == 2, result.output
     assert result.output.strip().splitlines() == [
-        f"error: {lab_root / 'results' / 'ledger.db'}: the ledger is damaged, table(s) runs missing; move it aside "
-        "and okc starts a new one (job folders under results/ keep every result)"]
+        f"error: {lab_root / 'results' / 'ledger.db'}: the ledger is damaged, table(s) runs missing; okc ledger "
+        "--rebuild makes it again from the job folders and official.jsonl (the old file is kept)"]
     assert [p.name for p in (lab_root / "results").iterdir() if "check" in p.name] == []
 
 
@@ -205,9 +206,24 @@ def test_a_ledger_that_breaks_during_the_job_does_not_lose_the_verdict(tmp_path,
     result = invoke("check", "2")
     lines = result.output.strip().splitlines()
     assert "PASS 002_vandal" in lines[-2]  # the verdict, then the one line about the ledger
-    assert "the result was not recorded in the ledger" in lines[-1] and "cannot open the ledger" in lines[-1]
+    job = next(p.name for p in (root / "results").iterdir() if p.is_dir())
+    assert f"job {job} is not in the ledger" in lines[-1] and "the ledger is damaged" in lines[-1]
+    assert f"okc pull --on local {job}" in lines[-1] and "the next okc command records it" in lines[-1]
     assert result.exit_code == 2
     assert "Traceback" not in result.output
+    # The damaged ledger: one line and the way out; the way out records the job from its folder, once.
+    shown = invoke("ledger")
+    assert shown.exit_code == 2 and len(shown.output.strip().splitlines()) == 1
+    assert "okc ledger --rebuild" in shown.output
+    rebuilt = invoke("ledger", "--rebuild")
+    assert rebuilt.exit_code == 0 and "1 job(s) from their folders" in rebuilt.output, rebuilt.output
+    assert any(p.name.startswith("ledger.db.old-") for p in (root / "results").iterdir())
+    records = json.loads(invoke("ledger", "--json").output)
+    assert [r["check_job_id"] for r in records if r["number"] == 2] == [job]
+    assert "1 job(s) from their folders" in invoke("ledger", "--rebuild").output  # again: still one row
+    assert invoke("pull", "--on", "local", job).exit_code == 0
+    with open_ledger(root / "results" / "ledger.db") as conn:
+        assert [r.job_id for r in runs(conn)] == [job]
 
 
 @pytest.mark.parametrize(("cli", "rule"), [

@@ -9,15 +9,17 @@ okc.errors exceptions and leave as one red line and the documented exit code.
 
 from __future__ import annotations
 
+import errno
 import functools
 import inspect
+import sys
 from collections.abc import Callable
 
 import typer
 import typer.core
 
 import okc
-from okc.errors import EXIT_FAILED, ConfigError, OkcError
+from okc.errors import EXIT_FAILED, EXIT_USAGE, ConfigError, OkcError
 
 # typer 0.19 escapes "[default: ...]" and "[required]" for rich whenever rich is installed,
 # even with rich_markup_mode=None, so click's plain help printed "\[required]". okc's help is
@@ -46,8 +48,57 @@ def _versions(value: bool) -> None:
     raise typer.Exit(0)
 
 
+COMPLETION_SHELLS = ("bash", "zsh", "fish", "powershell", "pwsh")
+
+
+class _OneLineErrors(typer.core.TyperGroup):
+    """okc's root group: click's usage errors as one red line (not its Usage / Try / Error block).
+
+    Every command's mistakes are reported in one form, whether click (a bad option value) or okc
+    (a bad setting) found them; and `okc --show-completion SHELL` honours SHELL.
+    """
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        import click
+
+        args = list(sys.argv[1:] if args is None else args)
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            if len(args) == 2 and args[0] == "--show-completion":
+                _show_completion(args[1], prog_name or "okc")
+                sys.exit(0)
+            code = super().main(args, prog_name, complete_var, False, **extra)
+        except click.exceptions.NoArgsIsHelpError as exc:  # `okc` or `okc pod` alone: the help, as click shows it
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click.UsageError as exc:
+            where = f"okc {exc.ctx.command.name}: " if exc.ctx and exc.ctx.parent is not None else ""
+            error_line(f"{where}{exc.format_message()} (see --help)")
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            error_line(exc.format_message())
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            error_line("aborted")
+            sys.exit(EXIT_FAILED)
+        except OkcError as exc:
+            error_line(str(exc))
+            sys.exit(exc.exit_code)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+def _show_completion(shell: str, prog_name: str) -> None:
+    from typer.completion import get_completion_script
+
+    if shell not in COMPLETION_SHELLS:
+        raise ConfigError(f"--show-completion: no completion for shell {shell!r}; one of {', '.join(COMPLETION_SHELLS)}")
+    typer.echo(get_completion_script(prog_name=prog_name, complete_var=f"_{prog_name.upper()}_COMPLETE", shell=shell))
+
+
 app = typer.Typer(
     name="okc",
+    cls=_OneLineErrors,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,  # plain help: rendering it through rich doubled `okc --help`'s start-up time
@@ -115,6 +166,11 @@ def handles_errors(command: Callable) -> Callable:
         except OkcError as exc:
             error_line(str(exc))
             raise typer.Exit(exc.exit_code) from None
+        except OSError as exc:  # the output itself failed (a full disk, a closed pipe): said once, on stderr
+            if exc.errno not in (errno.ENOSPC, errno.EPIPE, errno.EDQUOT, errno.EROFS, errno.EIO):
+                raise
+            error_line(f"cannot write: {exc.strerror or exc}" + (f" ({exc.filename})" if exc.filename else ""))
+            raise typer.Exit(EXIT_USAGE) from None
 
     return wrapper
 

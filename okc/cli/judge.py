@@ -34,7 +34,10 @@ def _source(outcome):
 def _not_recorded(outcome) -> None:
     """The verdict is printed already; say (one line) that the ledger did not take it."""
     if outcome.record_error:
-        error_line(f"the result was not recorded in the ledger: {outcome.record_error}")
+        job = outcome.job_dir.name
+        later = f"{outcome.record_later}, or " if outcome.record_later else ""
+        error_line(f"job {job} is not in the ledger: {outcome.record_error}; its folder keeps the result, and "
+                   f"once the ledger is mended {later}`okc pull --on local {job}` records it")
 
 
 @app.command()
@@ -105,7 +108,12 @@ def bench(
     # A/A: the named candidate against a second capture of itself (`okc bench 000 --aa` is the noise floor).
     named = lab.baseline if against in (None, "baseline") else against
     other = candidate if aa else candidates.resolve(lab.candidates, named)
-    options.preflight(lab, on)
+    if other.number == candidate.number and not aa:  # a score against itself is no speedup: it is the A/A floor
+        from okc.errors import ConfigError
+
+        raise ConfigError(f"{candidate.name} would be benched against itself; that is an A/A run: "
+                          f"okc bench {candidate.label} --aa")
+    options.preflight(lab, on, kind="bench")
     with _bench_progress(target) as on_progress:
         outcome = runner.submit(lab, "bench", candidate, against=other, aa=aa, on=on, on_progress=on_progress,
                                 bench=benching.settings())
@@ -165,7 +173,7 @@ def try_command(
     lab = load_lab()
     candidate = candidates.resolve(lab.candidates, candidate_ref(words))
     baseline = candidates.resolve(lab.candidates, lab.baseline)
-    options.preflight(lab, on, checking)
+    options.preflight(lab, on, checking, kind="bench")  # a try benches too: a GPU-only problem needs a GPU
     with _bench_progress(target) as on_progress:
         outcome = runner.submit(lab, "try", candidate, against=baseline, on=on, on_progress=on_progress,
                                 on_log=echo_log if fmt == "table" else None, bench=benching.settings(),
@@ -249,7 +257,7 @@ def floor(
     from okc.reports import views
 
     lab = load_lab()
-    options.preflight(lab, on)
+    options.preflight(lab, on, kind="floor")
     with err.status("measuring the read floor ..."):
         outcome = runner.submit(lab, "floor", None, on=on, on_log=echo_log if fmt == "table" else None)
     result = outcome.result

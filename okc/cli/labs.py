@@ -31,4 +31,7 @@ def init(
         out.print(f"  {name}", markup=False, soft_wrap=True)
     for name in created.extended:
         out.print(f"  {name} (okc's lines added)", markup=False, soft_wrap=True)
-    out.print(f"next: cd {created.root} && {created.next_step}", markup=False, soft_wrap=True)
+    import shlex
+
+    # Quoted as a shell reads it: a folder named "my lab" or "$(...)" is pasted safely.
+    out.print(f"next: cd {shlex.quote(str(created.root))} && {created.next_step}", markup=False, soft_wrap=True)

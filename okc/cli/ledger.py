@@ -20,6 +20,8 @@ def ledger(
     calibration: bool = typer.Option(
         False, "--calibration", help="Official/local score ratios (per load with a timing table), and predicted official scores once 3 pairs exist."),
     sweep: Optional[str] = typer.Option(None, "--sweep", help="A sweep's winners per shape (its latest finished run)."),
+    rebuild: bool = typer.Option(
+        False, "--rebuild", help="Make the ledger again from the job folders and official.jsonl (a damaged one is kept beside it)."),
     fmt: str = "table",
 ) -> None:
     """Every candidate: its current source hash, its check and best bench, official results; older results marked stale.
@@ -31,7 +33,14 @@ def ledger(
 
     if sweep is not None and calibration:  # refused rather than one of them silently ignored
         raise ConfigError("--sweep and --calibration are two views; choose one")
+    if rebuild and (sweep is not None or calibration):
+        raise ConfigError("--rebuild makes the ledger again; run the view after it")
     lab = load_lab()
+    if rebuild:
+        from okc.lab.recovery import rebuild as rebuild_ledger
+
+        out.print(rebuild_ledger(lab).message, markup=False, soft_wrap=True)
+        return
     if sweep is not None:
         document = ledger_views.sweep_document(lab, sweep)
     elif calibration:

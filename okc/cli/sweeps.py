@@ -6,7 +6,8 @@ from typing import Optional
 
 import typer
 
-from okc.cli.app import app, err, handles_errors, load_lab, output_options, show
+from okc.cli.app import app, err, error_line, handles_errors, load_lab, output_options, show
+from okc.errors import EXIT_FAILED
 
 # ---------------------------------------------------------------------------------------
 # Experiments: tuning sweeps
@@ -30,10 +31,18 @@ def sweep(
     from okc.sweeps import view as sweepview
     from okc.sweeps.funnel import run_sweep
 
+    from okc.sweeps.experiments import load_experiment
+
     sweeping = SweepOptions(gpus=gpus, emit=emit)
     lab = load_lab()
     sweeping.check_free(lab)
+    sweeping.preflight(lab, load_experiment(lab.experiments, name), on)
     with sweepview.LiveView(err.get()) as view:
         result = run_sweep(lab, name, on=on, emit=emit, gpus=gpus, on_progress=view.update,
                            on_message=lambda line: err.print(line, markup=False))
     show(sweepview.sweep_document(result), fmt)
+    if not result.winners:  # every point failed: not a finished tuning, whatever the table says
+        example = next(iter(result.failed.items()), None)
+        error_line(f"sweep {name}: no point passed on any shape" +
+                   (f" (point {example[0]}: {example[1]})" if example else ""))
+        raise typer.Exit(EXIT_FAILED)

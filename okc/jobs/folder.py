@@ -220,6 +220,7 @@ def _run(spec: JobSpec, job_dir: Path, kind: str, result: JobResult, job_id: str
         ci_hi=score_ci[1] if result.passed else None,
         speedups=result.speedups,
         against=(spec.against.name + (AA_MARK if spec.aa else "")) if spec.against and kind == "bench" else None,
+        against_sha256=spec.against.sha256 if spec.against and kind == "bench" else None,
         note=result.reason,
         result_path=job_dir.name,  # relative to the results folder: the ledger travels
         created_at=spec.created_at or now(),

@@ -132,6 +132,18 @@ class SweepOptions:
         if self.emit is not None:
             check_emit(self.emit, lab.candidates)
 
+    def preflight(self, lab: Lab, experiment: Any, on: str | None) -> None:
+        """The sweep's shapes (an okc.sweeps.experiments.Experiment's) are the problem's cases, and this
+        machine can run its jobs if it is a target."""
+        try:
+            check_cases(lab.problem, tuple(experiment.check_cases()), None)
+        except ConfigError as exc:
+            raise ConfigError(f"sweep {experiment.name} ({experiment.path.name}): {exc}") from None
+        from okc.sweeps.fanout import target_names
+
+        if any(runs_here(lab, target) for target in target_names(on)):
+            needs_here(lab, "sweep")
+
 
 def check_cases(problem: str, cases: tuple[str, ...] | None, max_m: int | None) -> None:
     """Every named case exists in the problem (within a quick check's m); a module-path problem is left to its job."""
@@ -154,7 +166,7 @@ def cuda_here() -> bool:
     import subprocess
     import sys
 
-    if not any(Path(path).exists() for path in NVIDIA_PATHS):
+    if not nvidia_driver():
         return False
     try:
         probe = subprocess.run([sys.executable, "-c", CUDA_PROBE], capture_output=True, timeout=CUDA_PROBE_TIMEOUT_S)
@@ -189,7 +201,30 @@ def runs_here(lab: Lab, on: str | None) -> bool:
     return False
 
 
-def preflight(lab: Lab, on: str | None, options: CheckOptions | None = None) -> None:
+def nvidia_driver() -> bool:
+    """Whether this machine has an NVIDIA driver (a cheap look at /proc and /dev; torch is not asked)."""
+    return any(Path(path).exists() for path in NVIDIA_PATHS)
+
+
+def needs_here(lab: Lab, kind: str) -> None:
+    """What a job of ``kind`` needs on this machine before it may start here: torch, and a GPU where the problem needs one.
+
+    Looked up without importing torch (1.5 s): its module spec, and the NVIDIA driver's files.
+    """
+    if _module_missing("torch"):
+        raise ConfigError(f"okc {kind} runs the judge here, which needs torch, and it is not installed "
+                          f"(pip install torch), or run it on a pod: okc {kind} ... --on POD")
+    from okc.problems import catalog
+
+    shapes = catalog.shapes_of(lab.problem)
+    needs_gpu = kind == "floor" or (kind == "bench" and shapes is not None and "cpu" not in shapes.bench_devices)
+    if needs_gpu and not nvidia_driver():
+        what = f"{lab.problem}'s bench" if kind == "bench" else "the read floor"
+        raise ConfigError(f"okc {kind}: {what} needs a CUDA GPU and this machine has none (no NVIDIA driver); "
+                          f"run it on a pod: okc {kind} ... --on POD")
+
+
+def preflight(lab: Lab, on: str | None, options: CheckOptions | None = None, kind: str = "check") -> None:
     """Everything a job needs from the lab and this machine, checked before its folder exists."""
     local = runs_here(lab, on)
     from okc.lab.gpumode import check_lab_problem
@@ -201,6 +236,8 @@ def preflight(lab: Lab, on: str | None, options: CheckOptions | None = None) -> 
             raise ConfigError(f"unknown case(s) {', '.join(unknown)}: {lab.problem} checks {', '.join(known)}")
     elif gpumode_task is None and "." in lab.problem and local and _module_missing(lab.problem):
         raise ConfigError(f"[tool.okc] problem {lab.problem!r}: no such module here")
+    if local:
+        needs_here(lab, kind)
     if options is not None:
         check_cases(lab.problem, options.cases, options.max_m)
         if options.device == "cuda" and local and not cuda_here():

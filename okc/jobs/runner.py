@@ -22,13 +22,14 @@ from typing import Any
 
 from okc.benchrules import aa_floor
 from okc.contract import EXIT_FILE, JOB_FILE, LOG_FILE, PROGRESS_FILE, JobResult, JobState, is_job_id, read_json
-from okc.errors import ConfigError, JudgeError, LedgerError, OkcError, PodError, UnreachableError, UnsafeRemote
+from okc.errors import ConfigError, Interrupted, JudgeError, LedgerError, OkcError, PodError, UnreachableError, UnsafeRemote
 from okc import incoming
 from okc.jobs.folder import create_job, finish_job, is_home, job_spec, record_job, settled
 from okc.jobs.target import LocalTarget, Target
 from okc.lab.candidates import Candidate
 from okc.lab.config import Lab
 from okc.lab.ledger import latest_aa, ledger, recorded_job_ids
+from okc.lab.recovery import record_pending
 
 LOG_CHUNK = 1 << 20  # okc logs reads and prints this much at a time, whatever the log's size
 STATE_EVERY_S = 5.0  # how often a followed job is checked for having died without an exit code
@@ -45,6 +46,7 @@ class Outcome:
     result: JobResult
     recorded: bool
     record_error: str | None = None  # the ledger refused the row after the run: the result still stands
+    record_later: str = ""  # how the refused row gets recorded without the user's help, if it does
 
 
 @dataclass(frozen=True)
@@ -176,7 +178,7 @@ def follow(target: Target, job_dir: Path, on_log: Callable[[str], None] | None =
     except KeyboardInterrupt:
         if target.remote:
             raise JobDetached(f"detached: job {job_id} keeps running on pod {target.name!r}; "
-                              f"resume with: okc attach {job_id}") from None
+                              f"resume with: okc attach {job_id} --on {target.name}") from None
         target.cancel(job_id)
         deadline = time.monotonic() + CANCEL_WAIT_S
         while not target.done(job_id) and time.monotonic() < deadline:
@@ -224,19 +226,31 @@ def execute(target: Target, job_dir: Path, gpus: str | None = None, on_log: Call
             finish_job(job_dir)
         raise
     except UnreachableError as exc:
-        raise UnreachableError(f"{exc}; job {job_dir.name} keeps running there: okc attach {job_dir.name}") from None
+        raise UnreachableError(f"{exc}; job {job_dir.name} keeps running there: "
+                               f"okc attach {job_dir.name} --on {target.name}") from None
     return finish_job(job_dir)
 
 
 def run_job(lab: Lab, target: Target, job_dir: Path, on_log: Callable[[str], None] | None = None,
             on_progress: Callable[[dict], None] | None = None) -> Outcome:
-    """:func:`execute`, then record the job in the ledger."""
-    result = execute(target, job_dir, on_log=on_log, on_progress=on_progress)
+    """:func:`execute`, then record the job in the ledger; Ctrl-C is :class:`Interrupted`, saying what became of the job."""
+    try:
+        result = execute(target, job_dir, on_log=on_log, on_progress=on_progress)
+    except KeyboardInterrupt:
+        job = job_dir.name
+        if target.remote:  # Ctrl-C while its files came home: the job is over on the pod, and pull fetches it again
+            raise Interrupted(f"interrupted while bringing job {job} home; okc pull --on {target.name} {job} "
+                              "brings it and records it") from None
+        raise Interrupted(f"cancelled: job {job} was stopped and is not recorded (okc jobs shows it cancelled; "
+                          f"its log: okc logs {job} --on local)") from None
     try:
         with ledger(lab.ledger_path) as conn:
             recorded = record_job(conn, job_dir)
     except LedgerError as exc:  # broken during the run: the verdict must not be lost with it
-        return Outcome(job_dir, result, False, record_error=str(exc))
+        from okc.lab.backlog import note_pending
+
+        later = "the next okc command records it" if note_pending(lab, job_dir.name) else ""
+        return Outcome(job_dir, result, False, record_error=str(exc), record_later=later)
     return Outcome(job_dir, result, recorded)
 
 
@@ -288,9 +302,8 @@ def submit(lab: Lab, kind: str, candidate: Candidate | None, *, on: str | None =
         job_spec(lab, kind, candidate, against=against, target=target.name, **options)
         if kind in ("bench", "try") and not options.get("aa"):
             options["bench"] = with_aa_floor(lab, target.name, dict(options.get("bench") or {}))
-        else:
-            with ledger(lab.ledger_path):
-                pass
+        with ledger(lab.ledger_path) as conn:  # opened before the job exists; jobs it refused before go in now
+            record_pending(lab, conn)
         target.prepare()
         job_dir = create_job(lab, kind, candidate, against=against, target=target.name, **options)
         return run_job(lab, target, job_dir, on_log=on_log, on_progress=on_progress)
@@ -328,8 +341,12 @@ def attach(lab: Lab, target: Target, job_id: str, on_log=None, on_progress=None)
     """Resume following a job from the last log byte seen here; bring it home and record it when done."""
     check_job_id(job_id)
     job_dir = lab.results / job_id
-    if target.state(job_id).state == "not started":
+    state = target.state(job_id).state
+    if state == "not started":
         raise PodError(f"job {job_id} has not started on {target.name!r}")
+    if state == "cancelled":  # stopped by Ctrl-C or a cancel: nothing to follow, and not the candidate's result
+        raise PodError(f"job {job_id} was cancelled on {target.name!r}: nothing to follow or record "
+                       f"(its log: okc logs {job_id} --on {target.name})")
     job_dir.mkdir(parents=True, exist_ok=True)
     follow(target, job_dir, on_log, on_progress)
     with ledger(lab.ledger_path) as conn:

@@ -67,33 +67,89 @@ def parse_name(path: Path) -> Candidate:
         raise CandidateError(f"{path}: a candidate is named NNN_slug.py or NNN_slug/ (e.g. 036_c10_vector.py)")
     if path.is_dir() and not (path / FOLDER_ENTRY).is_file():
         raise CandidateError(f"{path}: a folder candidate needs a {FOLDER_ENTRY}")
-    return Candidate(number=int(match["number"]), name=stem, path=path)
+    candidate = Candidate(number=int(match["number"]), name=stem, path=path)
+    _check_links(candidate)
+    return candidate
 
 
-def discover(folder: Path) -> list[Candidate]:
-    """Every candidate in ``folder``, by number; two with one number is an error."""
+def _check_links(candidate: Candidate) -> None:
+    """A symlinked candidate (or a file in a folder candidate) is the file it names, which must be in the lab.
+
+    The lab is the folder above candidates/; a link out of it would copy (and send to a pod) a file
+    that is not the lab's, such as /etc/passwd.
+    """
+    lab_root = Path(os.path.abspath(candidate.path)).parent.parent.resolve()
+    for path in [candidate.path, *(candidate.files() if candidate.is_folder else ())]:
+        if not path.is_symlink() and path == candidate.path:
+            continue
+        target = path.resolve()
+        if target != lab_root and lab_root not in target.parents:
+            raise CandidateError(f"{path.name} is a symlink to {target}, outside the lab: a candidate's "
+                                 "files must be in the lab (copy the file in instead)")
+
+
+@dataclass(frozen=True)
+class Scan:
+    """What candidates/ holds: the candidates, and a one-line note per entry left out."""
+
+    candidates: tuple[Candidate, ...]
+    ignored: tuple[str, ...]  # "helpers.py: not NNN_slug.py", ...
+    refused: dict[int, str]  # number -> why that number cannot be used (two files, a link out of the lab)
+
+
+def scan(folder: Path) -> Scan:
+    """Every candidate in ``folder``; other files are left out with a note (a helper module is normal).
+
+    Two entries with one number make that number unusable (the others still work).
+    """
     if not folder.is_dir():
         raise CandidateError(f"no candidates folder at {folder}")
     found: dict[int, Candidate] = {}
+    ignored: list[str] = []
+    refused: dict[int, str] = {}
     for entry in sorted(folder.iterdir()):
-        if entry.name.startswith((".", "_")) or not (entry.is_dir() or entry.suffix == ".py"):
+        if entry.name.startswith((".", "_")) or entry.name in IGNORED_PARTS or not (entry.is_dir() or entry.suffix == ".py"):
             continue
-        candidate = parse_name(entry)
-        if candidate.number in found:
-            raise CandidateError(
-                f"two candidates have number {candidate.label}: {found[candidate.number].path.name} and {entry.name}"
-            )
-        found[candidate.number] = candidate
-    return [found[n] for n in sorted(found)]
+        stem = entry.name[:-3] if entry.name.endswith(".py") else entry.name
+        match = NAME_PATTERN.match(stem)
+        if not match:
+            ignored.append(f"{entry.name!r}: not named NNN_slug.py or NNN_slug/")
+            continue
+        number = int(match["number"])
+        try:
+            candidate = parse_name(entry)
+        except CandidateError as exc:
+            if entry.is_dir() and not (entry / FOLDER_ENTRY).is_file():
+                ignored.append(f"{entry.name!r}: a folder without {FOLDER_ENTRY}")
+            else:
+                refused[number] = str(exc)
+            continue
+        if number in refused:
+            continue
+        if number in found:
+            refused[number] = (f"two candidates have number {number:03d}: {found.pop(number).path.name} and "
+                               f"{entry.name}; rename one")
+            continue
+        found[number] = candidate
+    return Scan(tuple(found[n] for n in sorted(found)), tuple(ignored), refused)
+
+
+def discover(folder: Path) -> list[Candidate]:
+    """Every usable candidate in ``folder``, by number (see :func:`scan` for what is left out)."""
+    return list(scan(folder).candidates)
 
 
 def check_emit(number: int, folder: Path | None = None) -> None:
     """``--emit``'s number is 0 to 999 and, given the candidates ``folder``, not taken yet."""
     if not 0 <= number <= 999:
         raise ConfigError(f"--emit takes a candidate number from 0 to 999, got {number}")
-    taken = [c for c in discover(folder) if c.number == number] if folder is not None else []
-    if taken:
-        raise CandidateError(f"--emit {number:03d}: candidate {taken[0].path.name} has that number; pick a free one")
+    if folder is None:
+        return
+    found = scan(folder)
+    taken = [c.path.name for c in found.candidates if c.number == number]
+    if taken or number in found.refused:
+        raise CandidateError(f"--emit {number:03d}: candidate {taken[0] if taken else 'in candidates/'} has that number; "
+                             "pick a free one")
 
 
 def resolve(folder: Path, ref: str) -> Candidate:
@@ -103,7 +159,10 @@ def resolve(folder: Path, ref: str) -> Candidate:
         raise CandidateError("name a candidate: a number (36), a file name or a path")
     if ref.isdigit():
         number = int(ref)
-        matches = [c for c in discover(folder) if c.number == number]
+        found = scan(folder)
+        if number in found.refused:
+            raise CandidateError(found.refused[number])
+        matches = [c for c in found.candidates if c.number == number]
         if not matches:
             raise CandidateError(f"no candidate {number:03d} in {folder}")
         return matches[0]

@@ -17,6 +17,7 @@ from okc.problems import catalog, gpumode
 LAB_ENV = "OKC_LAB"  # points okc at a lab explicitly (scripts, tests)
 DEFAULT_PREPARE_TIMEOUT_S = 300.0
 DEFAULT_JOB_TIMEOUT_S = 600.0
+MAX_TIMEOUT_S = 7 * 24 * 3600.0  # a week: longer is a typo (1e400 is infinity), and the launcher's clock must hold it
 
 
 @dataclass(frozen=True)
@@ -33,12 +34,22 @@ class Lab:
     def __post_init__(self) -> None:
         for name in ("prepare_timeout_s", "job_timeout_s"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-                raise ConfigError(f"[tool.okc] {name} must be a positive number of seconds, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_TIMEOUT_S:
+                raise ConfigError(f"[tool.okc] {name} must be a number of seconds above 0 and at most "
+                                  f"{MAX_TIMEOUT_S:.0f} (a week), got {value!r}")
         for name in ("problem", "baseline", "candidates_dir", "experiments_dir", "results_dir"):
             value = getattr(self, name)
-            if not isinstance(value, str) or not value:
+            if not isinstance(value, str) or not value.strip() or "\0" in value:
                 raise ConfigError(f"[tool.okc] {name} must be a non-empty string, got {value!r}")
+        for name in ("candidates_dir", "experiments_dir", "results_dir"):
+            # A relative folder is the lab's: one that climbs out ("../../x") would write a ledger into
+            # another folder or lab by accident. An absolute path (results on a bigger disk) is a choice.
+            if Path(getattr(self, name)).is_absolute():
+                continue
+            inside = (self.root / getattr(self, name)).resolve()
+            if inside != self.root.resolve() and self.root.resolve() not in inside.parents:
+                raise ConfigError(f"[tool.okc] {name} = {getattr(self, name)!r} leads outside the lab ({inside}); "
+                                  "use a folder inside it")
         if gpumode.is_gpumode(self.problem):
             if not self.problem[len(gpumode.PREFIX):].strip():
                 raise ConfigError('[tool.okc] problem "gpumode:" needs the path of a GPU MODE problem folder')
@@ -89,11 +100,27 @@ def _okc_table(pyproject: Path) -> dict | None:
     return data.get("tool", {}).get("okc")
 
 
-def load_lab(root: Path, settings: dict) -> Lab:
+def load_lab(root: Path, settings: dict, check_baseline: bool = True) -> Lab:
     if not isinstance(settings, dict):
         raise ConfigError(f"{root / 'pyproject.toml'}: [tool.okc] must be a table")
     known = {f for f in Lab.__dataclass_fields__ if f != "root"}
     unknown = sorted(set(settings) - known)
     if unknown:
         raise ConfigError(f"[tool.okc] has unknown setting(s): {', '.join(unknown)} (known: {', '.join(sorted(known))})")
-    return Lab(root=root, **settings)
+    lab = Lab(root=root, **settings)
+    if check_baseline:  # okc init checks its settings before it writes the baseline
+        _check_baseline(lab)
+    return lab
+
+
+def _check_baseline(lab: Lab) -> None:
+    """The baseline names a candidate that is there: every bench and score is measured against it."""
+    from okc.errors import CandidateError
+    from okc.lab.candidates import resolve
+
+    if not lab.candidates.is_dir():
+        return  # okc init makes it; a command that needs candidates says so itself
+    try:
+        resolve(lab.candidates, lab.baseline)
+    except CandidateError as exc:
+        raise ConfigError(f"[tool.okc] baseline = {lab.baseline!r}: {exc}") from None

@@ -186,12 +186,21 @@ def _totals(group: list[JobCost]) -> tuple[int, float, float | None, int]:
             _usd(sum(known)) if known else None, len(group) - len(known))
 
 
+def _spent_on(cost: JobCost) -> tuple[int | None, str | None]:
+    """(number, name) a job's spend is filed under: a sweep's point jobs (no candidate number) under their sweep."""
+    if cost.candidate_number is not None and cost.candidate_number < 0:
+        sweep = (cost.candidate_name or "").rpartition("-")[0] or cost.candidate_name or "?"
+        return None, f"(sweep {sweep})"
+    return cost.candidate_number, cost.candidate_name
+
+
 def cost_tables(costs: list[JobCost], sessions: list[Session]) -> list[Table]:
     """Spend per candidate, per day and per pod; idle hours for the pods whose uptime is known."""
-    by_candidate = _group(costs, lambda c: (c.candidate_number, c.candidate_name))
+    by_candidate = _group(costs, _spent_on)
     candidate_rows = [
         (number, name or "(no candidate)", *_totals(group))
-        for (number, name), group in sorted(by_candidate.items(), key=lambda item: (item[0][0] is None, item[0][0] or 0))
+        for (number, name), group in sorted(by_candidate.items(),
+                                            key=lambda item: (item[0][0] is None, item[0][0] or 0, item[0][1] or ""))
     ]
     by_day = _group(costs, lambda c: c.created_at[:10])
     day_rows = [(day, *_totals(group)) for day, group in sorted(by_day.items())]

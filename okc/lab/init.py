@@ -133,7 +133,7 @@ def _pyproject(root: Path, problem: str) -> tuple[str, bool]:
         raise ConfigError(f"{root} holds an okc lab already (its pyproject.toml has a tool.okc table); nothing written")
     text = existing + ("" if existing.endswith("\n") or not existing else "\n") + "\n# okc's lab settings\n" + table
     try:
-        load_lab(root, tomllib.loads(text)["tool"]["okc"])
+        load_lab(root, tomllib.loads(text)["tool"]["okc"], check_baseline=False)
     except (tomllib.TOMLDecodeError, KeyError, TypeError) as exc:
         raise ConfigError(f"{path}: a tool.okc table cannot be appended to it ({exc}); add it by hand") from None
     return text, True

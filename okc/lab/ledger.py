@@ -16,141 +16,15 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from okc.errors import LedgerError
+from okc.errors import LedgerError, LedgerUnusable
 from okc.contract import FloorSize
+from okc.lab.migrations import MIGRATIONS
 
 BUSY_TIMEOUT_S = 30.0
+RECOVER_HINT = "okc ledger --rebuild makes it again from the job folders and official.jsonl (the old file is kept)"
 KINDS = ("check", "bench", "official-check", "official-scored")
 OFFICIAL_KINDS = ("official-check", "official-scored")
 
-# Append-only: each entry is one migration, applied in its own transaction, never edited.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (
-    (
-        """CREATE TABLE candidates (
-            id INTEGER PRIMARY KEY,
-            number INTEGER NOT NULL,
-            name TEXT NOT NULL,
-            sha256 TEXT NOT NULL,
-            first_seen TEXT NOT NULL,
-            UNIQUE (number, name, sha256)
-        )""",
-        """CREATE TABLE runs (
-            id INTEGER PRIMARY KEY,
-            job_id TEXT UNIQUE,
-            candidate_number INTEGER NOT NULL,
-            candidate_name TEXT NOT NULL,
-            candidate_sha256 TEXT NOT NULL,
-            kind TEXT NOT NULL CHECK (kind IN ('check', 'bench', 'official-check', 'official-scored')),
-            status TEXT NOT NULL,
-            passed INTEGER,
-            target TEXT,
-            gpu TEXT,
-            score REAL,
-            ci_lo REAL,
-            ci_hi REAL,
-            speedups TEXT,
-            against TEXT,
-            official_job TEXT,
-            rank TEXT,
-            note TEXT,
-            result_path TEXT,
-            created_at TEXT NOT NULL
-        )""",
-        "CREATE INDEX runs_by_candidate ON runs (candidate_number, kind)",
-        """CREATE TRIGGER runs_append_only BEFORE UPDATE ON runs
-           BEGIN SELECT RAISE(ABORT, 'ledger runs are append-only: record a correction as a new row'); END""",
-        """CREATE TRIGGER candidates_append_only BEFORE UPDATE ON candidates
-           BEGIN SELECT RAISE(ABORT, 'ledger candidates are append-only'); END""",
-    ),
-    (
-        # Measured read floors (okc floor), one row per floor job, looked up by GPU.
-        """CREATE TABLE floors (
-            id INTEGER PRIMARY KEY,
-            job_id TEXT NOT NULL UNIQUE,
-            gpu_uuid TEXT,
-            gpu_name TEXT NOT NULL,
-            sizes TEXT NOT NULL,
-            created_at TEXT NOT NULL
-        )""",
-        "CREATE INDEX floors_by_gpu ON floors (gpu_uuid, gpu_name)",
-        """CREATE TRIGGER floors_append_only BEFORE UPDATE ON floors
-           BEGIN SELECT RAISE(ABORT, 'ledger floors are append-only: measure again for a new row'); END""",
-    ),
-    (
-        # What GPU time cost: each job's GPU seconds and dollars (okc.lab.costs), and each pod's
-        # $/h as okc last saw it (Runpod's API, or cost_per_hour in pod.yaml).
-        """CREATE TABLE pod_rates (
-            id INTEGER PRIMARY KEY,
-            pod TEXT NOT NULL,
-            runpod_id TEXT,
-            usd_per_hour REAL NOT NULL,
-            gpus INTEGER NOT NULL,
-            source TEXT NOT NULL,
-            started_at TEXT,
-            observed_at TEXT NOT NULL
-        )""",
-        "CREATE INDEX pod_rates_by_pod ON pod_rates (pod, id)",
-        """CREATE TABLE job_costs (
-            id INTEGER PRIMARY KEY,
-            job_id TEXT NOT NULL UNIQUE,
-            kind TEXT NOT NULL,
-            target TEXT NOT NULL,
-            candidate_number INTEGER,
-            candidate_name TEXT,
-            gpu_seconds REAL,
-            usd_per_gpu_hour REAL,
-            usd REAL,
-            created_at TEXT NOT NULL
-        )""",
-        """CREATE TRIGGER pod_rates_append_only BEFORE UPDATE ON pod_rates
-           BEGIN SELECT RAISE(ABORT, 'ledger pod rates are append-only'); END""",
-        """CREATE TRIGGER job_costs_append_only BEFORE UPDATE ON job_costs
-           BEGIN SELECT RAISE(ABORT, 'ledger job costs are append-only'); END""",
-    ),
-    (
-        # Sweeps (okc sweep): one row per point, stage and shape ('' for a check), and each run's winners,
-        # again with the candidate a run emitted (okc.lab.sweep_ledger).
-        """CREATE TABLE sweep_rows (
-            id INTEGER PRIMARY KEY, sweep TEXT NOT NULL, run_id TEXT NOT NULL, point TEXT NOT NULL,
-            params TEXT NOT NULL, point_sha256 TEXT NOT NULL,
-            stage TEXT NOT NULL CHECK (stage IN ('screen', 'check', 'measure')), shape TEXT NOT NULL,
-            status TEXT NOT NULL, reason TEXT, time_us REAL, speedup REAL, speedup_lo REAL, speedup_hi REAL,
-            pairs INTEGER, job_id TEXT, slot TEXT, created_at TEXT NOT NULL,
-            UNIQUE (run_id, point, stage, shape)
-        )""",
-        "CREATE INDEX sweep_rows_by_sweep ON sweep_rows (sweep, run_id)",
-        """CREATE TABLE sweep_winners (
-            id INTEGER PRIMARY KEY, sweep TEXT NOT NULL, run_id TEXT NOT NULL, shape TEXT NOT NULL,
-            point TEXT NOT NULL, params TEXT NOT NULL, point_sha256 TEXT NOT NULL,
-            time_us REAL, speedup REAL, speedup_lo REAL, speedup_hi REAL, job_id TEXT,
-            emitted_number INTEGER, emitted_name TEXT, emitted_sha256 TEXT NOT NULL DEFAULT '',
-            created_at TEXT NOT NULL, UNIQUE (run_id, shape, emitted_sha256)
-        )""",
-        """CREATE TRIGGER sweep_rows_append_only BEFORE UPDATE ON sweep_rows
-           BEGIN SELECT RAISE(ABORT, 'ledger sweep rows are append-only'); END""",
-        """CREATE TRIGGER sweep_winners_append_only BEFORE UPDATE ON sweep_winners
-           BEGIN SELECT RAISE(ABORT, 'ledger sweep winners are append-only'); END""",
-    ),
-    (
-        # Official timing tables (okc record --table): per load or per shape, baseline and candidate
-        # microseconds of one official job, as JSON rows; and indexes for status per source hash
-        # and for finding an official job.
-        """CREATE TABLE official_tables (
-            id INTEGER PRIMARY KEY,
-            official_job TEXT NOT NULL UNIQUE,
-            candidate_number INTEGER NOT NULL,
-            candidate_sha256 TEXT NOT NULL,
-            rows TEXT NOT NULL,
-            source TEXT,
-            created_at TEXT NOT NULL
-        )""",
-        """CREATE TRIGGER official_tables_append_only BEFORE UPDATE ON official_tables
-           BEGIN SELECT RAISE(ABORT, 'ledger official tables are append-only'); END""",
-        # Covers okc.lab.status's one pass over every run: the index alone answers it.
-        "CREATE INDEX runs_status ON runs (candidate_number, kind, candidate_sha256, score, against)",
-        "CREATE INDEX runs_by_official_job ON runs (official_job)",
-    ),
-)
 TABLES = ("candidates", "runs", "floors", "pod_rates", "job_costs", "sweep_rows", "sweep_winners", "official_tables")  # what a whole ledger holds
 
 
@@ -181,6 +55,7 @@ class Run:
     note: str | None = None
     result_path: str | None = None
     created_at: str = field(default_factory=now)
+    against_sha256: str | None = None  # a bench: the sha256 of the source it was measured against
     id: int | None = None
 
     def __post_init__(self) -> None:
@@ -211,13 +86,24 @@ def open_ledger(path: Path) -> sqlite3.Connection:
         migrate(conn)
         present = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     except sqlite3.DatabaseError as exc:
-        raise LedgerError(f"{path}: cannot open the ledger ({exc})") from None
+        raise ledger_error(path, exc) from None
     missing = [name for name in TABLES if name not in present]
     if missing:
         conn.close()
-        raise LedgerError(f"{path}: the ledger is damaged, table(s) {', '.join(missing)} missing; move it aside "
-                          "and okc starts a new one (job folders under results/ keep every result)")
+        raise LedgerUnusable(f"{path}: the ledger is damaged, table(s) {', '.join(missing)} missing; {RECOVER_HINT}")
     return conn
+
+
+def ledger_error(path: Path, exc: sqlite3.Error) -> LedgerUnusable:
+    """What SQLite's refusal means for the user, in one line, with the way out."""
+    text = str(exc)
+    if "readonly" in text or "read-only" in text:
+        return LedgerUnusable(f"{path} cannot be written ({text}): make it and its folder writable")
+    if "disk is full" in text or "disk I/O" in text:
+        return LedgerUnusable(f"{path} cannot be written ({text}): free some space")
+    if "locked" in text or "busy" in text:
+        return LedgerUnusable(f"{path} is locked by another process ({text}): try again once it is done")
+    return LedgerUnusable(f"{path}: the ledger is damaged ({text}); {RECOVER_HINT}")
 
 
 @contextmanager
@@ -226,6 +112,8 @@ def ledger(path: Path) -> Iterator[sqlite3.Connection]:
     conn = open_ledger(path)
     try:
         yield conn
+    except sqlite3.Error as exc:  # damaged pages, a read-only or full disk: found only once a query reaches them
+        raise ledger_error(path, exc) from None
     finally:
         conn.close()
 
@@ -300,9 +188,30 @@ def recorded_job_ids(conn: sqlite3.Connection) -> set[str]:
 
 def run_from_row(row: sqlite3.Row) -> Run:
     values = dict(row)
-    values["speedups"] = json.loads(values["speedups"] or "{}")
+    for name in ("score", "ci_lo", "ci_hi"):
+        check_number(values.get("id"), name, values[name])
+    try:
+        speedups = json.loads(values["speedups"] or "{}")
+    except (TypeError, ValueError):
+        speedups = None
+    if not isinstance(speedups, dict) or not all(isinstance(v, (int, float)) for v in speedups.values()):
+        raise bad_row(values.get("id"), "speedups", values["speedups"])
+    values["speedups"] = speedups
     values["passed"] = None if values["passed"] is None else bool(values["passed"])
-    return Run(**values)
+    try:
+        return Run(**values)
+    except LedgerError as exc:
+        raise LedgerUnusable(f"ledger row {values.get('id')}: {exc} (edited by hand?); {RECOVER_HINT}") from None
+
+
+def check_number(row_id, name: str, value) -> None:
+    """A number column holds a number or nothing (SQLite keeps whatever a hand edit put there)."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        raise bad_row(row_id, name, value)
+
+
+def bad_row(row_id, name: str, value) -> LedgerUnusable:
+    return LedgerUnusable(f"ledger row {row_id}: {name} is {value!r}, not what okc wrote (edited by hand?); {RECOVER_HINT}")
 
 
 def runs(conn: sqlite3.Connection, candidate_number: int | None = None, kind: str | None = None) -> list[Run]:

@@ -14,11 +14,12 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
-from okc.errors import ConfigError, LedgerError
+from okc.errors import ConfigError, LedgerError, LedgerUnusable
 from okc.lab.candidates import Candidate
 from okc.lab.config import Lab
 from okc.lab.ledger import OFFICIAL_KINDS as LEDGER_KINDS
 from okc.lab.ledger import Run, insert_run, now, run_from_row, transaction
+from okc.lab.backlog import PENDING_OFFICIAL, note_official, note_pending, official_log
 from okc.lab.timings import Timing, parse_table
 from okc.problems.catalog import DEFAULT_MAX_SCORE, ProblemShapes, shapes_of
 
@@ -194,5 +195,23 @@ def record_official_result(lab: Lab, ref: str, kind: str, score: float, ci: str,
     shapes = shapes_of(lab.problem)
     run = official_run(candidate, kind, score, ci, job, rank, note, shapes)
     rows = None if table is None else read_table(table, candidate, shapes)
-    with ledger(lab.ledger_path) as conn:
-        return record_official(conn, run, rows, None if table is None else table.name)
+    source = None if table is None else table.name
+    try:
+        with ledger(lab.ledger_path) as conn:
+            recorded = record_official(conn, run, rows, source)
+    except LedgerUnusable as exc:  # typed in by hand, it exists nowhere else: kept, and replayed later
+        _keep(lab, run, rows, source)
+        note_pending(lab, PENDING_OFFICIAL)
+        raise LedgerUnusable(f"{exc}; official job {run.official_job} is kept in {official_log(lab).name}, and the "
+                             "next okc command that can write the ledger records it") from None
+    if recorded.new_run or recorded.new_table:
+        _keep(lab, recorded.run, rows, source)
+    return recorded
+
+
+def _keep(lab: Lab, run: Run, rows: tuple[Timing, ...] | None, source: str | None) -> None:
+    try:
+        note_official(lab, run, None if rows is None else [row.to_json() for row in rows], source)
+    except OSError as exc:
+        raise LedgerError(f"{official_log(lab)} (the official results' copy beside the ledger) cannot be written "
+                          f"({exc.strerror or exc}); official job {run.official_job} is in the ledger only") from None

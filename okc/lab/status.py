@@ -14,12 +14,13 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass
 
-from okc.lab.ledger import AA_MARK, Run, known_candidates, run_from_row
+from okc.lab.ledger import AA_MARK, Run, check_number, known_candidates, run_from_row
 
 # The columns that decide which rows matter, read from the covering index runs_status (no
 # table pages): one pass over them is faster than asking SQLite to group by source, and
 # easier to read. Rows come in index order, so "latest" is the largest id, not the last seen.
-SCAN = "SELECT id, candidate_number, candidate_sha256, kind, score, against FROM runs"
+SCAN = "SELECT id, candidate_number, candidate_sha256, kind, score, against, against_sha256 FROM runs"
+OLD_BASELINE = "@old-baseline"  # marks, in one pass, a bench measured against an older version of what it ran against
 
 
 @dataclass(frozen=True)
@@ -41,20 +42,51 @@ class Status:
         return self.current.get("bench")
 
 
-def _baseline_bench(score: float | None, against: str | None, baseline_number: int | None) -> bool:
-    """A bench whose score is a speedup over the baseline: not an A/A run, not against another candidate."""
+def _baseline_bench(number: int, score: float | None, against: str | None, baseline_number: int | None) -> bool:
+    """A bench whose score is a speedup over the baseline: not an A/A run, not against another candidate,
+    not the baseline against itself (no score of its own: that is its A/A floor)."""
     if score is None:
         return False
     if against is None:
         return True
-    if against.endswith(AA_MARK):
+    if against.endswith(AA_MARK) or against.startswith(f"{number:03d}_"):
         return False
     return baseline_number is None or against.startswith(f"{baseline_number:03d}_")
 
 
+def against_number(against: str | None) -> int | None:
+    """The candidate number a bench's ``against`` names ("000_baseline", "001_x (A/A)"), if any."""
+    if against and len(against) > 3 and against[:3].isdigit() and against[3] == "_":
+        return int(against[:3])
+    return None
+
+
+def fresh_against(against: str | None, against_sha: str | None, current: dict[int, str]) -> bool:
+    """Whether what a bench ran against is still the file it was (unknown for rows older than the column: yes)."""
+    number = against_number(against)
+    if against_sha is None or number is None or number not in current:
+        return True
+    return current[number] == against_sha
+
+
+def stale_why(number: int, sha: str | None, against: str | None, against_sha: str | None,
+              current: dict[int, str]) -> str | None:
+    """Why a result is not of the files as they are now (None: it is): its candidate or its baseline changed."""
+    if current.get(number) != sha:
+        return f"{number:03d} changed since" if number in current else f"{number:03d} is gone"
+    if not fresh_against(against, against_sha, current):
+        return f"{against_number(against):03d} (what it ran against) changed since"
+    return None
+
+
+def source_key(sha: str, against: str | None, against_sha: str | None, current: dict[int, str]) -> str:
+    """The source a result belongs to: its sha, set apart when it was measured against an older baseline."""
+    return sha if fresh_against(against, against_sha, current) else sha + OLD_BASELINE
+
+
 def against_baseline(run: Run, baseline_number: int | None) -> bool:
     """Whether a bench run's score is a speedup over the baseline."""
-    return run.kind == "bench" and _baseline_bench(run.score, run.against, baseline_number)
+    return run.kind == "bench" and _baseline_bench(run.candidate_number, run.score, run.against, baseline_number)
 
 
 def _pick(conn: sqlite3.Connection, current: dict[int, str], baseline_number: int | None) -> list[int]:
@@ -68,11 +100,13 @@ def _pick(conn: sqlite3.Connection, current: dict[int, str], baseline_number: in
     last_old_bench: dict[int, tuple[int, str]] = {}  # number -> (id, sha) of the older source benched last
     scan = conn.cursor()
     scan.row_factory = None  # plain tuples: a Row object per run costs more than the pass itself
-    for row_id, number, sha, kind, score, against in scan.execute(SCAN):
+    for row_id, number, sha, kind, score, against, against_sha in scan.execute(SCAN):
+        check_number(row_id, "score", score)
+        sha = source_key(sha, against, against_sha, current)
         if kind != "bench":
             key = (number, kind, current.get(number) == sha)
             latest[key] = max(row_id, latest.get(key, row_id))
-        elif _baseline_bench(score, against, baseline_number):
+        elif _baseline_bench(number, score, against, baseline_number):
             if (score, row_id) > best.get((number, sha), (score, -1)):
                 best[(number, sha)] = (score, row_id)
             if current.get(number) != sha and row_id > last_old_bench.get(number, (-1, ""))[0]:
@@ -88,7 +122,8 @@ def statuses(conn: sqlite3.Connection, current: dict[int, tuple[str, str]], base
 
     A bench counts as "best" only against the baseline (``baseline_number``; None: against anything but itself).
     """
-    ids = _pick(conn, {number: sha for number, (_, sha) in current.items()}, baseline_number)
+    shas = {number: sha for number, (_, sha) in current.items()}
+    ids = _pick(conn, shas, baseline_number)
     picked: dict[int, list[Run]] = {}
     for row in conn.execute(f"SELECT * FROM runs WHERE id IN ({', '.join('?' * len(ids))}) ORDER BY id", ids):
         run = run_from_row(row)
@@ -100,6 +135,7 @@ def statuses(conn: sqlite3.Connection, current: dict[int, tuple[str, str]], base
         now: dict[str, Run] = {}
         old: dict[str, Run] = {}
         for run in picked.get(number, []):  # in the order recorded: a later old source wins
-            (now if run.candidate_sha256 == sha else old)[run.kind] = run
+            key = source_key(run.candidate_sha256, run.against, run.against_sha256, shas)
+            (now if key == sha else old)[run.kind] = run
         result.append(Status(number, name, sha, now, {k: r for k, r in old.items() if k not in now}))
     return result

@@ -25,6 +25,17 @@ LOCK_POLL_S = 1.0
 WAIT_POLL_S = 0.1
 KILL_GRACE_S = 5.0
 DEFAULT_JOB_TIMEOUT_S = 600.0
+NVIDIA_DRIVER = "/proc/driver/nvidia/version"  # without it the lock is the machine's one job slot, not a GPU's
+
+
+def slot_name(index: int) -> str:
+    """What a lock stands for in messages: a GPU, or (no NVIDIA driver here) this machine's CPU."""
+    return f"GPU {index}" if os.path.exists(NVIDIA_DRIVER) else "the CPU (no GPU here)"
+
+
+def waiting_line(holder: str) -> str:
+    what = "a GPU" if os.path.exists(NVIDIA_DRIVER) else "this machine's job slot (one job at a time)"
+    return f"okc: waiting for {what}: lock held by {holder}"
 
 
 class Refused(Exception):
@@ -180,7 +191,7 @@ def take_gpu(results: str, job_id: str, indexes: list, cancel: Cancel):
             handle.flush()
             return index, handle
         if not said:
-            print(f"okc: waiting for a GPU: gpu lock held by {holder}", flush=True)
+            print(waiting_line(holder), flush=True)
             said = True
         time.sleep(LOCK_POLL_S)
     return None, None
@@ -214,7 +225,7 @@ def run_job(results: str, folder: str, job_id: str, indexes: list, code_dir: str
     launcher = {"returncode": None, "timed_out": False, "cancelled": cancel.requested, "gpu": index}
     started = time.monotonic()
     if lock is not None:
-        print(f"okc: job {job_id} running on GPU {index}", flush=True)
+        print(f"okc: job {job_id} running on {slot_name(index)}", flush=True)
         env = dict(os.environ, PYTHONUNBUFFERED="1", CUDA_VISIBLE_DEVICES=visible_device(index))
         env["PYTHONPATH"] = os.pathsep.join(p for p in (code_dir, env.get("PYTHONPATH")) if p)
         standby, locks = _standby(), locks_dir(results)
@@ -299,7 +310,8 @@ def job_state(folder: str) -> dict:
         text = handle.read().strip()
     launcher = read_json(Path(folder) / LAUNCHER_FILE) or {}
     marker = read_json(Path(folder) / PID_FILE) or {}
-    return {"job": name, "state": "lost" if launcher.get("lost") else "finished",
+    state = "lost" if launcher.get("lost") else "cancelled" if launcher.get("cancelled") else "finished"
+    return {"job": name, "state": state,
             "exit_code": int(text) if text.lstrip("-").isdigit() else None, "started_at": marker.get("started_at")}
 
 

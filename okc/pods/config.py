@@ -40,15 +40,9 @@ SHELL_METACHARACTERS = frozenset("'`\"$\\;&<>|(){}")  # what OpenSSH 9.6 refuses
 SSH_NAME_RULE = "without a leading '-', whitespace, control characters or any of ' ` \" $ \\ ; & < > | ( ) { }"
 SSH_NAME_NOUNS = {"host": "host name or address", "hostname": "host name or address", "user": "user name"}
 
-POD_YAML_HINT = """\
-a minimal pod.yaml:
-  default: h200
-  pods:
-    h200:
-      host: 203.0.113.7
-      port: 22022
-      user: root
-      remote_dir: /workspace/okc"""
+# One line, as every error is: the example file okc init writes has the rest.
+POD_YAML_HINT = ("copy pod.yaml.example (okc init writes one) to pod.yaml, or write one: "
+                 "pods: {h200: {host: ..., port: ..., user: root, remote_dir: /workspace/okc}}")
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ def _iso(epoch: float | None) -> str | None:
 def jobs_document(entries: list, target: str) -> Document:
     """``okc jobs``: (JobState, home and recorded) pairs as records."""
     rows = [(state.job, state.state, state.exit_code, pulled, _iso(state.started_at)) for state, pulled in entries]
-    spec = [("job", "job"), ("state", "state"), ("exit_code", "exit code"), ("pulled", "pulled"),
+    spec = [("job_id", "job"), ("state", "state"), ("exit_code", "exit code"), ("pulled", "pulled"),
             ("started_at", "started (UTC)", 1)]
     return Document(tables=(table("jobs", f"jobs on {target}", spec, rows),))
 

@@ -95,7 +95,7 @@ def decide(remote_dir: str, idle_s: float, persistent: bool, started: float, now
     if not persistent:
         pulled = os.path.join(remote_dir, PULLED_DIR)
         unpulled = [j["job"] for j in jobs
-                    if j["state"] in ("finished", "lost") and not os.path.exists(os.path.join(pulled, j["job"]))]
+                    if j["state"] in ("finished", "lost", "cancelled") and not os.path.exists(os.path.join(pulled, j["job"]))]
         if unpulled:
             return Decision(False, f"idle, but NOT stopping: {len(unpulled)} finished job(s) not pulled "
                                    f"({', '.join(unpulled)}) and remote_dir {remote_dir} is on the container disk, "

@@ -17,7 +17,8 @@ from okc.reports.tables import Column, Document, Table, table
 from okc.reports.views import fmt_score, rounded, rounded_pair
 
 TABLE_HASH = 8  # hash characters in the table: enough to tell versions apart, and the table fits 80 columns
-STALE_CAPTION = "stale: a result of an older version of the file (it changed since); --json has its hash"
+STALE_CAPTION = ("stale: a result of an older version of the file, or a bench against an older baseline "
+                 "(it changed since); --json has its hash")
 
 
 def baseline_number(lab: Lab) -> int | None:
@@ -110,10 +111,21 @@ def ledger_table(found: list[Status]) -> Table:
 
 def ledger_document(lab: Lab) -> Document:
     """Every candidate's status: the results of its current source, older ones marked stale."""
-    current = {c.number: (c.name, c.sha256()) for c in candidates.discover(lab.candidates)}
+    scan = candidates.scan(lab.candidates)
+    current = {c.number: (c.name, c.sha256()) for c in scan.candidates}
+    from okc.lab.recovery import record_pending
+
     with ledger(lab.ledger_path) as conn:
+        pending = record_pending(lab, conn)  # jobs a broken ledger refused, now that it takes them
         found = statuses(conn, current, baseline_number(lab))
-    return Document(tables=(ledger_table(found),))
+    notes = candidate_notes(scan) + ((f"recorded {pending} result(s) the ledger had refused",) if pending else ())
+    return Document(tables=(ledger_table(found),), lines=notes)
+
+
+def candidate_notes(scan: candidates.Scan) -> tuple[str, ...]:
+    """One line each for what candidates/ holds but okc leaves out (helpers are normal; a clash is not)."""
+    notes = [f"not a candidate, ignored: {', '.join(scan.ignored)}"] if scan.ignored else []
+    return tuple(notes + [f"candidate {number:03d} cannot be used: {why}" for number, why in sorted(scan.refused.items())])
 
 
 def sweep_document(lab: Lab, sweep: str) -> Document:
@@ -165,6 +177,15 @@ def _local_loads(lab: Lab):
     return loads
 
 
+def _stale_note(run: Run | None, current: dict[int, str]) -> str | None:
+    from okc.lab.status import stale_why
+
+    if run is None:
+        return None
+    why = stale_why(run.candidate_number, run.candidate_sha256, run.against, run.against_sha256, current)
+    return why and f"stale {'local' if run.kind == 'bench' else 'official'} score: {why}"
+
+
 def calibration_document(lab: Lab) -> Document:
     """Local against official scores (and a prediction), and per load where an official timing table exists."""
     from okc.lab.official import timing_tables
@@ -175,13 +196,15 @@ def calibration_document(lab: Lab) -> Document:
         tables = list(timing_tables(conn).values())
     baseline = baseline_number(lab)
     calibration = calibrate(history, baseline)
+    current = {c.number: c.sha256() for c in candidates.scan(lab.candidates).candidates}
     scores = []
     for r in calibration.rows:
         p = r.prediction
+        note = "; ".join(filter(None, [r.note, _stale_note(r.local, current), _stale_note(r.official, current)])) or None
         scores.append((r.number, r.name, r.local and r.local.score, _ci(r.local), r.local and r.local.job_id,
                        r.official.kind.removeprefix("official-") if r.official else None,
                        r.official and r.official.score, _ci(r.official), r.official and r.official.official_job,
-                       rounded(r.ratio), p and round(p.score, 4), p and rounded_pair((p.lo, p.hi)), r.note))
+                       rounded(r.ratio), p and round(p.score, 4), p and rounded_pair((p.lo, p.hi)), note))
     spec = [("number", "#"), ("name", "name"), ("local_score", "local", 0), ("local_ci", "local 95% CI", 3),
             ("local_job_id", "local job", 9), ("official_kind", "kind", 2), ("official_score", "official"),
             ("official_ci", "official 95% CI", 4), ("official_job", "official job", 8), ("ratio", "ratio"),

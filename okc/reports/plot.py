@@ -61,8 +61,12 @@ def _error_bars(runs_: list[Run]) -> list[list[float]]:
     return [below, above]
 
 
-def draw_history(history: list[Run], path: Path) -> Path:
-    """Every scored run by candidate number, with its 95% CI, and a line at 1.0 (the baseline)."""
+def draw_history(history: list[Run], path: Path, stale: frozenset[int] = frozenset()) -> Path:
+    """Every scored run by candidate number, with its 95% CI, and a line at 1.0 (the baseline).
+
+    Runs whose id is in ``stale`` (their file, or the baseline they were measured against, changed
+    since) are drawn hollow.
+    """
     scored = [r for r in history if r.score is not None]
     if not scored:
         raise ConfigError("nothing to plot yet: the ledger has no bench or official score")
@@ -71,12 +75,14 @@ def draw_history(history: list[Run], path: Path) -> Path:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=HISTORY_SIZE_IN)
     for kind, label, marker, colour, offset in SERIES:
-        points = [r for r in scored if r.kind == kind]
-        if not points:
-            continue
-        ax.errorbar([r.candidate_number + offset for r in points], [r.score for r in points],
-                    yerr=_error_bars(points), fmt=marker, color=colour, ecolor=colour, capsize=4,
-                    markersize=7, label=f"{label} (95% CI)")
+        for old in (False, True):
+            points = [r for r in scored if r.kind == kind and (r.id in stale) == old]
+            if not points:
+                continue
+            ax.errorbar([r.candidate_number + offset for r in points], [r.score for r in points],
+                        yerr=_error_bars(points), fmt=marker, color=colour, ecolor=colour, capsize=4,
+                        markersize=7, markerfacecolor="none" if old else colour,
+                        label=f"{label} (95% CI)" + (", stale" if old else ""))
     ax.axhline(1.0, color="black", linestyle="--", linewidth=1, label="baseline = 1.0")
     numbers = sorted({r.candidate_number for r in scored})
     ax.set_xlim(numbers[0] - 0.6, numbers[-1] + 0.6)  # room for the side-by-side series around each number
@@ -139,12 +145,25 @@ def draw_shapes(report: Report, title: str, path: Path) -> Path:
 
 def plot_history(lab: Lab) -> Plotted:
     """results/plots/score_history.png from the whole ledger."""
+    from okc.lab.status import against_baseline, stale_why
+    from okc.reports.ledger_views import baseline_number
+    from okc.reports.report import current_sources
+
     with ledger(lab.ledger_path) as conn:
         history = runs(conn)
-    path = draw_history(history, plots_dir(lab) / "score_history.png")
+    # A score is a speedup over the baseline: a bench against another candidate, or an A/A run, is not one.
+    baseline = baseline_number(lab)
+    history = [r for r in history if r.kind != "bench" or against_baseline(r, baseline)]
+    current = current_sources(lab)
+    stale = frozenset(r.id for r in history
+                      if stale_why(r.candidate_number, r.candidate_sha256, r.against, r.against_sha256, current))
+    path = draw_history(history, plots_dir(lab) / "score_history.png", stale)
     # A CPU bench's note (its result's reason) says what its numbers are; one such run is enough to say it.
     cpu_notes = [r.note for r in history if r.kind == "bench" and r.gpu == CPU_LABEL and r.score is not None and r.note]
-    return Plotted(path, cpu_notes[-1] if cpu_notes else None)
+    notes = [cpu_notes[-1]] if cpu_notes else []
+    if stale:
+        notes.append(f"{len(stale)} stale score(s) drawn hollow: their file, or the baseline, changed since")
+    return Plotted(path, "; ".join(notes) or None)
 
 
 def plot_shapes(lab: Lab, ref: str | None, job: str | None = None) -> Plotted:
@@ -156,5 +175,9 @@ def plot_shapes(lab: Lab, ref: str | None, job: str | None = None) -> Plotted:
     title = f"{candidate.name if candidate else label} per shape on {where}"
     if report.result.score is not None:
         title += f": score {report.result.score:.4f}"
+    if report.stale:
+        title += f" (STALE: {report.stale})"
     path = draw_shapes(report, title, plots_dir(lab) / f"{label}_shapes.png")
-    return Plotted(path, report.result.reason if report.on_cpu else None)
+    notes = [report.result.reason] if report.on_cpu and report.result.reason else []
+    notes += report.stale_line
+    return Plotted(path, "; ".join(notes) or None)

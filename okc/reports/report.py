@@ -70,6 +70,7 @@ class Report:
     gpu_name: str | None
     gpu_uuid: str | None
     floor: Floor | None
+    stale: str | None = None  # why these numbers are not of the files as they are now (None: they are)
 
     def read_floor(self, shape: ShapeResult) -> float | None:
         return measured_floor_us(self.floor, shape, self.result.problem) if self.floor else None
@@ -87,7 +88,8 @@ class Report:
     @property
     def document(self) -> Document:
         fields = {"job_id": self.result.job_id, "gpu_name": self.gpu_name, "gpu_uuid": self.gpu_uuid,
-                  "read_floor_job": self.floor.job_id if self.floor else None, **views.bench_fields(self.result)}
+                  "read_floor_job": self.floor.job_id if self.floor else None, "stale": self.stale,
+                  **views.bench_fields(self.result)}
         return Document(tables=tuple(self.tables), fields=fields, lines=tuple(self.lines))
 
     @property
@@ -98,11 +100,17 @@ class Report:
         return f"read floor: measured on {which} by floor job {self.floor.job_id} ({self.floor.created_at})"
 
     @property
+    def stale_line(self) -> list[str]:
+        return [f"stale: {self.stale}; these numbers are of the older files (bench again for current ones)"] \
+            if self.stale else []
+
+    @property
     def lines(self) -> list[str]:
         if self.on_cpu:  # its reason says it is a CPU timing; `okc floor` measures GPUs only
-            return [views.score_line(self.result), self.result.reason or "", f"job {self.result.job_id} on the CPU"]
-        return [views.score_line(self.result), f"job {self.result.job_id} on {self.gpu_name or 'an unknown GPU'}",
-                self.floor_line]
+            return [views.score_line(self.result), *self.stale_line, self.result.reason or "",
+                    f"job {self.result.job_id} on the CPU"]
+        return [views.score_line(self.result), *self.stale_line,
+                f"job {self.result.job_id} on {self.gpu_name or 'an unknown GPU'}", self.floor_line]
 
 
 def candidate_number(lab: Lab, ref: str) -> int:
@@ -142,4 +150,23 @@ def build_report(lab: Lab, ref: str | None, job: str | None = None) -> Report:
         result = bench_job(job_dir)
         name, uuid = gpu_name(job_dir), gpu_uuid(job_dir)
         floor = latest_floor(conn, uuid, name)
-    return Report(job_dir, result, name, uuid, floor)
+    return Report(job_dir, result, name, uuid, floor, bench_staleness(lab, job_dir))
+
+
+def current_sources(lab: Lab) -> dict[int, str]:
+    """number -> sha256 of each candidate file as it is now."""
+    return {c.number: c.sha256() for c in candidates.scan(lab.candidates).candidates}
+
+
+def bench_staleness(lab: Lab, job_dir: Path, current: dict[int, str] | None = None) -> str | None:
+    """Why a bench job's numbers are not of today's files: its candidate, or what it ran against, changed."""
+    from okc.jobs.folder import load_spec
+    from okc.lab.status import stale_why
+
+    spec = load_spec(job_dir)
+    if spec.candidate is None:
+        return None
+    current = current_sources(lab) if current is None else current
+    against = spec.against
+    return stale_why(spec.candidate.number, spec.candidate.sha256, against and against.name,
+                     against and against.sha256, current)

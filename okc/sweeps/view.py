@@ -70,7 +70,7 @@ def winners_table(result: SweepResult) -> Table:
         for shape, win in sorted(result.winners.items())
     ]
     spec = [("shape", "shape"), ("point", "point"), ("time_us", "time µs"), ("time_ci", "time CI", 2),
-            ("speedup", "speedup"), ("speedup_ci", "speedup CI", 1), ("job", "job", 3)]
+            ("speedup", "speedup"), ("speedup_ci", "speedup CI", 1), ("job_id", "job", 3)]
     title = f"winners of run {result.run.run_id} ({result.points} points, {len(result.failed)} failed)"
     return table("winners", title, spec, rows)
 

@@ -1,0 +1,44 @@
+"""What the ledger still owes: files kept beside it so that no result is lost with it.
+
+``official.jsonl`` holds every official result ``okc record`` took (typed in by hand, they exist
+nowhere else: ``okc ledger --rebuild`` replays it); ``unrecorded.txt`` lists the results a broken
+ledger refused, which the next command that can write it records (okc.lab.recovery).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict
+from pathlib import Path
+
+from okc.lab.config import Lab
+from okc.lab.ledger import Run
+
+OFFICIAL_LOG = "official.jsonl"  # beside ledger.db: every official result okc record took, one JSON object a line
+PENDING = "unrecorded.txt"  # beside ledger.db: ids of finished jobs the ledger refused, recorded by the next command
+PENDING_OFFICIAL = "official.jsonl"  # the line in PENDING that says official.jsonl holds a result the ledger refused
+
+
+def official_log(lab: Lab) -> Path:
+    return lab.ledger_path.with_name(OFFICIAL_LOG)
+
+
+def note_official(lab: Lab, run: Run, rows: list[dict] | None, source: str | None) -> None:
+    """Append one official result to official.jsonl (the copy a rebuild replays); an OSError is the caller's."""
+    line = json.dumps({"run": {k: v for k, v in asdict(run).items() if k != "id"}, "rows": rows, "source": source},
+                      sort_keys=True)
+    with open(official_log(lab), "a", encoding="utf-8") as handle:
+        handle.write(line + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def note_pending(lab: Lab, job_id: str) -> bool:
+    """Remember a job the ledger refused, for the next command that opens it; False if even that failed."""
+    try:
+        with open(lab.ledger_path.with_name(PENDING), "a", encoding="utf-8") as handle:
+            handle.write(job_id + "\n")
+        return True
+    except OSError:
+        return False
