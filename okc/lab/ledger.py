@@ -150,8 +150,22 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE INDEX runs_status ON runs (candidate_number, kind, candidate_sha256, score, against)",
         "CREATE INDEX runs_by_official_job ON runs (official_job)",
     ),
+    (
+        # Profiles (okc.lab.profiles): a row per job, its kernels as JSON; official ones typed in (okc.lab.official).
+        """CREATE TABLE profiles (id INTEGER PRIMARY KEY, job_id TEXT NOT NULL UNIQUE, candidate_number INTEGER NOT NULL,
+            candidate_name TEXT NOT NULL, candidate_sha256 TEXT NOT NULL, status TEXT NOT NULL, against_name TEXT,
+            against_sha256 TEXT, target TEXT, gpu TEXT, device TEXT, note TEXT, summary TEXT NOT NULL,
+            result_path TEXT, created_at TEXT NOT NULL)""",
+        "CREATE INDEX profiles_by_source ON profiles (candidate_sha256, status)",
+        """CREATE TABLE official_profiles (id INTEGER PRIMARY KEY, candidate_number INTEGER NOT NULL,
+            candidate_name TEXT NOT NULL, candidate_sha256 TEXT NOT NULL, official_job TEXT, rows TEXT NOT NULL,
+            digest TEXT NOT NULL, source TEXT, created_at TEXT NOT NULL, UNIQUE (candidate_sha256, digest))""",
+        *(f"CREATE TRIGGER {table}_append_only BEFORE UPDATE ON {table} BEGIN SELECT RAISE(ABORT, "
+          f"'ledger {table.replace('_', ' ')} are append-only'); END" for table in ("profiles", "official_profiles")),
+    ),
 )
-TABLES = ("candidates", "runs", "floors", "pod_rates", "job_costs", "sweep_rows", "sweep_winners", "official_tables")  # what a whole ledger holds
+TABLES = ("candidates", "runs", "floors", "pod_rates", "job_costs", "sweep_rows", "sweep_winners", "official_tables",
+          "profiles", "official_profiles")  # what a whole ledger holds
 
 
 def now() -> str:
@@ -289,12 +303,12 @@ def insert_run(conn: sqlite3.Connection, run: Run) -> bool:
 
 
 def recorded_job_ids(conn: sqlite3.Connection) -> set[str]:
-    """Every local job id the ledger holds a row for (runs and floors).
+    """Every local job id the ledger holds a row for (runs, floors and profiles).
 
     A try job's rows are JOB.check and JOB.bench; their result_path names the job itself.
     """
     rows = conn.execute("SELECT job_id FROM runs WHERE job_id IS NOT NULL UNION SELECT result_path FROM runs "
-                        "WHERE result_path IS NOT NULL UNION SELECT job_id FROM floors")
+                        "WHERE result_path IS NOT NULL UNION SELECT job_id FROM floors UNION SELECT job_id FROM profiles")
     return {row[0] for row in rows}
 
 
