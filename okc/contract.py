@@ -20,8 +20,7 @@ from typing import Any
 JOB_SCHEMA_VERSION = 1
 RESULT_SCHEMA_VERSION = 1
 
-# The files of a job folder.
-JOB_FILE = "job.json"  # what was asked (written before the job starts, never again)
+JOB_FILE = "job.json"  # the files of a job folder: what was asked (written before the job starts, never again)
 RESULT_FILE = "result.json"  # the verdict (the worker's, or the launcher's when the worker left none)
 ENV_FILE = "env.json"  # the machine: GPU, clocks, versions, seed
 LOG_FILE = "log.txt"  # everything the launcher and the worker printed
@@ -31,7 +30,7 @@ PID_FILE = "pid.json"  # the launcher's pid and process start time
 LAUNCHER_FILE = "launcher.json"  # the launcher's own account: return code, timeout, cancelled, lost
 EXIT_FILE = "exit_code"  # written last: the job is over once it exists
 
-JOB_KINDS = ("check", "bench", "floor", "time", "screen", "try")  # screen: points, no candidate; try: check then bench
+JOB_KINDS = ("check", "bench", "floor", "time", "screen", "try", "profile")  # screen: points, no candidate; try: check then bench
 DEVICES = ("auto", "cpu", "cuda")
 STATUSES = ("pass", "fail", "ok", "error", "timeout", "invalid")  # invalid: a bench's re-check failed, no score
 PASSING = ("pass", "ok")
@@ -102,6 +101,7 @@ class JobSpec:
     bench: dict[str, Any] = field(default_factory=dict)
     points: list[dict[str, Any]] | None = None  # a screen job's batch: [{"id", "source"}, ...]
     screen: dict[str, Any] = field(default_factory=dict)  # a screen job's point_timeout_s, compilers, share
+    profile: dict[str, Any] = field(default_factory=dict)  # a profile job's replays, counters (okc.judge.profile checks it)
     okc_version: str = ""
     created_at: str = ""
     schema_version: int = JOB_SCHEMA_VERSION
@@ -146,7 +146,7 @@ class JobSpec:
         values = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
         for side in ("candidate", "against"):
             values[side] = _source(data.get(side), side)
-        for name in ("bench", "screen"):
+        for name in ("bench", "screen", "profile"):
             values[name] = {} if values.get(name) is None else values[name]
         return cls(**values)
 

@@ -41,6 +41,7 @@ KINDS = {
     "time": "okc.judge.sweep:run_job",
     "screen": "okc.judge.screen:run_job",
     "try": "okc.judge.trial:run_job",
+    "profile": "okc.judge.profile:run_job",
 }
 
 

@@ -73,7 +73,7 @@ def test_an_edited_candidate_shows_its_old_results_as_stale(lab):
         (["--official", "scored", "--score", "-1", "--ci", "-2:1", "--job", "j"], "positive"),
         (["--official", "scored", "--score", "1.5", "--ci", "1.0:1.2", "--job", "j"], "does not contain"),
         (["--official", "scored", "--score", "1.1", "--ci", "1.2", "--job", "j"], "LO:HI"),
-        (["--official", "practice", "--score", "1.1", "--ci", "1.0:1.2", "--job", "j"], "check or scored"),
+        (["--official", "practice", "--score", "1.1", "--ci", "1.0:1.2", "--job", "j"], "check, scored or profile"),
         (["--official", "scored", "--score", "1.1", "--ci", "1.0:1.2", "--job", "j", "--rank", "900/796"], "R/N"),
     ],
 )

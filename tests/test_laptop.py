@@ -236,11 +236,12 @@ def test_the_laptop_tour_of_the_readme_runs_on_a_cpu_command_by_command(tmp_path
             done = invoke(*words[1:])
             assert done.exit_code == 0, f"{command}:\n{done.output}"
             ran.append((words[1], done.output))
-    assert [name for name, _ in ran] == ["init", "check", "bench", "ledger", "report", "plot", "plot", "sweep"]
+    assert [name for name, _ in ran] == ["init", "check", "bench", "profile", "ledger", "report", "plot", "plot", "sweep"]
     outputs = dict(ran)
     if not cuda_available():
         assert CPU_TIMING in outputs["bench"] and CPU_TIMING in outputs["report"]
         assert all(CPU_TIMING in output for name, output in ran if name == "plot")
-    for png in ("score_history.png", "001_shapes.png"):
+    assert "kernels per shape" in outputs["report"]  # the profile of the benched source, summarised
+    for png in ("score_history.png", "001_shapes.png", "001_profile.png"):
         with Image.open(lab / "results" / "plots" / png) as image:
             image.verify()

@@ -54,20 +54,35 @@ def ledger(
 @handles_errors
 def record(
     words: list[str] = typer.Argument(..., help=CANDIDATE_HELP, metavar="[candidate] NNN"),
-    official: str = typer.Option(..., "--official", help="check or scored."),
-    score: float = typer.Option(..., "--score", help="The official score, e.g. 1.3218."),
-    ci: str = typer.Option(..., "--ci", help="The official 95% CI as LO:HI, e.g. 1.3036:1.3433."),
-    job: str = typer.Option(..., "--job", help="The official job id."),
+    official: str = typer.Option(..., "--official", help="check, scored, or profile (a kernel table, with --table)."),
+    score: Optional[float] = typer.Option(None, "--score", help="The official score, e.g. 1.3218 (check and scored)."),
+    ci: Optional[str] = typer.Option(None, "--ci", help="The official 95% CI as LO:HI, e.g. 1.3036:1.3433 (check and scored)."),
+    job: Optional[str] = typer.Option(None, "--job", help="The official job id (check and scored need it)."),
     rank: Optional[str] = typer.Option(None, "--rank", help="Leaderboard rank as R/N, e.g. 66/796."),
     note: Optional[str] = typer.Option(None, "--note", help="Free text kept with the row."),
     timings: Optional[Path] = typer.Option(
-        None, "--table", help="The official timing table (CSV or tab-separated): load[, layer, M / N / K], baseline µs, candidate µs."),
+        None, "--table", help="The official timing table (CSV or tab-separated): load[, layer, M / N / K], baseline µs, "
+                              "candidate µs; with --official profile: load, layer, kernel, us[, side, launches]."),
 ) -> None:
     """Record an official result against the candidate's current source hash; the same job twice is a no-op.
 
     Example: okc record 036 --official scored --score 1.3218 --ci 1.3036:1.3433 --job a9df1c --rank 66/796 --table 036.csv
+    (or: okc record 036 --official profile --table 036_kernels.csv)
     """
-    from okc.lab.official import record_official_result
+    from okc.errors import ConfigError
+    from okc.lab.official import record_official_profile, record_official_result
 
-    recorded = record_official_result(load_lab(), candidate_ref(words), official, score, ci, job, rank, note, timings)
+    if official == "profile":
+        given = [name for name, value in (("--score", score), ("--ci", ci), ("--rank", rank), ("--note", note)) if value is not None]
+        if given:
+            raise ConfigError(f"--official profile records a kernel table (--table FILE, and --job if you have it), "
+                              f"not {', '.join(given)}")
+        if timings is None:
+            raise ConfigError("--official profile needs --table FILE (load, layer, kernel, us per row)")
+        recorded = record_official_profile(load_lab(), candidate_ref(words), timings, job)
+    else:
+        missing = [name for name, value in (("--score", score), ("--ci", ci), ("--job", job)) if value is None]
+        if missing:
+            raise ConfigError(f"--official {official} needs {', '.join(missing)}")
+        recorded = record_official_result(load_lab(), candidate_ref(words), official, score, ci, job, rank, note, timings)
     out.print(recorded.message, markup=False, soft_wrap=True)

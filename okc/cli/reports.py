@@ -36,17 +36,19 @@ def plot(
     words: Optional[list[str]] = typer.Argument(None, help=CANDIDATE_HELP, metavar="[[candidate] NNN]"),
     job: Optional[str] = typer.Option(None, "--job", help="Plot this bench job's shapes instead of the latest."),
 ) -> None:
-    """Score history PNG, or with a candidate (or --job) its per-shape bars; under results/plots/.
+    """Score history PNG, or with a candidate (or --job) its per-shape bars and its profile's kernels; under results/plots/.
 
     Example: okc plot 036
     """
     from okc.reports import plot as plots
+    from okc.reports.profile_plot import plot_candidate
 
     lab = load_lab()
     if words or job:
-        plotted = plots.plot_shapes(lab, candidate_ref(words) if words else None, job)
+        drawn = plot_candidate(lab, candidate_ref(words) if words else None, job)
     else:
-        plotted = plots.plot_history(lab)
-    out.print(f"wrote {plotted.path}", markup=False, soft_wrap=True)
-    if plotted.note:
-        out.print(plotted.note, markup=False, soft_wrap=True)
+        drawn = [plots.plot_history(lab)]
+    for plotted in drawn:
+        out.print(f"wrote {plotted.path}", markup=False, soft_wrap=True)
+        if plotted.note:
+            out.print(plotted.note, markup=False, soft_wrap=True)

@@ -244,8 +244,18 @@ def runs_for(job_dir: Path) -> list[Run]:
     return [run for kind, result, job_id in steps if (run := _run(spec, job_dir, kind, result, job_id)) is not None]
 
 
+def profile_row(job_dir: Path):
+    """The profiles row a finished profile job makes (okc.lab.profiles), None for other kinds."""
+    spec = load_spec(job_dir)
+    if spec.kind != "profile":
+        return None
+    from okc.lab.profiles import profile_for
+
+    return profile_for(spec, load_result(job_dir), job_dir, gpu_name(job_dir))
+
+
 def record_job(conn, job_dir: Path) -> bool:
-    """Record a finished job in the ledger (a floor job in floors); False if already there or nothing to record.
+    """Record a finished job in the ledger (a floor job in floors, a profile in profiles); False if already there or nothing to record.
 
     Every job also gets its cost row: GPU seconds, and dollars where its pod's $/h is known.
     """
@@ -255,6 +265,11 @@ def record_job(conn, job_dir: Path) -> bool:
     floor = floor_for(job_dir)
     if floor is not None:
         return record_floor(conn, floor)
+    profile = profile_row(job_dir)
+    if profile is not None:
+        from okc.lab.profiles import record_profile
+
+        return record_profile(conn, profile)
     rows = runs_for(job_dir)
     if not rows:
         return False
@@ -264,7 +279,7 @@ def record_job(conn, job_dir: Path) -> bool:
 
 def recordable(job_dir: Path) -> bool:
     """Whether a finished job makes a ledger row at all."""
-    return floor_for(job_dir) is not None or bool(runs_for(job_dir))
+    return floor_for(job_dir) is not None or bool(runs_for(job_dir)) or profile_row(job_dir) is not None
 
 
 def settled(results: Path, job_id: str, known: set[str]) -> bool:

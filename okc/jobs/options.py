@@ -253,3 +253,51 @@ def _module_missing(dotted: str) -> bool:
         return importlib.util.find_spec(dotted) is None
     except (ImportError, ValueError):
         return True
+
+
+PROFILE_REPLAYS = 20  # = okc.judge.profile.DEFAULT_REPLAYS
+PROFILE_MAX_REPLAYS = 1000  # = okc.judge.profile.MAX_REPLAYS (a test holds them equal)
+
+
+@dataclass(frozen=True)
+class ProfileOptions:
+    """``okc profile``'s options: replays a side per shape, which scored shapes (None: all), counters."""
+
+    replays: int = PROFILE_REPLAYS
+    shapes: tuple[str, ...] | None = None  # "layer/m=M" keys or load names, checked against the problem by ``check``
+    counters: bool = False
+
+    def __post_init__(self) -> None:
+        if not 1 <= _integer("--replays", self.replays) <= PROFILE_MAX_REPLAYS:
+            raise ConfigError(f"--replays must be from 1 to {PROFILE_MAX_REPLAYS}, got {self.replays}")
+        if self.shapes is not None and (not self.shapes or any(not key.strip() for key in self.shapes)):
+            raise ConfigError("--shapes names scored shapes or loads separated by commas, e.g. router/m=8,decode1")
+
+    @classmethod
+    def parse(cls, replays: int = PROFILE_REPLAYS, shapes: str | None = None, counters: bool = False) -> ProfileOptions:
+        keys = None if shapes is None else tuple(key.strip() for key in shapes.split(","))
+        return cls(replays=replays, shapes=keys, counters=counters)
+
+    def cases(self, problem: str) -> list[str] | None:
+        """The scored cases the job profiles: load names expanded to their layers; unknown names refused."""
+        from okc.problems import catalog
+
+        found = catalog.shapes_of(problem)
+        if self.shapes is None or found is None:
+            return None if self.shapes is None else list(self.shapes)
+        scored = [f"{layer}/m={m}" for _, m in found.loads for layer in found.layer_names]
+        chosen: list[str] = []
+        for key in self.shapes:
+            m = found.load_m(key)
+            wanted = [f"{layer}/m={m}" for layer in found.layer_names] if m is not None else [key]
+            unknown = [w for w in wanted if w not in scored]
+            if unknown:
+                raise ConfigError(f"unknown scored shape {key!r}: {problem} scores LAYER/m=M with LAYER in "
+                                  f"{', '.join(found.layer_names)} and M in {', '.join(str(m) for _, m in found.loads)}, "
+                                  f"or a load ({', '.join(name for name, _ in found.loads)})")
+            chosen += [w for w in wanted if w not in chosen]
+        return chosen
+
+    def settings(self) -> dict[str, Any]:
+        """job.json's ``profile``."""
+        return {"replays": self.replays, "counters": self.counters}

@@ -25,7 +25,8 @@ RECOVER_HINT = "okc ledger --rebuild makes it again from the job folders and off
 KINDS = ("check", "bench", "official-check", "official-scored")
 OFFICIAL_KINDS = ("official-check", "official-scored")
 
-TABLES = ("candidates", "runs", "floors", "pod_rates", "job_costs", "sweep_rows", "sweep_winners", "official_tables")  # what a whole ledger holds
+TABLES = ("candidates", "runs", "floors", "pod_rates", "job_costs", "sweep_rows", "sweep_winners", "official_tables",
+          "profiles", "official_profiles")  # what a whole ledger holds
 
 
 def now() -> str:
@@ -177,12 +178,12 @@ def insert_run(conn: sqlite3.Connection, run: Run) -> bool:
 
 
 def recorded_job_ids(conn: sqlite3.Connection) -> set[str]:
-    """Every local job id the ledger holds a row for (runs and floors).
+    """Every local job id the ledger holds a row for (runs, floors and profiles).
 
     A try job's rows are JOB.check and JOB.bench; their result_path names the job itself.
     """
     rows = conn.execute("SELECT job_id FROM runs WHERE job_id IS NOT NULL UNION SELECT result_path FROM runs "
-                        "WHERE result_path IS NOT NULL UNION SELECT job_id FROM floors")
+                        "WHERE result_path IS NOT NULL UNION SELECT job_id FROM floors UNION SELECT job_id FROM profiles")
     return {row[0] for row in rows}
 
 

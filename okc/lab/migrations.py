@@ -136,4 +136,17 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "DROP INDEX runs_status",
         "CREATE INDEX runs_status ON runs (candidate_number, kind, candidate_sha256, score, against, against_sha256)",
     ),
+    (
+        # Profiles (okc.lab.profiles): a row per job, its kernels as JSON; official ones typed in (okc.lab.official).
+        """CREATE TABLE profiles (id INTEGER PRIMARY KEY, job_id TEXT NOT NULL UNIQUE, candidate_number INTEGER NOT NULL,
+            candidate_name TEXT NOT NULL, candidate_sha256 TEXT NOT NULL, status TEXT NOT NULL, against_name TEXT,
+            against_sha256 TEXT, target TEXT, gpu TEXT, device TEXT, note TEXT, summary TEXT NOT NULL,
+            result_path TEXT, created_at TEXT NOT NULL)""",
+        "CREATE INDEX profiles_by_source ON profiles (candidate_sha256, status)",
+        """CREATE TABLE official_profiles (id INTEGER PRIMARY KEY, candidate_number INTEGER NOT NULL,
+            candidate_name TEXT NOT NULL, candidate_sha256 TEXT NOT NULL, official_job TEXT, rows TEXT NOT NULL,
+            digest TEXT NOT NULL, source TEXT, created_at TEXT NOT NULL, UNIQUE (candidate_sha256, digest))""",
+        *(f"CREATE TRIGGER {table}_append_only BEFORE UPDATE ON {table} BEGIN SELECT RAISE(ABORT, "
+          f"'ledger {table.replace('_', ' ')} are append-only'); END" for table in ("profiles", "official_profiles")),
+    ),
 )

@@ -51,7 +51,7 @@ def official_run(candidate: Candidate, kind: str, score: float, ci: str, job: st
                  rank: str | None = None, note: str | None = None, shapes: ProblemShapes | None = None) -> Run:
     """The ledger row of an official result, every field checked; ConfigError says which is wrong."""
     if kind not in OFFICIAL_KINDS:
-        raise ConfigError(f"--official must be check or scored, got {kind!r}")
+        raise ConfigError(f"--official must be check, scored or profile, got {kind!r}")
     if not math.isfinite(score) or score <= 0:
         raise ConfigError(f"--score must be a positive number, got {score}")
     most, why = _max_score(shapes)
@@ -215,3 +215,80 @@ def _keep(lab: Lab, run: Run, rows: tuple[Timing, ...] | None, source: str | Non
     except OSError as exc:
         raise LedgerError(f"{official_log(lab)} (the official results' copy beside the ledger) cannot be written "
                           f"({exc.strerror or exc}); official job {run.official_job} is in the ledger only") from None
+
+
+# -- official profiles (okc record --official profile --table FILE) -------------------------
+
+
+@dataclass(frozen=True)
+class OfficialProfile:
+    """An official profile table of one source, as the ledger keeps it."""
+
+    candidate_number: int
+    candidate_sha256: str
+    rows: tuple[dict, ...]
+    official_job: str | None = None
+    source: str | None = None
+    created_at: str = ""
+
+
+@dataclass(frozen=True)
+class RecordedProfile:
+    candidate: str
+    sha256: str
+    rows: int
+    new: bool
+    official_job: str | None = None
+
+    @property
+    def message(self) -> str:
+        job = f" of official job {self.official_job}" if self.official_job else ""
+        state = "recorded" if self.new else "already recorded:"
+        return f"{state} official profile{job} for {self.candidate} ({self.sha256[:10]}): {self.rows} kernel rows"
+
+
+def record_official_profile(lab: Lab, ref: str, table: Path, job: str | None = None) -> RecordedProfile:
+    """``okc record NNN --official profile --table FILE``: the table checked, then stored once per source."""
+    from okc.lab.candidates import resolve
+    from okc.lab.ledger import ledger
+    from okc.lab.profile_table import digest, parse_profile_table
+
+    candidate = resolve(lab.candidates, ref)
+    if job is not None and not JOB_PATTERN.match(job.strip()):
+        raise ConfigError(f"--job must be the official job id as the site shows it (no spaces), got {job!r}")
+    job = job.strip() if job else None
+    try:
+        text = table.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"--table {table}: cannot be read ({getattr(exc, 'strerror', None) or exc})") from None
+    try:
+        rows = parse_profile_table(text, shapes_of(lab.problem))
+    except ConfigError as exc:
+        raise ConfigError(f"--table {table}: {exc}") from None
+    sha, stamp = candidate.sha256(), digest(rows)
+    body = json.dumps([row.to_json() for row in rows], sort_keys=True)
+    with ledger(lab.ledger_path) as conn, transaction(conn):
+        if job is not None:
+            other = conn.execute("SELECT digest FROM official_profiles WHERE official_job = ? AND digest != ?",
+                                 (job, stamp)).fetchone()
+            if other is not None:
+                raise LedgerError(f"official job {job} already has a different profile table; a job has one")
+        cursor = conn.execute(
+            "INSERT OR IGNORE INTO official_profiles (candidate_number, candidate_name, candidate_sha256, official_job, "
+            "rows, digest, source, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (candidate.number, candidate.name, sha, job, body, stamp, table.name, now()))
+        new = cursor.rowcount == 1
+        if not new:  # the same table again: say which job it was stored with
+            job = conn.execute("SELECT official_job FROM official_profiles WHERE candidate_sha256 = ? AND digest = ?",
+                               (sha, stamp)).fetchone()["official_job"]
+    return RecordedProfile(candidate.name, sha, len(rows), new, job)
+
+
+def official_profile(conn: sqlite3.Connection, sha256: str) -> OfficialProfile | None:
+    """The newest official profile table of the source ``sha256``."""
+    row = conn.execute("SELECT * FROM official_profiles WHERE candidate_sha256 = ? ORDER BY id DESC LIMIT 1",
+                       (sha256,)).fetchone()
+    if row is None:
+        return None
+    return OfficialProfile(row["candidate_number"], row["candidate_sha256"], tuple(json.loads(row["rows"])),
+                           row["official_job"], row["source"], row["created_at"])

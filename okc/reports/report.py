@@ -16,9 +16,10 @@ from pathlib import Path
 from okc.lab import candidates
 from okc.reports import views
 from okc.errors import ConfigError
-from okc.jobs.folder import gpu_name, gpu_uuid, load_result
+from okc.jobs.folder import gpu_name, gpu_uuid, load_result, load_spec
 from okc.lab.config import Lab
 from okc.lab.ledger import Floor, latest_floor, ledger, runs
+from okc.lab.profiles import ProfileRow, latest_profile
 from okc.contract import JobResult, ShapeResult
 from okc.problems.catalog import shapes_of
 from okc.problems.shapes import H200_PEAK_FLOPS
@@ -71,6 +72,7 @@ class Report:
     gpu_uuid: str | None
     floor: Floor | None
     stale: str | None = None  # why these numbers are not of the files as they are now (None: they are)
+    profile: ProfileRow | None = None  # the latest profile of the bench's candidate source (okc profile)
 
     def read_floor(self, shape: ShapeResult) -> float | None:
         return measured_floor_us(self.floor, shape, self.result.problem) if self.floor else None
@@ -87,10 +89,14 @@ class Report:
 
     @property
     def document(self) -> Document:
+        from okc.reports import profile as profile_view
+
         fields = {"job_id": self.result.job_id, "gpu_name": self.gpu_name, "gpu_uuid": self.gpu_uuid,
                   "read_floor_job": self.floor.job_id if self.floor else None, "stale": self.stale,
-                  **views.bench_fields(self.result)}
-        return Document(tables=tuple(self.tables), fields=fields, lines=tuple(self.lines))
+                  **views.bench_fields(self.result), **profile_view.report_fields(self.profile)}
+        kernels = profile_view.summary_table(self.profile)
+        shown = tuple(self.tables) + ((kernels,) if self.profile else ())
+        return Document(tables=(*self.tables, kernels), fields=fields, lines=tuple(self.lines), shown=shown)
 
     @property
     def floor_line(self) -> str:
@@ -150,7 +156,9 @@ def build_report(lab: Lab, ref: str | None, job: str | None = None) -> Report:
         result = bench_job(job_dir)
         name, uuid = gpu_name(job_dir), gpu_uuid(job_dir)
         floor = latest_floor(conn, uuid, name)
-    return Report(job_dir, result, name, uuid, floor, bench_staleness(lab, job_dir))
+        ran = load_spec(job_dir).candidate
+        profile = latest_profile(conn, ran.sha256) if ran and ran.sha256 else None
+    return Report(job_dir, result, name, uuid, floor, bench_staleness(lab, job_dir), profile)
 
 
 def current_sources(lab: Lab) -> dict[int, str]:

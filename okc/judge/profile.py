@@ -1,0 +1,278 @@
+"""The profile job (``okc profile``): which kernels each scored shape's graph runs, and for how long.
+
+Both sides (the candidate, and the baseline or another candidate) are imported and prepared
+with the bench's weights, each scored case is captured into a CUDA graph the way the bench
+captures it (okc.judge.capture, one input buffer per case that both sides read), and each
+graph is replayed ``replays`` times under torch.profiler with CUDA activity tracing
+(CUPTI activity records: no performance-counter permission needed, SPEC 4.8). Before every
+replay, as in the bench, a fresh input is copied into the buffer and L2 is read-flushed
+(okc.judge.timing's flush); the sides alternate, the order swapped every pair. Each case's
+trace is written to ``traces/`` in the job folder (Chrome/Perfetto JSON) and read back by
+okc.judge.traces into per-kernel medians.
+
+A problem meant for a CPU, on a machine without a GPU, is profiled with the profiler's CPU
+activity instead: eager calls, aten ops by self time, no graph and no flush.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+# Importing timing binds torch's timing objects, before any candidate module is imported.
+from okc.judge import timing, traces
+from okc.judge.benchcases import BenchFailed, error_result, make_inputs, scored_cases
+from okc.judge.capture import CaptureError, capture
+from okc.judge.loader import CandidateLoadError, load_candidate
+from okc.judge.problem import Case, Problem
+from okc.judge.seeds import derive_seed
+
+DEFAULT_REPLAYS = 20
+MAX_REPLAYS = 1000
+INPUT_SETS = 4  # fresh inputs cycled over a case's replays
+TRACES_DIR = "traces"
+FLUSH_KERNEL = "read_reduce_kernel"  # okc.judge.kernels' read: the flush's kernel separates replays in a trace
+SIDES = ("candidate", "against")
+CPU_NOTE = ("CPU profile: eager calls, aten ops by self time (no CUDA graph, no L2 flush); "
+            "the numbers are not the GPU's")
+NEEDS_CUDA = ("okc profile needs a CUDA GPU for this problem; this machine has none. "
+              "Run it on a pod: okc profile NNN --on POD")
+
+Log = Callable[[str], None]
+
+
+def settings_from(options: dict) -> tuple[int, bool]:
+    """(replays, counters) from job.json's ``profile``; ValueError names the bad one."""
+    if not isinstance(options, dict):
+        raise ValueError(f"profile must be an object, got {options!r}")
+    unknown = sorted(set(options) - {"replays", "counters"})
+    if unknown:
+        raise ValueError(f"unknown profile setting(s) {', '.join(unknown)}; known: counters, replays")
+    replays, counters = options.get("replays", DEFAULT_REPLAYS), options.get("counters", False)
+    if isinstance(replays, bool) or not isinstance(replays, int) or not 1 <= replays <= MAX_REPLAYS:
+        raise ValueError(f"replays must be an integer from 1 to {MAX_REPLAYS}, got {replays!r}")
+    if not isinstance(counters, bool):
+        raise ValueError(f"counters must be true or false, got {counters!r}")
+    return replays, counters
+
+
+def trace_name(case: Case) -> str:
+    """The case's trace file, a plain name whatever the layer is called."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", f"{case.load}-{case.layer}-m{case.m}") + ".json"
+
+
+def order(pair: int) -> tuple[str, str]:
+    """The sides' order in pair ``pair``: swapped every pair, as the bench alternates them."""
+    return SIDES if pair % 2 == 0 else SIDES[::-1]
+
+
+class Profiler:
+    """One profile: ``setup`` (import, prepare, capture), then ``run`` case by case."""
+
+    def __init__(self, problem: Problem, sources: dict[str, Path], *, device: torch.device, seed: int, replays: int,
+                 cases: list[str] | None, job_dir: Path, phase: Callable[..., None], log: Log) -> None:
+        self.problem, self.sources, self.device, self.seed = problem, sources, device, seed
+        self.replays, self.job_dir, self.phase, self.log = replays, job_dir, phase, log
+        self.cases = scored_cases(problem, cases)
+        self.on_gpu = device.type == "cuda"
+        self.modules: dict[str, object] = {}
+        self.graphs: dict[str, list] = {side: [] for side in SIDES}  # per case; every graph lives for the job
+        self.buffers: list[torch.Tensor] = []
+        self.pool: list[list[torch.Tensor]] = []
+        self.flush: timing.Flush | None = None
+        self._replay = 0  # the number of the next profiled call within a case (its okc_replay_<n> range)
+
+    def setup(self) -> None:
+        problem, device = self.problem, self.device
+        if self.on_gpu:
+            torch.cuda.init()
+        weights = problem.make_weights(derive_seed(self.seed, "weights"), device)
+        for side in SIDES:
+            self.phase("import", side=side)
+            try:
+                self.modules[side] = load_candidate(self.sources[side])
+            except CandidateLoadError as exc:
+                raise BenchFailed(f"{side}: {exc}".splitlines()[0], side) from None
+            self.phase("prepare", side=side)
+            try:
+                problem.prepare(self.modules[side], {name: w.clone() for name, w in weights.items()})
+                if self.on_gpu:
+                    timing.synchronize()
+            except Exception as exc:
+                raise BenchFailed(f"{side}: prepare raised {type(exc).__name__}: {exc}".splitlines()[0], side) from None
+        del weights
+        # The bench's inputs: the capture's first set, then fresh sets copied in before each replay.
+        self.buffers = [x.clone() for x in make_inputs(problem, self.cases, self.seed, "capture", 1, device)[0]]
+        self.pool = make_inputs(problem, self.cases, self.seed, "input", INPUT_SETS, device)
+        if self.on_gpu:
+            self.phase("capture")
+            for index, case in enumerate(self.cases):
+                pool = torch.cuda.graph_pool_handle()
+                for side in SIDES:
+                    self.graphs[side].append(self._capture(side, case, self.buffers[index], pool))
+            self.flush = timing.make_flush(device)
+            # As the bench: the persisting-L2 carve-out off and its lines reset once, after every prepare.
+            timing.PersistingL2(device).clear()
+            timing.synchronize()
+
+    def _capture(self, side: str, case: Case, x: torch.Tensor, pool):
+        module = self.modules[side]
+        try:
+            captured = capture(lambda x_buf: self.problem.call(module, x_buf, case), x, pool=pool, own_input=False)
+        except CaptureError as exc:
+            raise BenchFailed(f"{side} {case.key}: {exc}", side) from None
+        except Exception as exc:
+            raise BenchFailed(f"{side} {case.key}: kernel_fn raised {type(exc).__name__}: {exc}".splitlines()[0],
+                              side) from None
+        if not timing.is_graph(captured.graph):
+            raise BenchFailed(f"{side} {case.key}: the capture did not produce a torch CUDA graph", side)
+        captured.out = None  # as in the bench: nothing reads it, its memory goes back to the case's pool
+        return captured
+
+    def _call(self, side: str, index: int) -> None:
+        if self.on_gpu:
+            self.flush.run()
+            with torch.profiler.record_function(f"{traces.REPLAY_MARK}{self._replay}"):
+                timing.replay(self.graphs[side][index].graph)
+        else:
+            with torch.profiler.record_function(f"{traces.REPLAY_MARK}{self._replay}"):
+                self._eager(side, index)
+        self._replay += 1
+
+    def _eager(self, side: str, index: int) -> None:
+        """One eager ``kernel_fn`` call (a CPU profile); what it raises is the side's failure."""
+        case = self.cases[index]
+        try:
+            self.problem.call(self.modules[side], self.buffers[index], case)
+        except Exception as exc:
+            raise BenchFailed(f"{side} {case.key}: kernel_fn raised {type(exc).__name__}: {exc}".splitlines()[0],
+                              side) from None
+
+    def profile_case(self, index: int) -> dict:
+        """Profile ``replays`` replays of each side's graph of case ``index``; its trace and its summary."""
+        from torch.profiler import ProfilerActivity, profile
+
+        case = self.cases[index]
+        activity = ProfilerActivity.CUDA if self.on_gpu else ProfilerActivity.CPU
+        sequence: list[str] = []
+        for side in SIDES:  # one unprofiled call each: the first replay after a capture is slow
+            self._call_untraced(side, index)
+        self._replay = 0
+        with profile(activities=[activity]) as prof:
+            for pair in range(self.replays):
+                for side in order(pair):
+                    self.buffers[index].copy_(self.pool[pair % len(self.pool)][index])
+                    self._call(side, index)
+                    sequence.append(side)
+            if self.on_gpu:
+                timing.synchronize()
+        folder = self.job_dir / TRACES_DIR
+        folder.mkdir(exist_ok=True)
+        path = folder / trace_name(case)
+        prof.export_chrome_trace(str(path))
+        events = traces.load_events(path)
+        if self.on_gpu:
+            segments = traces.gpu_replays(events, FLUSH_KERNEL, len(sequence), copied=True)
+        else:
+            segments = traces.cpu_replays(events, len(sequence))
+        sides = {side: traces.summarize([s for s, who in zip(segments, sequence) if who == side]) for side in SIDES}
+        return {"load": case.load, "layer": case.layer, "m": case.m, "n": self.problem.output_spec(case)[0][-1],
+                "k": self.buffers[index].shape[-1], "floor_us": round(self.problem.floor_us(case), 3),
+                "trace": f"{TRACES_DIR}/{path.name}", "sides": sides}
+
+    def _call_untraced(self, side: str, index: int) -> None:
+        if self.on_gpu:
+            self.flush.run()
+            timing.replay(self.graphs[side][index].graph)
+            timing.synchronize()
+        else:
+            self._eager(side, index)
+
+    def run(self) -> list[dict]:
+        from okc.judge.cpu_timing import THREADS
+
+        self.phase("profile")
+        shapes = []
+        threads = torch.get_num_threads()
+        if not self.on_gpu:  # as the CPU bench runs: one thread, or a pool's stragglers swamp the ops
+            torch.set_num_threads(THREADS)
+        try:
+            for index, case in enumerate(self.cases):
+                started = time.monotonic()
+                shapes.append(self.profile_case(index))
+                self.log(f"{case.key} ({case.load}): {self._line(shapes[-1])} [{time.monotonic() - started:.2f} s]")
+        finally:
+            torch.set_num_threads(threads)
+        return shapes
+
+    @staticmethod
+    def _line(shape: dict) -> str:
+        parts = []
+        for side in SIDES:
+            summary = shape["sides"][side]
+            parts.append(f"{side} {summary['kernel_us']:.2f} us in {sum(k['launches'] for k in summary['kernels'])} kernels")
+        return ", ".join(parts)
+
+
+def run_profile(problem: Problem, sources: dict[str, Path], *, device: torch.device, seed: int, replays: int,
+                counters: bool, cases: list[str] | None, names: tuple[str, str], job_dir: Path,
+                phase: Callable[..., None], log: Log) -> dict:
+    """result.json's profile fields for ``sources`` (candidate and against) on ``device``."""
+    started = time.monotonic()
+    on_cpu = device.type == "cpu"
+    # error_result's fields are the bench's; identity's kind (a later key) makes them a profile's.
+    identity = {"kind": "profile", "problem": problem.name, "candidate": names[0], "against": names[1], "seed": seed,
+                "device": device.type}
+    if on_cpu and "cpu" not in problem.bench_devices:
+        return error_result(NEEDS_CUDA, "usage", **identity)
+    profiler = Profiler(problem, sources, device=device, seed=seed, replays=replays, cases=cases, job_dir=job_dir,
+                        phase=phase, log=log)
+    notes = [CPU_NOTE] if on_cpu else []
+    counter_report = None
+    try:
+        profiler.setup()
+        log(f"profile {names[0]} against {names[1]}: {len(profiler.cases)} cases, {replays} replays a side, "
+            f"{'CPU' if on_cpu else 'CUDA'} activity")
+        shapes = profiler.run()
+        if counters:
+            from okc.judge import counters as ncu
+
+            counter_report = ncu.collect(job_dir, device, log, shapes)
+            notes.append(counter_report["note"])
+    except BenchFailed as exc:  # the other side failing says nothing of this candidate
+        return error_result(str(exc), "usage" if exc.side == "against" else "candidate", **identity)
+    except traces.TraceError as exc:
+        return error_result(f"the profiler's trace cannot be read: {exc}", "harness", **identity)
+    except RuntimeError as exc:  # a CUDA error in a replay: the context is gone
+        return error_result(f"CUDA error during the profile: {exc}".splitlines()[0], **identity)
+    # The reason is the CPU caveat; the counters' line is its own (okc.reports.profile prints both).
+    return {**identity, "status": "ok", "reason": CPU_NOTE if on_cpu else None, "notes": notes, "replays": replays,
+            "activity": "cpu" if on_cpu else "cuda", "counters": counter_report, "profile": shapes,
+            "duration_s": round(time.monotonic() - started, 3)}
+
+
+def run_job(job, job_dir: Path, *, device: torch.device, seed: int, phase, log: Log) -> dict:
+    """The worker's entry for ``kind: profile`` (see okc.worker.KINDS)."""
+    from okc.contract import BadJob
+    from okc.problems import load_problem
+
+    if job.candidate is None:
+        raise BadJob("a profile job needs a candidate")
+    try:
+        problem = load_problem(job.problem)
+        replays, counters = settings_from(job.profile)
+        scored_cases(problem, job.cases)
+    except ValueError as exc:
+        raise BadJob(str(exc)) from None
+    candidate = job.candidate.path(job_dir)
+    if job.against is not None:
+        against, against_name = job.against.path(job_dir), job.against.name
+    else:
+        against, against_name = problem.baseline_source, "baseline"
+    return run_profile(problem, {"candidate": candidate, "against": against}, device=device, seed=seed,
+                       replays=replays, counters=counters, cases=job.cases, names=(job.candidate.name, against_name),
+                       job_dir=job_dir, phase=phase, log=log)
