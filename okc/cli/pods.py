@@ -156,12 +156,11 @@ def pod_stop(
 def _running_jobs(lab, pod, info) -> list[str]:
     """The okc jobs running on the pod (``info``: Runpod says it is up), which okc pod stop will not kill."""
     from okc.errors import OkcError, PodError
-    from okc.jobs.runner import list_jobs
+    from okc.jobs.runner import list_jobs, open_target
     from okc.pods.runpod import connectable
-    from okc.pods.target import PodTarget
 
     try:
-        with PodTarget(lab, connectable(lab, pod, info)) as target:
+        with open_target(lab, pod=connectable(lab, pod, info)) as target:
             return [entry.job for entry, _ in list_jobs(lab, target) if entry.state == "running"]
     except OkcError as exc:
         raise PodError(f"cannot list pod {pod.name}'s jobs before stopping it ({exc}); --force stops it anyway") from None
