@@ -3,7 +3,7 @@
 Every connection to a pod.yaml entry with ``runpod_id`` asks Runpod's API for the pod's
 address (one GET) and notes its $/h in the ledger. This times that (``connectable``) on
 this machine, so the part that is okc's own is known; the network round trip to
-rest.runpod.io comes on top and cannot be measured without an account.
+api.runpod.io comes on top and cannot be measured without an account.
 Target: okc's own part <= 20 ms (an SSH handshake to a pod takes hundreds).
 
 Usage: python benchmarks/runpod_overhead.py [--runs 50]

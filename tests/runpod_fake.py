@@ -1,10 +1,19 @@
-"""A fake of Runpod's REST API (v1) on 127.0.0.1, whose pods' SSH is the tests' real sshd.
+"""A fake of Runpod's REST API v2 on 127.0.0.1, whose pods' SSH is the tests' real sshd.
 
-A real HTTP server (http.server in a thread) that implements the endpoints okc calls,
-checks the Bearer key like Runpod does, and keeps pods in the states RUNNING, EXITED and
-TERMINATED. Starting a pod opens a TCP relay on a new port to the real sshd, so each
-start maps port 22 to a different public port, as Runpod's does; stopping it closes the
-relay and every connection through it, as a stopped pod would. Nothing leaves this machine.
+A real HTTP server (http.server in a thread) that implements the endpoints okc calls, in
+the shapes of Runpod's v2 reference (docs.runpod.io/api-reference-v2, its openapi.json):
+``GET /v2/pods`` answers ``{"pods": [...]}``; a pod has ``status`` (PROVISIONING, STARTING,
+RUNNING, EXITED, ERROR, TERMINATED), ``actions``, ``cost`` ($/h, 0 when stopped),
+``ssh.direct`` {host, port} (null unless 22/tcp is in ``ports`` and the pod runs),
+``startedAt``, ``mounts``; ``POST /v2/pods/{id}/action`` {"action": ...} answers the pod,
+or 409 for an action its status does not allow; create takes the nested body (``name``,
+``image``, ``gpu: {id, count}``, ``mounts``) and rejects unknown fields with 422; errors are
+RFC 9457 problems (application/problem+json: title, status, detail); a 429 carries
+Retry-After. It checks the Bearer key like Runpod does. Starting a pod opens a TCP relay
+on a new port to the real sshd, so each start maps port 22 to a different public port, as
+Runpod's does; stopping it closes the relay and every connection through it, as a stopped
+pod would. Hostile modes: every answer trickled a byte at a time, rate limits, a fixed
+status for every call, a conflict on every action. Nothing leaves this machine.
 """
 
 from __future__ import annotations
@@ -12,6 +21,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -69,30 +79,47 @@ class Relay:
             sock.close()
 
 
+CREATE_FIELDS = {"args", "disk", "env", "image", "ports", "registry", "name", "cloud", "cpu", "dataCenterIds",
+                 "globalNetworking", "gpu", "mounts", "startJupyter", "startSsh", "templateId"}  # CreatePodRequest
+ACTIONS = {"RUNNING": ["stop", "restart", "terminate"], "EXITED": ["start", "terminate"], "ERROR": ["start", "terminate"],
+           "PROVISIONING": ["stop", "terminate"], "STARTING": ["stop", "terminate"], "TERMINATED": []}
+TITLES = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 409: "Conflict",
+          422: "Unprocessable Entity", 429: "Too Many Requests", 500: "Internal Server Error", 503: "Service Unavailable"}
+
+
 @dataclass
 class FakePod:
     id: str
     name: str
     status: str = "EXITED"
-    cost_per_hr: float = 3.59
+    cost: float = 3.59  # what the account pays per hour while it runs
     gpu: str = "NVIDIA H200"
     gpu_count: int = 1
     image: str = "runpod/pytorch:test"
-    last_started_at: str | None = None
+    started_at: str | None = None
     relay: Relay | None = None
-    initializing: int = 0  # GETs that still show no address after a start, as Runpod's do
+    initializing: int = 0  # GETs that still show STARTING without an address after a start, as Runpod's do
+    ports: list = field(default_factory=lambda: ["22/tcp"])
+    public_ip: bool = True  # False: ssh.direct never appears (no public IP for 22/tcp)
+    mounts: dict = field(default_factory=lambda: {"persistent": {"size": 50, "path": "/workspace"}})
     created_with: dict = field(default_factory=dict)
 
     def as_api(self, hide_address: bool) -> dict:
-        mapped = self.relay is not None and not hide_address
+        status = "STARTING" if hide_address and self.status == "RUNNING" else self.status
+        direct = None
+        if status == "RUNNING" and self.relay is not None and "22/tcp" in self.ports and self.public_ip:
+            direct = {"host": "127.0.0.1", "port": self.relay.port, "username": "root",
+                      "command": f"ssh root@127.0.0.1 -p {self.relay.port}"}
+        proxy = {"host": "ssh.runpod.io", "port": 22, "username": f"{self.id}-64411eb2", "command": f"ssh {self.id}-64411eb2@ssh.runpod.io"}
         return {
-            "id": self.id, "name": self.name, "desiredStatus": self.status,
-            "costPerHr": str(self.cost_per_hr),  # Runpod's own example sends a string
-            "adjustedCostPerHr": self.cost_per_hr, "image": self.image,
-            "gpu": {"id": self.gpu, "displayName": self.gpu, "count": self.gpu_count},
-            "lastStartedAt": self.last_started_at, "publicIp": "127.0.0.1" if mapped else None,
-            "portMappings": {"22": self.relay.port} if mapped else {}, "ports": ["22/tcp"],
-            "volumeMountPath": "/workspace", "volumeInGb": 50, "containerDiskInGb": 30,
+            "id": self.id, "name": self.name, "image": self.image, "args": "", "disk": 30, "ports": list(self.ports),
+            "env": {}, "registry": None, "status": status, "actions": ACTIONS.get(status, []), "mounts": self.mounts,
+            "gpu": {"id": self.gpu, "count": self.gpu_count}, "cloud": "SECURE", "dataCenterId": "US-KS-2",
+            "cudaVersion": "12.8", "ssh": {"proxy": proxy if self.status != "TERMINATED" else None, "direct": direct},
+            "template": None, "cost": self.cost if status in ("RUNNING", "STARTING", "PROVISIONING") else 0.0,
+            "locked": False, "globalNetworking": {"enabled": False},
+            "runtime": {"uptime": 1, "ports": []} if status == "RUNNING" else None,
+            "createdAt": "2026-06-01T12:00:00Z", "startedAt": self.started_at,
         }
 
 
@@ -102,7 +129,13 @@ class FakeRunpod:
         self.key = key
         self.pods: dict[str, FakePod] = {}
         self.requests: list[tuple[str, str, str | None]] = []  # (method, path, authorization)
+        self.bodies: list = []  # the JSON body of each request, in order
         self.fail_with: int | None = None  # answer every call with this HTTP status
+        self.rate_limited = 0  # answer this many next calls 429 ...
+        self.retry_after: str | None = "1"  # ... with this Retry-After (None: without one)
+        self.trickle_s: float | None = None  # send every answer a byte at a time, this far apart
+        self.conflict = False  # every action is refused with 409, as for a pod already changing state
+        self.boot_reads = 1  # after a start action, this many GETs show STARTING without an address
         self.ports_seen: list[int] = []
         self._lock = threading.Lock()
         self._created = 0
@@ -112,13 +145,15 @@ class FakeRunpod:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        return f"http://127.0.0.1:{self.server.server_address[1]}/v2"
 
     def add_pod(self, pod_id: str, name: str = "okc-test", status: str = "EXITED", **extra) -> FakePod:
         pod = FakePod(pod_id, name, **extra)
         self.pods[pod_id] = pod
         if status == "RUNNING":
             self.start(pod)
+        else:
+            pod.status = status
         return pod
 
     def start(self, pod: FakePod, initializing: int = 0) -> None:
@@ -128,7 +163,7 @@ class FakeRunpod:
         self.ports_seen.append(pod.relay.port)
         pod.status = "RUNNING"
         pod.initializing = initializing
-        pod.last_started_at = datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        pod.started_at = datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
     def halt(self, pod: FakePod, status: str) -> None:
         if pod.relay is not None:
@@ -146,71 +181,123 @@ class FakeRunpod:
     def calls(self, method: str, suffix: str = "") -> list[tuple[str, str, str | None]]:
         return [r for r in self.requests if r[0] == method and r[1].endswith(suffix)]
 
+    def actions(self, action: str) -> list[tuple[str, str, str | None]]:
+        """The action calls asking for ``action``."""
+        return [r for r, body in zip(self.requests, self.bodies)
+                if r[0] == "POST" and r[1].endswith("/action") and isinstance(body, dict) and body.get("action") == action]
+
     def _handler(self):
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
             def log_message(self, *args) -> None:
                 pass
 
             def _send(self, status: int, body=None, headers: dict | None = None) -> None:
                 data = b"" if body is None else json.dumps(body).encode()
-                self.send_response(status)
-                for name, value in (headers or {}).items():
-                    self.send_header(name, value)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                kind = "application/problem+json" if status >= 400 else "application/json"
+                head = [f"HTTP/1.1 {status} {TITLES.get(status, 'OK' if status < 300 else 'Status')}",
+                        f"Content-Type: {kind}", f"Content-Length: {len(data)}", "Connection: close",
+                        'RateLimit-Policy: "minute";q=60;w=60, "hour";q=3000;w=3600, "day";q=50000;w=86400',
+                        'RateLimit: "minute";r=59;t=60, "hour";r=2999;t=3600, "day";r=49999;t=86400']
+                head += [f"{name}: {value}" for name, value in (headers or {}).items()]
+                raw = ("\r\n".join(head) + "\r\n\r\n").encode() + data
+                self.close_connection = True
+                try:
+                    if fake.trickle_s is None:
+                        self.wfile.write(raw)
+                        return
+                    for index in range(len(raw)):
+                        self.wfile.write(raw[index:index + 1])
+                        self.wfile.flush()
+                        time.sleep(fake.trickle_s)
+                except OSError:
+                    pass  # the client gave up (a deadline), as it should
+
+            def _problem(self, status: int, detail: str, headers: dict | None = None, errors: list | None = None) -> None:
+                body = {"title": TITLES.get(status, "Error"), "status": status, "detail": detail}
+                if errors:
+                    body["errors"] = errors
+                self._send(status, body, headers)
 
             def _handle(self, method: str) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(length)) if length else None
                 auth = self.headers.get("Authorization")
                 fake.requests.append((method, self.path, auth))
+                fake.bodies.append(body)
                 if fake.fail_with is not None:
-                    return self._send(fake.fail_with, {"error": "service unavailable"})
+                    return self._problem(fake.fail_with, "service unavailable" if fake.fail_with >= 500 else "access denied"
+                                         if fake.fail_with == 403 else "resource not found")
                 if auth != f"Bearer {fake.key}":
-                    return self._send(401, {"error": "invalid api key"})
+                    return self._problem(401, "invalid bearer token")
+                if fake.rate_limited > 0:
+                    fake.rate_limited -= 1
+                    headers = {"Retry-After": fake.retry_after} if fake.retry_after is not None else {}
+                    return self._problem(429, "rate limit exceeded for the minute window", headers)
                 parts = self.path.split("?")[0].strip("/").split("/")
-                if parts[0] != "v1" or len(parts) < 2 or parts[1] != "pods":
-                    return self._send(404, {"error": "no such endpoint"})
+                if parts[0] != "v2" or len(parts) < 2 or parts[1] != "pods":
+                    return self._problem(404, "no such endpoint")
                 with fake._lock:
                     return self._route(method, parts[2:], body)
 
             def _route(self, method: str, rest: list[str], body) -> None:
                 if not rest:
                     if method == "GET":
-                        return self._send(200, [p.as_api(False) for p in fake.pods.values()])
+                        return self._send(200, {"pods": [p.as_api(False) for p in fake.pods.values()
+                                                         if p.status != "TERMINATED"]})
                     if method == "POST":
                         return self._create(body)
                 if rest[:1] == ["redirect"]:  # a redirect elsewhere: a client must not follow it with the key
                     return self._send(302, {}, {"Location": f"{fake.url}/pods/leak"})
                 pod = fake.pods.get(rest[0])
-                if pod is None:
-                    return self._send(404, {"error": "pod not found"})
+                if pod is None or pod.status == "TERMINATED":
+                    return self._problem(404, "pod not found")
                 action = rest[1] if len(rest) > 1 else None
                 if method == "GET" and action is None:
                     hide = pod.initializing > 0
                     pod.initializing = max(0, pod.initializing - 1)
                     return self._send(200, pod.as_api(hide))
-                if method == "POST" and action == "start" and pod.status != "TERMINATED":
-                    fake.start(pod, initializing=1)
-                    return self._send(200, {})
-                if method == "POST" and action == "stop" and pod.status == "RUNNING":
-                    fake.halt(pod, "EXITED")
-                    return self._send(200, {})
                 if method == "DELETE" and action is None:
                     fake.halt(pod, "TERMINATED")
                     return self._send(204)
-                return self._send(400, {"error": f"cannot {action or method} a pod that is {pod.status}"})
+                if method == "POST" and action == "action":
+                    return self._action(pod, body)
+                return self._problem(405, f"{method} is not allowed here")
+
+            def _action(self, pod: FakePod, body) -> None:
+                if not isinstance(body, dict) or set(body) != {"action"} or body["action"] not in ("start", "stop", "restart", "terminate"):
+                    return self._problem(422, "Request validation failed.", errors=["$.action: must be start, stop, restart or terminate"])
+                wanted = body["action"]
+                if fake.conflict or wanted not in ACTIONS.get(pod.as_api(False)["status"], []):
+                    return self._problem(409, f"cannot {wanted} a pod that is {'STOPPING' if fake.conflict else pod.status}")
+                if wanted == "start":
+                    fake.start(pod, initializing=fake.boot_reads)
+                elif wanted == "stop":
+                    fake.halt(pod, "EXITED")
+                elif wanted == "terminate":
+                    fake.halt(pod, "TERMINATED")
+                    return self._send(204)
+                return self._send(200, pod.as_api(False))
 
             def _create(self, body) -> None:
-                if not isinstance(body, dict) or not body.get("imageName") or not body.get("gpuTypeIds"):
-                    return self._send(400, {"error": "imageName and gpuTypeIds are required"})
+                if not isinstance(body, dict):
+                    return self._problem(422, "Request validation failed.", errors=["$: must be an object"])
+                unknown = sorted(set(body) - CREATE_FIELDS)
+                if unknown:
+                    return self._problem(422, "Request validation failed.",
+                                         errors=[f"$: additional properties '{name}' not allowed" for name in unknown])
+                if not body.get("name") or not body.get("image"):
+                    return self._problem(422, "Request validation failed.", errors=["$: name and image are required"])
+                if ("gpu" in body) == ("cpu" in body) or not isinstance(body.get("gpu", {}), dict) or not body.get("gpu", {}).get("id"):
+                    return self._problem(400, "exactly one of gpu or cpu must be set, and gpu needs an id")
                 fake._created += 1
-                pod = fake.add_pod(f"created{fake._created}", name=body.get("name", ""), status="RUNNING",
-                                   gpu=body["gpuTypeIds"][0], image=body["imageName"], created_with=body)
+                gpu = body["gpu"]
+                pod = fake.add_pod(f"created{fake._created}", name=body["name"], status="RUNNING", gpu=gpu["id"],
+                                   gpu_count=gpu.get("count", 1), image=body["image"], ports=body.get("ports", []),
+                                   mounts=body.get("mounts", {}), created_with=body)
                 return self._send(201, pod.as_api(False))
 
             def do_GET(self) -> None:

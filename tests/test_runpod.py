@@ -209,7 +209,7 @@ def test_stop_closes_the_pod_and_later_connections_say_it_is_stopped(rp):
     assert invoke("sync", "--on", NAME).exit_code == 0
     stopped = invoke("pod", "stop", NAME)
     assert stopped.exit_code == 0 and f"okc pod up {NAME}" in stopped.output
-    assert [c[1] for c in rp.fake.calls("POST", "/stop")] == [f"/v1/pods/{POD_ID}/stop"]
+    assert [c[1] for c in rp.fake.actions("stop")] == [f"/v2/pods/{POD_ID}/action"]
     assert one_line(invoke("sync", "--on", NAME)) == f"error: pod {NAME} is stopped: okc pod up {NAME}"
 
 
@@ -226,7 +226,8 @@ def test_terminate_is_refused_while_jobs_are_not_pulled(rp):
     forced = invoke("pod", "terminate", NAME, "--force", input="y\n")
     assert forced.exit_code == 0, forced.output
     assert rp.fake.pods[POD_ID].status == "TERMINATED"
-    assert one_line(invoke("pod", "up", NAME)).endswith("was terminated; remove it from pod.yaml")
+    gone = one_line(invoke("pod", "up", NAME))  # v2 forgets a terminated pod: a 404 on its id
+    assert "no such pod on this account (HTTP 404: pod not found): terminated (then remove it from pod.yaml)" in gone
 
 
 def test_terminate_asks_the_running_pod_for_jobs_only_it_knows(rp):
@@ -252,7 +253,8 @@ def test_create_writes_pod_yaml_keeping_its_comments(rp, lab_root):
     (new,) = [p for p in rp.fake.pods.values() if p.id != POD_ID]
     body = new.created_with
     assert body["env"]["PUBLIC_KEY"] == public and body["ports"] == ["22/tcp"]
-    assert body["gpuTypeIds"] == ["NVIDIA H200"] and body["volumeInGb"] == 80 and body["volumeMountPath"] == "/workspace"
+    assert body["gpu"] == {"id": "NVIDIA H200", "count": 1} and body["image"] == "runpod/pytorch:2.8.0"
+    assert body["mounts"] == {"persistent": {"size": 80, "path": "/workspace"}}  # v2's nested body; unknown fields are a 422
     after = rp.pod_file.read_text()
     start = after.index("  h200:\n")
     end = after.index("\n", after.index("identity_file", start)) + 1
@@ -274,7 +276,7 @@ def test_a_wrong_key_is_one_line_and_exit_2_and_never_printed(rp, monkeypatch):
     for args in (("pod", "up", NAME), ("pod", "status", NAME), ("check", "0", "--on", NAME)):
         result = invoke(*args)
         assert result.exit_code == 2, args
-        assert "refused the API key (HTTP 401)" in one_line(result) and "wrong-key-ABCDEF" not in result.output
+        assert "refused the API key (HTTP 401" in one_line(result) and "wrong-key-ABCDEF" not in result.output
     with pytest.raises(ConfigError) as caught:
         runpod.RunpodClient().get_pod(POD_ID)
     assert "wrong-key-ABCDEF" not in str(caught.value) and "wrong-key" not in repr(runpod.RunpodClient())
@@ -293,7 +295,7 @@ def test_the_api_down_or_failing_is_one_line_and_exit_3(rp, monkeypatch):
     rp.fake.fail_with = 503
     result = invoke("pod", "up", NAME)
     assert result.exit_code == 3 and "HTTP 503" in one_line(result)
-    monkeypatch.setenv(runpod.API_URL_ENV, f"http://127.0.0.1:{free_port()}/v1")
+    monkeypatch.setenv(runpod.API_URL_ENV, f"http://127.0.0.1:{free_port()}/v2")
     for args in (("pod", "up", NAME), ("check", "0", "--on", NAME)):
         result = invoke(*args)
         assert result.exit_code == 3 and "Runpod API unreachable" in one_line(result)
@@ -322,7 +324,7 @@ def test_the_watchdog_stops_an_idle_pod_through_the_api(rp):
     synced = invoke("sync", "--on", NAME)  # a sync (re)starts the watchdog from the synced copy
     assert synced.exit_code == 0, synced.output
     wait_for(lambda: rp.fake.pods[POD_ID].status == "EXITED", "the watchdog to stop the idle pod")
-    stops = rp.fake.calls("POST", f"/pods/{POD_ID}/stop")
+    stops = rp.fake.actions("stop")
     assert [auth for _, _, auth in stops] == [f"Bearer {KEY}"]  # the pod's own key, from its environment
     log = wait_for(lambda: "stop requested through Runpod's REST API" in _watchdog_log(rp) and _watchdog_log(rp), "the log")
     assert "stopping this pod: no okc job or okc use for 0.02 min" in log and KEY not in log
@@ -376,18 +378,29 @@ def test_the_watchdog_decides_by_the_volume_and_the_pulled_markers(tmp_path):
     (remote_dir / watchdog.PULLED_DIR).mkdir(parents=True)
     (remote_dir / watchdog.PULLED_DIR / finished.name).touch()
     assert watchdog.decide(str(remote_dir), 60, False, old, now).stop
-    assert watchdog.on_volume("/workspace/okc") and not watchdog.on_volume("/workspaces/okc")
+    assert watchdog.on_volume("/workspace/okc", "/workspace", ["/", "/workspace"])
+    assert not watchdog.on_volume("/workspaces/okc", "/workspace", ["/", "/workspace"])
 
 
-def test_the_watchdog_imports_only_the_standard_library_and_the_launcher():
+def test_the_watchdog_imports_only_the_standard_library_and_okc_modules_that_do_too():
+    """It runs on the pod with `python -S`: every okc module it reaches must be standard library only."""
     import ast
 
-    tree = ast.parse(Path(watchdog.__file__).read_text())
-    modules = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    modules |= {f"{n.module}.{a.name}" if n.module == "okc.launch" else n.module
-                for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
-    ours = {m for m in modules if m.split(".")[0] not in sys.stdlib_module_names}
-    assert ours == {"okc.contract", "okc.launch.launcher"}  # both standard library only, like the agent they serve
+    def imports(module: str) -> set:
+        path = Path(__file__).resolve().parent.parent / (module.replace(".", "/") + ".py")
+        tree = ast.parse(path.read_text())
+        found = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        found |= {f"{n.module}.{a.name}" if n.module in ("okc.pods", "okc.launch") else n.module
+                  for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
+        return {m for m in found if m.split(".")[0] not in sys.stdlib_module_names and m != "__future__"}
+
+    seen, todo = set(), ["okc.pods.watchdog"]
+    while todo:
+        module = todo.pop()
+        seen.add(module)
+        todo += [m for m in imports(module) if m not in seen]
+    assert seen == {"okc.pods.watchdog", "okc.contract", "okc.launch.launcher", "okc.launch.standby", "okc.pods.selfstop",
+                    "okc.pods.rest"}
 
 
 # -- pod.yaml and costs ----------------------------------------------------------------

@@ -33,6 +33,7 @@ def sync(
     from rich.markup import escape
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
 
+    from okc.pods.lifecycle import watchdog_error
     from okc.pods.sync import sync_lab
 
     lab, pod = _pod(on)
@@ -52,6 +53,9 @@ def sync(
         out.print(f"{verb[1]} {name}", markup=False, soft_wrap=True)
     out.print(f"{pod.name}: {len(report.sent)} {verb[0]}, {len(report.deleted)} {verb[1]}, {report.unchanged} unchanged"
               f" ({report.bytes_sent} bytes in {report.seconds:.2f} s)", markup=False)
+    broken = watchdog_error(pod.name, report.watchdog)
+    if broken is not None:
+        raise broken
     if report.watchdog is not None and report.watchdog["watchdog"] != "off":
         out.print(f"idle stop: {pod.name} stops itself after {report.watchdog['idle_stop_minutes']:g} min without an okc job",
                   markup=False)
@@ -66,7 +70,9 @@ def pod_status(
 ) -> None:
     """Is the pod reachable; its GPU, memory, SM clock, utilisation, running okc jobs and free disk.
 
-    A Runpod pod also shows its state, $/h and uptime, and its idle-stop watchdog with its log.
+    A Runpod pod also shows its state, $/h (Runpod's `cost`: what the account pays now) and
+    uptime, and its idle-stop watchdog with its health and log; a watchdog that cannot stop
+    the pod is an error (exit 2, or 3 when the pod cannot reach Runpod's API).
 
     Example: okc pod status h200
     """
@@ -77,6 +83,9 @@ def pod_status(
     lab, pod = _pod(name)
     status = lifecycle.status(lab, pod)
     show(status_document(status), fmt)
+    broken = lifecycle.watchdog_error(pod.name, status.get("watchdog"))
+    if broken is not None:
+        raise broken
     if not status["reachable"]:
         raise typer.Exit(EXIT_UNREACHABLE)
 
@@ -90,7 +99,9 @@ def pod_up(
     """Start or resume a Runpod pod, wait until SSH answers, then sync it (which starts its idle stop).
 
     Its new IP and port are read from Runpod's API; pod.yaml needs no edit. On first
-    contact it shows the host key's fingerprint to pin with okc pod trust.
+    contact it shows the host key's fingerprint to pin with okc pod trust. When it fails
+    once the pod runs (no SSH, a failed sync, an idle stop that cannot stop the pod), a pod
+    okc started is stopped again; any other is named as running and billing.
 
     Example: okc pod up h200
     """
@@ -99,17 +110,18 @@ def pod_up(
     lab, pod = _pod(name)
     report = lifecycle.up(lab, pod, timeout=timeout, on_wait=lambda text: err.print(text, markup=False, soft_wrap=True))
     info = report.runpod
-    rate = f", ${info.cost_per_hr:.3f}/h" if info.cost_per_hr is not None else ""
+    rate = f", ${info.usd_per_hour:.3f}/h" if info.usd_per_hour else ""
     out.print(f"pod {pod.name} {'started' if report.started else 'running'} (Runpod {info.id}{rate}) "
-              f"at {info.public_ip}:{info.ssh_port} in {report.seconds:.0f} s", markup=False, soft_wrap=True)
+              f"at {info.ssh_host}:{info.ssh_port} in {report.seconds:.0f} s", markup=False, soft_wrap=True)
     if report.pinned == "changed":
         raise ConfigError(f"pod {pod.name} ({report.pin_name}) now offers a different host key {report.key_type} "
                           f"{report.fingerprint}; check it (Runpod images may make new keys when a pod restarts: "
-                          f"see the pod's log) and pin it with: okc pod trust {pod.name}")
+                          f"see the pod's log) and pin it with: okc pod trust {pod.name}; {lifecycle.billing_line(pod.name)}")
     if report.pinned == "no":
         out.print(f"first contact: pod {pod.name} offers {report.key_type} {report.fingerprint}", markup=False, soft_wrap=True)
         out.print(f"pin it with: okc pod trust {pod.name}   (the first okc sync or check after that starts its idle stop)",
                   markup=False, soft_wrap=True)
+        out.print(f"{lifecycle.billing_line(pod.name)} (no idle stop until then)", markup=False, soft_wrap=True)
         return
     synced, watchdog = report.sync, report.sync.watchdog
     out.print(f"synced: {len(synced.sent)} sent, {len(synced.deleted)} deleted, {synced.unchanged} unchanged", markup=False, soft_wrap=True)
@@ -117,22 +129,41 @@ def pod_up(
         out.print(f"idle stop: the pod stops itself after {watchdog['idle_stop_minutes']:g} min without an okc job "
                   f"(watchdog {watchdog['watchdog']}, pid {watchdog['pid']})", markup=False, soft_wrap=True)
     else:
-        out.print("idle stop: off (idle_stop_minutes: 0 in pod.yaml)", markup=False, soft_wrap=True)
+        out.print(f"idle stop: off (idle_stop_minutes: 0 in pod.yaml); {lifecycle.billing_line(pod.name)}",
+                  markup=False, soft_wrap=True)
 
 
 @pod_app.command("stop")
 @handles_errors
-def pod_stop(name: str = typer.Argument(..., help="A Runpod pod from pod.yaml.")) -> None:
+def pod_stop(
+    name: str = typer.Argument(..., help="A Runpod pod from pod.yaml."),
+    force: bool = typer.Option(False, "--force", help="Stop even while okc jobs run on it (they are killed)."),
+) -> None:
     """Stop a Runpod pod: billing for its GPU stops; its volume (and remote_dir on it) stays.
+
+    Refused while okc jobs run on it, unless --force.
 
     Example: okc pod stop h200
     """
     from okc.pods import lifecycle
 
     lab, pod = _pod(name)
-    info = lifecycle.stop(lab, pod)
-    out.print(f"pod {pod.name} (Runpod {info.id}) is {info.desired_status.lower()}; start it again with: okc pod up {pod.name}",
+    info = lifecycle.stop(lab, pod, force=force, running=lambda info: _running_jobs(lab, pod, info))
+    out.print(f"pod {pod.name} (Runpod {info.id}) is {info.status.lower()}; start it again with: okc pod up {pod.name}",
               markup=False)
+
+
+def _running_jobs(lab, pod, info) -> list[str]:
+    """The okc jobs running on the pod (``info``: Runpod says it is up), which okc pod stop will not kill."""
+    from okc.errors import OkcError, PodError
+    from okc.jobs.runner import list_jobs, open_target
+    from okc.pods.runpod import connectable
+
+    try:
+        with open_target(lab, pod=connectable(lab, pod, info)) as target:
+            return [entry.job for entry, _ in list_jobs(lab, target) if entry.state == "running"]
+    except OkcError as exc:
+        raise PodError(f"cannot list pod {pod.name}'s jobs before stopping it ({exc}); --force stops it anyway") from None
 
 
 @pod_app.command("terminate")
@@ -143,6 +174,8 @@ def pod_terminate(
     force: bool = typer.Option(False, "--force", help="Terminate even with jobs not pulled here (they are lost)."),
 ) -> None:
     """Delete a Runpod pod and its volume for good; refused while its jobs are not pulled here.
+
+    A stopped pod cannot be asked for its jobs, so it is refused too, unless --force.
 
     Example: okc pod terminate h200
     """
@@ -163,7 +196,7 @@ def pod_create(
     name: str = typer.Argument(..., help="The name to give it in pod.yaml."),
     gpu: str = typer.Option(..., "--gpu", help='Runpod GPU type, e.g. "NVIDIA H200".'),
     image: str = typer.Option(..., "--image", help="Container image with PyTorch, e.g. runpod/pytorch:2.8.0-py3.11-cuda12.8.1-cudnn-devel-ubuntu22.04."),
-    volume_gb: int = typer.Option(50, "--volume-gb", min=1, help="Volume at /workspace (kept across stops), GB."),
+    volume_gb: int = typer.Option(50, "--volume-gb", min=10, help="Volume at /workspace (kept across stops), GB (Runpod: 10 at least)."),
     disk_gb: int = typer.Option(30, "--disk-gb", min=1, help="Container disk (wiped at every stop), GB."),
     gpus: int = typer.Option(1, "--gpus", min=1, help="GPUs."),
     cloud: str = typer.Option("SECURE", "--cloud", help="SECURE or COMMUNITY."),

@@ -75,7 +75,7 @@ class Pod:
             raise ConfigError(f"pod name {self.name!r} is not usable: letters, digits, '_', '.', '-' (and not 'local')")
         if self.runpod_id is not None:
             if not isinstance(self.runpod_id, str) or not RUNPOD_ID.match(self.runpod_id):
-                raise ConfigError(f"{where}: runpod_id must be a Runpod pod id (letters and digits), got {self.runpod_id!r}")
+                raise ConfigError(f"{where}: runpod_id must be a Runpod pod id (letters, digits, '_' and '-'), got {self.runpod_id!r}")
             if self.remote_dir is None:
                 object.__setattr__(self, "remote_dir", RUNPOD_REMOTE_DIR)
             if self.user is None:

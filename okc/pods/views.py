@@ -35,11 +35,11 @@ def status_document(status: dict[str, Any]) -> Document:
     if runpod is not None:
         rate = runpod["usd_per_hour"]
         shown.append(_pairs("runpod", f"pod {status['pod']} at Runpod", [
-            ("runpod id", runpod["id"]), ("state", runpod["state"]),
+            ("runpod id", runpod["id"]), ("state", runpod["state"] + (" (billing)" if runpod.get("billing") else "")),
             ("gpu", f"{runpod['gpu_count']} x {runpod['gpu']}" if runpod["gpu"] else None),
-            ("$/h", f"{rate:.3f}" if rate is not None else None),
+            ("$/h (Runpod's cost now)", f"{rate:.3f}" if rate is not None else None),
             ("uptime", f"{_hours(runpod['uptime_s'])} since {runpod['started_at']}" if runpod["uptime_s"] is not None else None),
-            ("ssh", runpod["ssh"]), ("image", runpod["image"])]))
+            ("ssh", runpod["ssh"]), ("image", runpod["image"]), ("volume", runpod.get("volume"))]))
     rows = [("reachable", "yes" if status["reachable"] else f"no: {status.get('error')}")]
     if status["reachable"]:
         for index, gpu in enumerate(status["gpus"]):
@@ -66,6 +66,10 @@ def status_document(status: dict[str, Any]) -> Document:
             head = f"{state} (pid {watchdog['pid']}): stops the pod after {watchdog['idle_stop_minutes']:g} min without okc"
         else:
             head = state + (": idle_stop_minutes is 0" if state == "off" else "")
-        shown.append(_pairs("watchdog", f"idle stop on {status['pod']}",
-                            [("watchdog", head)] + [("log", line) for line in watchdog["log"]]))
+        health = watchdog.get("health")
+        rows = [("watchdog", head)]
+        if isinstance(health, dict):
+            rows.append(("can stop the pod", f"yes, through {health.get('how')}" if health.get("ok") is True
+                         else f"NO: {health.get('error')}"))
+        shown.append(_pairs("watchdog", f"idle stop on {status['pod']}", rows + [("log", line) for line in watchdog["log"]]))
     return Document(fields=status, main=None, shown=tuple(shown))

@@ -5,17 +5,25 @@ The agent travels as one ``python -c`` program (okc.launch.agent.program); the w
 not travel with it: it runs from the copy of okc that sync put in remote_dir. The agent's ``watchdog`` verb runs
 ``python -S -m okc.pods.watchdog ensure REMOTE_DIR MINUTES active|report`` from there, which starts
 ``... watch REMOTE_DIR MINUTES`` once (a pid file and a lock; restarted when its settings or
-this source change) and answers the log's tail as JSON. Standard library only, like the
+this source change, or, at a sync, when it could not stop the pod) and answers its state,
+health and log tail as JSON. Standard library only, like the
 agent; it reads job states with the launcher's own code, so "running" means the same thing
 everywhere.
 
 Each poll it decides: a job running -> busy, never stop; the last activity (a job's files,
 or a sync: ``ensure ... active`` touches ``.okc/activity``) less than MINUTES ago ->
-wait; otherwise stop the pod, through Runpod's REST API with the pod-scoped key and pod id
-Runpod puts in the pod's environment (RUNPOD_API_KEY, RUNPOD_POD_ID), or runpodctl if the
-API call fails. When remote_dir is on the container disk (not under /workspace), which a
-stop wipes, it refuses to stop while finished jobs are not pulled yet (okc pull leaves a
-marker in ``.okc/pulled/``), and says so. Every decision that differs from the previous
+wait; otherwise stop the pod, through Runpod's REST API v2 (``POST /pods/{id}/action``,
+one total deadline per call) with the pod-scoped key and pod id Runpod puts in the pod's
+environment (RUNPOD_API_KEY, RUNPOD_POD_ID), or runpodctl if the API call fails. When
+remote_dir is not on the pod's volume, which a stop keeps, it refuses to stop while
+finished jobs are not pulled yet (okc pull leaves a marker in ``.okc/pulled/``), and says
+so. "On the volume" is the pod's own word: the volume's mount path from the API (at
+start-up the watchdog reads its pod, which also proves the key works), and /proc/mounts
+showing remote_dir on that mount (a plain /workspace folder on the container disk is not).
+
+Its health (can it stop this pod? the key, the API, the last stop's outcome) is in
+``.okc/watchdog.json``, which ``ensure`` answers with: okc up/sync/pod status make a
+watchdog that cannot stop its pod an error. Every decision that differs from the previous
 one goes to ``.okc/watchdog.log``, which ``okc pod status`` shows.
 """
 
@@ -25,35 +33,35 @@ import fcntl
 import hashlib
 import json
 import os
-import shutil
+import re
 import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from okc.contract import EXIT_FILE, JOB_FILE, LOG_FILE, PID_FILE
 from okc.launch import launcher
+from okc.pods import selfstop
+from okc.pods.selfstop import UNREACHABLE, StopFailed, pod_environment, probe, stop_pod
 
 STATE_DIR = ".okc"  # okc's own files under remote_dir (the agent's too)
 WATCHDOG_LOG = ".okc/watchdog.log"
 WATCHDOG_PID = ".okc/watchdog.pid"
+WATCHDOG_HEALTH = ".okc/watchdog.json"  # can it stop this pod: what okc up/sync/pod status read
 START_LOCK = ".okc/watchdog.lock"  # two okc commands at once must not start two
 SOURCE = "okc/pods/watchdog.py"  # this file, as synced under remote_dir
 RUN_LOCK = ".okc/watchdog.run.lock"  # held for the watchdog's life: a second one exits at once
 ACTIVITY_FILE = ".okc/activity"
 PULLED_DIR = ".okc/pulled"
-VOLUME = "/workspace"  # Runpod's persistent volume; everything else is the container disk
-API_URL_ENV = "OKC_RUNPOD_API_URL"
-DEFAULT_API_URL = "https://rest.runpod.io/v1"
+MOUNTS_FILE = "/proc/mounts"
 JOB_FILES = (JOB_FILE, PID_FILE, EXIT_FILE, LOG_FILE)  # their mtimes are a job's activity
-STOP_TIMEOUT_S = 30.0
+HEALTH_WAIT_S = selfstop.CALL_DEADLINE_S + 5.0  # ensure waits this long for a new watchdog's first word
 POLLS_PER_PERIOD = 6  # how finely the idle period is watched
 MIN_POLL_S, MAX_POLL_S = 0.2, 60.0
-RETRY_S = 60.0  # after a failed stop request
+RETRY_S = 60.0  # after a failed stop request; and how often a watchdog that cannot stop its pod asks again
+RETRY_MAX_S = 600.0  # a Retry-After longer than this is not waited for in one go
 LOG_TAIL_LINES = 12
 TERMINATE_WAIT_S = 5.0
 LOG_MAX_BYTES = 1 << 20
@@ -77,8 +85,39 @@ def _clock(seconds: float) -> str:
     return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def on_volume(remote_dir: str) -> bool:
-    return remote_dir == VOLUME or remote_dir.startswith(VOLUME + "/")
+def _under(path: str, top: str) -> bool:
+    top = os.path.normpath(top)
+    return path == top or path.startswith(top.rstrip("/") + "/")
+
+
+def mount_points(path: str = MOUNTS_FILE) -> list | None:
+    """The mount points in /proc/mounts (its octal escapes undone); None where there is none."""
+    try:
+        with open(path, "rb") as handle:
+            lines = handle.read(1 << 20).decode("utf-8", "replace").splitlines()
+    except OSError:
+        return None
+    points = []
+    for line in lines:
+        fields = line.split(" ")
+        if len(fields) > 2:
+            points.append(os.path.normpath(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[1])))
+    return points
+
+
+def on_volume(remote_dir: str, volume_path: str | None, mounts: list | None) -> bool:
+    """remote_dir survives a stop: it is under the volume's mount path the API names, and the
+    mount that holds it (the deepest mount point above it) is that one. No /proc/mounts
+    (not Linux): the API's word alone. No volume known: the container disk."""
+    if not volume_path or not os.path.isabs(volume_path):
+        return False
+    remote_dir, volume_path = os.path.normpath(remote_dir), os.path.normpath(volume_path)
+    if not _under(remote_dir, volume_path):
+        return False
+    if mounts is None:
+        return True
+    holder = max((m for m in mounts if _under(remote_dir, m)), key=len, default="/")
+    return holder == volume_path
 
 
 def decide(remote_dir: str, idle_s: float, persistent: bool, started: float, now: float) -> Decision:
@@ -103,64 +142,18 @@ def decide(remote_dir: str, idle_s: float, persistent: bool, started: float, now
     return Decision(True, f"stopping this pod: no okc job or okc use for {idle_s / 60:g} min")
 
 
-class StopFailed(Exception):
-    pass
+def write_health(remote_dir: str, health: dict) -> None:
+    record = {"pid": os.getpid(), "at": time.time(), "problem": None, "error": None, **health}
+    launcher.atomic_write(os.path.join(remote_dir, WATCHDOG_HEALTH), json.dumps(record).encode())
 
 
-def pod_environment() -> dict:
-    """This process's environment, completed from the container's first process: an SSH session
-    carries Runpod's variables (RUNPOD_POD_ID, RUNPOD_API_KEY) only where the image copies
-    them to /etc/rp_environment, but the container's PID 1 always has them."""
-    env = dict(os.environ)
+def read_health(remote_dir: str) -> dict | None:
     try:
-        with open("/proc/1/environ", "rb") as handle:
-            items = handle.read().split(b"\0")
-    except OSError:
-        return env
-    for item in items:
-        name, _, value = item.decode("utf-8", "replace").partition("=")
-        if name.startswith("RUNPOD_") and name not in env:
-            env[name] = value
-    return env
-
-
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    """A redirect would carry the key's Authorization header to wherever it points: refused."""
-
-    def redirect_request(self, *args, **kwargs):
-        return None  # urllib then raises the 3xx as an HTTPError
-
-
-def stop_pod(env) -> str:
-    """Ask Runpod to stop this pod; how it was asked. The key is never logged."""
-    pod_id, key = env.get("RUNPOD_POD_ID"), env.get("RUNPOD_API_KEY")
-    if not pod_id:
-        raise StopFailed("RUNPOD_POD_ID is not in the pod's environment (not a Runpod pod?)")
-    failures = []
-    if key:
-        url = f"{(env.get(API_URL_ENV) or DEFAULT_API_URL).rstrip('/')}/pods/{pod_id}/stop"
-        request = urllib.request.Request(url, data=b"", method="POST")
-        request.add_header("Authorization", f"Bearer {key}")
-        try:
-            with urllib.request.build_opener(_NoRedirect()).open(request, timeout=STOP_TIMEOUT_S):
-                return "Runpod's REST API"
-        except urllib.error.HTTPError as exc:
-            failures.append(f"REST API answered HTTP {exc.code}")
-        except (urllib.error.URLError, OSError) as exc:
-            failures.append(f"REST API unreachable ({getattr(exc, 'reason', exc)})")
-    else:
-        failures.append("RUNPOD_API_KEY is not in the pod's environment")
-    if shutil.which("runpodctl"):
-        for argv in (["runpodctl", "pod", "stop", pod_id], ["runpodctl", "stop", "pod", pod_id]):  # new and old syntax
-            try:
-                done = subprocess.run(argv, capture_output=True, timeout=STOP_TIMEOUT_S)
-            except (OSError, subprocess.TimeoutExpired) as exc:
-                failures.append(f"{' '.join(argv[:3])}: {exc}")
-                continue
-            if done.returncode == 0:
-                return " ".join(argv[:3])
-            failures.append(f"{' '.join(argv[:3])} exited {done.returncode}")
-    raise StopFailed("; ".join(failures))
+        with open(os.path.join(remote_dir, WATCHDOG_HEALTH), "rb") as handle:
+            record = json.loads(handle.read(1 << 16))
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
 
 
 def log(remote_dir: str, message: str) -> None:
@@ -181,7 +174,7 @@ def _size(path: str) -> int:
         return 0
 
 
-def watch(remote_dir: str, minutes: float) -> int:
+def watch(remote_dir: str, minutes: float, mounts_file: str = MOUNTS_FILE) -> int:
     os.makedirs(os.path.join(remote_dir, STATE_DIR), exist_ok=True)
     lock = open(os.path.join(remote_dir, RUN_LOCK), "a")
     try:
@@ -190,15 +183,20 @@ def watch(remote_dir: str, minutes: float) -> int:
         return 0  # another watchdog is watching this remote_dir
     idle_s = minutes * 60.0
     poll = min(MAX_POLL_S, max(MIN_POLL_S, idle_s / POLLS_PER_PERIOD))
-    persistent = on_volume(remote_dir)
     started = time.time()
-    where = "the volume" if persistent else "the container disk (wiped by a stop)"
-    log(remote_dir, f"watching (pid {os.getpid()}): stop this pod after {minutes:g} min without okc; remote_dir is on {where}")
     env = pod_environment()
-    if not env.get("RUNPOD_POD_ID") or not (env.get("RUNPOD_API_KEY") or shutil.which("runpodctl")):
-        log(remote_dir, "WARNING: no RUNPOD_POD_ID, or neither RUNPOD_API_KEY nor runpodctl, here: this pod cannot stop itself")
-    said = None
+    health = probe(env)
+    persistent = on_volume(remote_dir, health.get("volume"), mount_points(mounts_file))
+    where = f"the volume at {health['volume']}" if persistent else "the container disk (wiped by a stop)"
+    write_health(remote_dir, {**health, "persistent": persistent})
+    log(remote_dir, f"watching (pid {os.getpid()}): stop this pod after {minutes:g} min without okc; remote_dir is on {where}")
+    if not health["ok"]:
+        log(remote_dir, f"ERROR: this pod cannot stop itself: {health['error']}")
+    said, probed = None, time.monotonic()
     while True:
+        if not health["ok"] and not health.get("stop_failed") and time.monotonic() - probed > RETRY_S:  # back up?
+            health, probed = probe(env), time.monotonic()
+            write_health(remote_dir, {**health, "persistent": persistent})
         try:
             decision = decide(remote_dir, idle_s, persistent, started, time.time())
         except Exception as exc:  # a half-written job folder must not end the watch
@@ -210,10 +208,16 @@ def watch(remote_dir: str, minutes: float) -> int:
             try:
                 how = stop_pod(env)
             except StopFailed as exc:
-                log(remote_dir, f"stop FAILED: {exc}; trying again in {RETRY_S:g} s")
+                wait = min(RETRY_MAX_S, exc.retry_s) if exc.retry_s is not None else RETRY_S
+                health = {"ok": False, "problem": exc.problem, "error": f"stop failed: {exc}", "persistent": persistent,
+                          "stop_failed": True}  # only a stop that works makes it healthy again
+                write_health(remote_dir, health)
+                log(remote_dir, f"stop FAILED: {exc}; trying again in {wait:g} s")
                 said = None
-                time.sleep(RETRY_S)
+                time.sleep(wait)
                 continue
+            health = {"ok": True, "how": how, "persistent": persistent, "stop_requested": True}
+            write_health(remote_dir, health)
             log(remote_dir, f"stop requested through {how}")
             return 0
         time.sleep(poll)
@@ -254,11 +258,6 @@ def ensure(remote_dir: str, minutes: float, active: bool) -> dict:
         raise ValueError(f"idle minutes must be >= 0, got {minutes!r}")
     state = os.path.join(remote_dir, STATE_DIR)
     os.makedirs(state, exist_ok=True)
-    if active:
-        activity = os.path.join(remote_dir, ACTIVITY_FILE)
-        with open(activity, "a"):
-            pass
-        os.utime(activity)
     wanted = {"minutes": float(minutes), "source": _digest(os.path.join(remote_dir, SOURCE))}
     pid_path = os.path.join(remote_dir, WATCHDOG_PID)
     with open(os.path.join(remote_dir, START_LOCK), "a") as guard:
@@ -269,7 +268,8 @@ def ensure(remote_dir: str, minutes: float, active: bool) -> dict:
             alive = process_alive(int(marker["pid"]), marker.get("start"))
         except (OSError, ValueError, KeyError, TypeError):
             marker, alive = {}, False
-        if alive and {k: marker.get(k) for k in wanted} != wanted:
+        unable = alive and active and (read_health(remote_dir) or {}).get("ok") is False  # a sync: ask again now
+        if alive and ({k: marker.get(k) for k in wanted} != wanted or unable):
             os.kill(int(marker["pid"]), signal.SIGTERM)
             deadline = time.monotonic() + TERMINATE_WAIT_S
             while process_alive(int(marker["pid"]), marker.get("start")) and time.monotonic() < deadline:
@@ -283,7 +283,31 @@ def ensure(remote_dir: str, minutes: float, active: bool) -> dict:
             answer = "started"
         else:
             answer, marker = "off", {}
-    return {"watchdog": answer, "pid": marker.get("pid"), "idle_stop_minutes": float(minutes), "log": tail(remote_dir)}
+    health = _health_of(remote_dir, marker) if marker.get("pid") else None
+    if active:  # last, after the wait for a new watchdog's health: the idle period starts as okc goes on
+        activity = os.path.join(remote_dir, ACTIVITY_FILE)
+        with open(activity, "a"):
+            pass
+        os.utime(activity)
+    return {"watchdog": answer, "pid": marker.get("pid"), "idle_stop_minutes": float(minutes), "health": health,
+            "log": tail(remote_dir)}
+
+
+def _health_of(remote_dir: str, marker: dict) -> dict:
+    """The health the watchdog in ``marker`` reported; a new one is waited for (it first reads its pod)."""
+    pid = marker["pid"]
+    deadline = time.monotonic() + HEALTH_WAIT_S
+    while True:
+        health = read_health(remote_dir)
+        if health is not None and health.get("pid") == pid:
+            return health
+        if not process_alive(pid, marker.get("start")):
+            return {"pid": pid, "ok": False, "problem": selfstop.REFUSED,
+                    "error": "the watchdog ended without a word (see its log in okc pod status)"}
+        if time.monotonic() > deadline:
+            return {"pid": pid, "ok": False, "problem": UNREACHABLE,
+                    "error": f"the watchdog said nothing about its health within {HEALTH_WAIT_S:g} s"}
+        time.sleep(0.05)
 
 
 def _spawn(remote_dir: str, minutes: float, wanted: dict) -> dict:
