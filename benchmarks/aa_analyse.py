@@ -6,7 +6,7 @@ Runs on the CPU, over the ``raw/*.npz`` files aa_bias.py leaves under $OUT. Per 
   against those where it went second (A/A: the ratio of the second side's time to the first's);
 - each estimator's value and CI: the median over pairs (SPEC 4.5 as it was), and the median
   over quads of their geometric mean (four pairs on the same slots, both orders twice), alone
-  and widened by the slots' luck as okc.judge.pairs.result_numbers does;
+  and widened by the slots' luck as okc.judge.protocol.pairs.result_numbers does;
 - the placement luck of one copy: the sd of the per-slot medians of each side, less what the
   sampling noise alone gives them (from a permutation of the slot labels), and the split-half
   correlation of the per-slot offsets (near 1: a fixed effect; near 0: noise).
@@ -24,12 +24,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from okc.judge import pairs as pairs_module  # noqa: E402
+from okc.judge.protocol import pairs as pairs_module  # noqa: E402
 from okc.judge import stats  # noqa: E402
 
 
 def load_matrix(cases: list[str], loads: list[str]) -> np.ndarray:
-    """Cases come in load order, the same number per load (okc.judge.benchcases.scored_cases)."""
+    """Cases come in load order, the same number per load (okc.judge.protocol.benchcases.scored_cases)."""
     per = len(cases) // len(loads)
     return pairs_module.load_matrix([index // per for index in range(len(cases))], len(loads))
 

@@ -68,13 +68,13 @@ def one(name: str, pairs_wanted: int, seed: int = SEED) -> None:
     import numpy as np
     import torch
 
-    from okc.judge import bench as bench_module  # binds torch's timing objects first
-    from okc.judge import pairs, stats, timing
+    from okc.judge.kinds import bench as bench_module  # binds torch's timing objects first
+    from okc.judge.protocol import pairs, stats, timing
     from okc.problems.muse_bf16_proj import PROBLEM
 
     label, options, rig = VARIANTS[name]
     if hasattr(bench_module, "MAX_SLOTS"):
-        from okc.judge import sides as sides_module
+        from okc.judge.protocol import sides as sides_module
 
         sides_module.MAX_SLOTS = max(sides_module.MAX_SLOTS, 64)
     stamps: list = []  # (phase, seconds since the bench began)
@@ -82,7 +82,7 @@ def one(name: str, pairs_wanted: int, seed: int = SEED) -> None:
         timing.FLUSH_MIN_BYTES = 512 * 2**20
     outputs: dict = {}
     if hasattr(bench_module, "Sides"):  # record where each capture's output lands, before it is let go
-        from okc.judge import sides as sides_module
+        from okc.judge.protocol import sides as sides_module
 
         real_capture = sides_module.capture
 

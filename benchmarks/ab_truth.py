@@ -64,7 +64,7 @@ def run_one(spec: dict) -> dict:
     """One bench, in this process (the parent starts one process per bench)."""
     import torch
 
-    from okc.judge.bench import Bench, BenchSettings
+    from okc.judge.kinds.bench import Bench, BenchSettings
     from okc.problems.muse_bf16_proj import PROBLEM
 
     candidate, against = candidate_paths(spec["candidate"])
@@ -91,10 +91,10 @@ def run_one(spec: dict) -> dict:
 
 def output_view_error(bench, problem, seed: int) -> float:
     """Replay the candidate's first graph on a new input and compare what its output's place
-    holds with the reference: the re-checks read outputs this way (okc.judge.capture.OutputPlace)."""
+    holds with the reference: the re-checks read outputs this way (okc.judge.protocol.capture.OutputPlace)."""
     import torch
 
-    from okc.judge import timing
+    from okc.judge.protocol import timing
     from okc.judge.seeds import derive_seed
 
     captured = bench.sides.by_name["candidate"].captured[0][0]

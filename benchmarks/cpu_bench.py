@@ -1,4 +1,4 @@
-"""The CPU bench (okc.judge.cpu_timing) on tiny_matvec: its position bias, CI width and speed.
+"""The CPU bench (okc.judge.protocol.cpu_clock) on tiny_matvec: its position bias, CI width and speed.
 
 For A/A (the baseline against itself) and 001 (solutions/correct/matmul.py) against the
 baseline, a fixed number of pairs per run, with and without the untimed warm call each side
@@ -18,9 +18,11 @@ sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
 
-from okc.judge import pairs, stats  # noqa: E402
-from okc.judge.bench import BenchSettings  # noqa: E402
-from okc.judge.cpu_timing import CpuBench, CpuClock  # noqa: E402
+from okc.judge.protocol import pairs
+
+from okc.judge import stats  # noqa: E402
+from okc.judge.kinds.bench import BenchSettings  # noqa: E402
+from okc.judge.protocol.cpu_clock import CpuBench, CpuClock  # noqa: E402
 from okc.problems.tiny_matvec import PROBLEM  # noqa: E402
 
 SEEDS = (11, 22, 33)

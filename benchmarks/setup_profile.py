@@ -47,7 +47,7 @@ def startup_costs() -> None:
 def rig(variant: str) -> None:
     import torch
 
-    from okc.judge import capture
+    from okc.judge.protocol import capture
 
     if variant == "graph":
         stream = capture.capture_stream
@@ -66,7 +66,7 @@ def one(variant: str, copies: int, profile: bool) -> None:
     sys.path.insert(0, str(REPO))
     import torch
 
-    from okc.judge.bench import Bench, BenchSettings
+    from okc.judge.kinds.bench import Bench, BenchSettings
     from okc.problems import load_problem
 
     problem = load_problem("muse_bf16_proj")

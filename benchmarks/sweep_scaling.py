@@ -22,8 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from okc.judge.ahead import AHEAD_DIR
-from okc.judge.batch import read_lines
+from okc.judge.protocol.ahead import AHEAD_DIR
+from okc.judge.protocol.batch import read_lines
 from okc.contract import read_json
 from okc.sweeps.experiments import load_experiment
 from okc.sweeps.fanout import local_gpu_count, slots_for

@@ -16,8 +16,8 @@ import time
 
 import torch
 
-from okc.judge.check import run_check
-from okc.judge.verifier import Verifier
+from okc.judge.kinds.check import run_check
+from okc.judge.verdict.verifier import Verifier
 from okc.problems import load_problem
 
 

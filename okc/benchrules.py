@@ -2,7 +2,7 @@
 
 Standard library only, so both sides of the torch line use the same rules: the CLI
 (okc.jobs.options, okc.sweeps.experiments) refuses a bad option before anything is written,
-and the judge (okc.judge.stats.StoppingRule and the bench and sweep jobs) refuses a bad
+and the judge (okc.judge.protocol.stats.StoppingRule and the bench and sweep jobs) refuses a bad
 job.json on the pod with the same words. Each check raises ValueError naming the setting as
 the caller spells it (``--max-pairs`` on the command line, ``funnel.max_pairs`` in a sweep,
 ``max_pairs`` in job.json); the CLI's callers turn that into a ConfigError.
@@ -19,7 +19,7 @@ MIN_PAIRS = 50
 MAX_PAIRS = 2000
 MAX_PAIRS_LIMIT = 100_000  # the most any job may ask for: a pair table holds max_pairs rows per side
 TARGET_HALF_WIDTH = 0.005  # relative: the score's CI is score * (1 +- 0.5%)
-QUAD = 4  # pairs per quad, the unit of every statistic (okc.judge.stats)
+QUAD = 4  # pairs per quad, the unit of every statistic (okc.judge.protocol.stats)
 # The smallest sample whose extreme order statistics bracket the median with 95%
 # probability: with n = 6, P(all six on one side) = 2 / 2**6 < 5%.
 MIN_SAMPLES_FOR_CI = 6

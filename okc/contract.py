@@ -101,7 +101,7 @@ class JobSpec:
     bench: dict[str, Any] = field(default_factory=dict)
     points: list[dict[str, Any]] | None = None  # a screen job's batch: [{"id", "source"}, ...]
     screen: dict[str, Any] = field(default_factory=dict)  # a screen job's point_timeout_s, compilers, share
-    profile: dict[str, Any] = field(default_factory=dict)  # a profile job's replays, counters (okc.judge.profile checks it)
+    profile: dict[str, Any] = field(default_factory=dict)  # a profile job's replays, counters (okc.judge.kinds.profile checks it)
     okc_version: str = ""
     created_at: str = ""
     schema_version: int = JOB_SCHEMA_VERSION

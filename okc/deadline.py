@@ -1,6 +1,6 @@
 """A deadline on one step of a job's worker: past it, a timer's thread ends the job.
 
-The worker's prepare and each point of a warm screen run under one (okc.worker, okc.judge.screen).
+The worker's prepare and each point of a warm screen run under one (okc.worker, okc.judge.kinds.screen).
 A step that holds the GIL past its deadline (a native call, a compile) keeps the timer's thread
 from running, so faulthandler is armed too, as the backstop: BACKSTOP_GRACE_S after the deadline
 it dumps every thread's stack and exits the process. Standard library only.

@@ -6,7 +6,7 @@ say where a crash or hang happened), and writes result.json atomically. Exit cod
 candidate passed; 1: it failed (or timed out in prepare); 2: the job itself was bad.
 The candidate's ``prepare`` limit is enforced here; the whole-job limit by the launcher.
 
-For a check or a bench it starts the verifier process (okc.judge.verifier) first, so that
+For a check or a bench it starts the verifier process (okc.judge.verdict.verifier) first, so that
 it imports torch while this process does; before the kind's code imports the candidate it
 moves to the candidate's folder and drops okc's environment variables, so neither argv, the
 working directory nor the environment says what kind of job this is.
@@ -30,18 +30,18 @@ EXIT_PASS = 0
 EXIT_FAILED = 1
 EXIT_BAD_JOB = 2
 VERIFIED_KINDS = ("check", "bench", "try")  # the kinds whose outputs the verifier process judges
-# okc.judge.verifier.COMMAND, spelled out: importing that module here would import torch first.
-VERIFIER_COMMAND = [sys.executable, "-c", "import os; os.nice(10); from okc.judge.verifier import main; main()"]
+# okc.judge.verdict.verifier.COMMAND, spelled out: importing that module here would import torch first.
+VERIFIER_COMMAND = [sys.executable, "-c", "import os; os.nice(10); from okc.judge.verdict.verifier import main; main()"]
 
 # kind -> "module:function"; the function is (job, job_dir, *, device, seed, phase, log) -> result fields.
 KINDS = {
-    "check": "okc.judge.check:run_job",
-    "bench": "okc.judge.bench:run_job",
-    "floor": "okc.judge.floor:run_job",
-    "time": "okc.judge.sweep:run_job",
-    "screen": "okc.judge.screen:run_job",
-    "try": "okc.judge.trial:run_job",
-    "profile": "okc.judge.profile:run_job",
+    "check": "okc.judge.kinds.check:run_job",
+    "bench": "okc.judge.kinds.bench:run_job",
+    "floor": "okc.judge.kinds.floor:run_job",
+    "time": "okc.judge.kinds.sweep:run_job",
+    "screen": "okc.judge.kinds.screen:run_job",
+    "try": "okc.judge.kinds.trial:run_job",
+    "profile": "okc.judge.kinds.profile:run_job",
 }
 
 
@@ -133,7 +133,7 @@ class Worker:
             device = resolve_device(self.job.device)
             self.mark("torch")
             if self._verifier is not None:
-                from okc.judge import verifier
+                from okc.judge.verdict import verifier
 
                 verifier.adopt(self._verifier)
             from okc.judge.envinfo import collect

@@ -3,7 +3,7 @@
 The job folder is laid out by okc.jobs.folder; the worker's part is made the way the profile
 job makes it: a Chrome trace per shape, written here with the kernels cuBLAS launches on an
 H200 (SPEC 4.8's names and times) between the flush kernels, then read back by
-okc.judge.traces exactly as okc.judge.profile reads its own traces.
+okc.judge.traces exactly as okc.judge.kinds.profile reads its own traces.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from okc.contract import result_document
 from okc.jobs import folder as job_folder
 from okc.jobs.folder import load_spec
 from okc.judge import traces
-from okc.judge.profile import FLUSH_KERNEL, SIDES, TRACES_DIR, order
+from okc.judge.kinds.profile import FLUSH_KERNEL, SIDES, TRACES_DIR, order
 from okc.judge.problem import Case
-from okc.judge.profile import trace_name
+from okc.judge.kinds.profile import trace_name
 
 NVJET_SPLITK = "nvjet_sm90_tst_128x8_64x12_4x1_v_bz_splitK_TNT"
 NVJET_WIDE = "nvjet_sm90_tst_96x64_64x10_2x4_h_bz_TNN"

@@ -5,12 +5,12 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from okc.judge import pairs, stats
-from okc.judge.bench import BenchSettings
-from okc.judge.gpu_clock import GpuClock
-from okc.judge.loop import PairLoop
-from okc.judge.sides import Side, Sides
-from okc.judge.timing import HoldTimeout
+from okc.judge.protocol import pairs, stats
+from okc.judge.kinds.bench import BenchSettings
+from okc.judge.protocol.gpu_clock import GpuClock
+from okc.judge.protocol.loop import PairLoop
+from okc.judge.protocol.sides import Side, Sides
+from okc.judge.protocol.timing import HoldTimeout
 
 
 class SimulatedGPU:

@@ -14,10 +14,11 @@ from simgpu import SimulatedGPU, settings, simulated_runner
 
 from okc.jobs import runner
 from okc.lab.candidates import resolve
-from okc.judge import envinfo, pairs, stats, timing
-from okc.judge.bench import BenchSettings
-from okc.judge.sides import Side, Sides
-from okc.judge.pairs import PairTable, Unit
+from okc.judge import envinfo
+from okc.judge.protocol import pairs, stats, timing
+from okc.judge.kinds.bench import BenchSettings
+from okc.judge.protocol.sides import Side, Sides
+from okc.judge.protocol.pairs import PairTable, Unit
 from okc.problems.muse_bf16_proj import PROBLEM as MUSE
 from okc.problems.tiny_matvec import PROBLEM as TINY
 
@@ -347,7 +348,7 @@ def test_the_gpu_side_imports_only_stdlib_torch_and_numpy(tmp_path):
     import subprocess
     import sys
 
-    modules = "okc.worker, okc.judge.bench, okc.judge.floor, okc.judge.timing, okc.judge.pairs, okc.judge.stats"
+    modules = "okc.worker, okc.judge.kinds.bench, okc.judge.kinds.floor, okc.judge.protocol.timing, okc.judge.protocol.pairs, okc.judge.protocol.stats"
     forbidden = ("typer", "rich", "paramiko", "yaml", "okc.cli.app", "okc.lab.ledger", "triton")
     code = f"import sys, {modules}; print([m for m in {forbidden!r} if m in sys.modules])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, check=True)
@@ -373,8 +374,8 @@ def test_a_run_stopped_by_the_target_reports_a_half_width_under_it(seed):
 
 
 def test_sides_share_each_case_input_and_pool_and_interleave_their_copies(monkeypatch):
-    from okc.judge import capture as capture_module
-    from okc.judge import sides as sides_module
+    from okc.judge.protocol import capture as capture_module
+    from okc.judge.protocol import sides as sides_module
 
     events, pools = [], iter(range(100))
     monkeypatch.setattr(sides_module.torch.cuda, "graph_pool_handle", lambda: ("pool", next(pools)))

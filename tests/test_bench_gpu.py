@@ -78,8 +78,8 @@ def test_nvidia_smi_is_asked_for_the_gpu_torch_runs_on():
 
 def test_a_slow_prepare_gets_the_copies_its_setup_budget_holds_and_they_all_replay(tmp_path, monkeypatch):
     # Each copy of the candidate pays its prepare: 12 copies of 0.3 s would pass a 2 s budget.
-    from okc.judge import sides
-    from okc.judge.bench import BenchSettings, run_bench
+    from okc.judge.protocol import sides
+    from okc.judge.kinds.bench import BenchSettings, run_bench
     from okc.problems import load_problem
 
     lab = find_lab()
@@ -133,7 +133,7 @@ def test_floor_reads_every_layer_size_near_the_memory_bandwidth():
 
 
 def test_hold_kernel_waits_for_its_flag_and_gives_up_after_its_timeout():
-    from okc.judge import kernels
+    from okc.judge.protocol import kernels
 
     flag = torch.zeros(1, dtype=torch.int32, device="cuda")
     status = torch.zeros(4, dtype=torch.int32, device="cuda")
@@ -145,7 +145,7 @@ def test_hold_kernel_waits_for_its_flag_and_gives_up_after_its_timeout():
 
 
 def test_hold_kernel_is_released_by_a_host_store_into_pinned_memory():
-    from okc.judge import kernels
+    from okc.judge.protocol import kernels
 
     release = torch.zeros(1, dtype=torch.int32).pin_memory()
     status = torch.zeros(2, dtype=torch.int32).pin_memory()
@@ -164,7 +164,7 @@ def test_hold_kernel_is_released_by_a_host_store_into_pinned_memory():
 
 
 def test_the_read_graph_reads_every_element():
-    from okc.judge import timing
+    from okc.judge.protocol import timing
 
     probe = timing.read_graph(3 * 2**20 + 4096, torch.device("cuda"), block=1024, iters=2, warps=4)
     probe.out.zero_()
@@ -175,8 +175,8 @@ def test_the_read_graph_reads_every_element():
 
 
 def test_protocol_times_the_fixed_replay_cost():
-    from okc.judge import timing
-    from okc.judge.timing import Step
+    from okc.judge.protocol import timing
+    from okc.judge.protocol.timing import Step
 
     device = torch.device("cuda")
     protocol = timing.Protocol(device, timing.make_flush(device))
@@ -186,8 +186,8 @@ def test_protocol_times_the_fixed_replay_cost():
 
 
 def test_a_persisting_l2_limit_is_reported_and_cleared():
-    from okc.judge import timing
-    from okc.judge.bench import PersistingReport
+    from okc.judge.protocol import timing
+    from okc.judge.kinds.bench import PersistingReport
 
     report = PersistingReport(torch.device("cuda"))
     if not report.l2.available:

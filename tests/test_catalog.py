@@ -26,7 +26,7 @@ def test_the_catalog_has_the_problems_own_cases_loads_and_layers(name):
 
 @pytest.mark.parametrize("name", sorted(CATALOG))
 def test_a_quick_checks_cases_are_the_harness_own(name):
-    from okc.judge.check import select_cases
+    from okc.judge.kinds.check import select_cases
 
     problem = load_problem(name)
     assert CATALOG[name].check_keys(16) == [case.key for case in select_cases(problem, None, 16)]

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 import okc
-from okc.judge import rules
-from okc.judge.check import run_check, select_cases
+from okc.judge.verdict import rules
+from okc.judge.kinds.check import run_check, select_cases
 from okc.contract import write_json
 from okc.judge.loader import CandidateLoadError, load_candidate
 from okc.judge.problem import Case, Tolerance
@@ -230,7 +230,7 @@ def test_load_problem_by_name_or_dotted_path():
     with pytest.raises(ValueError, match="muse_bf16_proj, tiny_matvec"):
         load_problem("nope")
     with pytest.raises(ValueError, match="no PROBLEM"):
-        load_problem("okc.judge.rules")
+        load_problem("okc.judge.verdict.rules")
 
 
 # --- the loader ---------------------------------------------------------------------------------

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from okc.judge.capture import CaptureError, capture
-from okc.judge.check import run_check
+from okc.judge.protocol.capture import CaptureError, capture
+from okc.judge.kinds.check import run_check
 from okc.problems import load_problem
 from test_check import PROBLEMS_DIR, make_job
 
@@ -38,7 +38,7 @@ def test_capture_replays_fresh_inputs_into_the_same_output():
 
 def test_captures_that_share_a_pool_reuse_its_freed_output_memory():
     # The bench's sides share each case's pool so that every graph of the case writes its output
-    # in the same place (okc.judge.sides); the allocator reuses a pool's freed block only on the
+    # in the same place (okc.judge.protocol.sides); the allocator reuses a pool's freed block only on the
     # stream that freed it, so every capture must run on one stream. (Captured on per-capture
     # streams, outputs moved, and a Triton sweep point read freed memory: an illegal access.)
     weight = torch.randn(512, 256, device="cuda", dtype=torch.bfloat16)

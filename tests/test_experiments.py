@@ -21,7 +21,7 @@ from okc.errors import CandidateError, ConfigError
 from okc.sweeps.experiments import Point, load_experiment, materialise
 from okc.sweeps.funnel import TABLE_FILE, RunFolder, latest_run, run_sweep
 from okc.lab.config import find_lab
-from okc.judge.batch import read_lines
+from okc.judge.protocol.batch import read_lines
 from okc.lab.ledger import open_ledger
 from okc.lab.sweep_ledger import sweep_rows
 from okc.problems.tiny_matvec import PROBLEM as TINY

@@ -19,9 +19,9 @@ from typer.testing import CliRunner
 
 from okc.cli.app import app
 from okc.errors import ConfigError
-from okc.judge import gpumode_timing
-from okc.judge.benchcases import BenchFailed
-from okc.judge.check import run_check
+from okc.judge.protocol import gpumode_timing
+from okc.judge.protocol.benchcases import BenchFailed
+from okc.judge.kinds.check import run_check
 from okc.lab.config import find_lab
 from okc.lab.gpumode import flat_files, read_task
 from okc.pods.config import resolve_pod

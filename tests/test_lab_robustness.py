@@ -218,7 +218,7 @@ def test_7_overhead_out_of_the_workers_range_is_refused_first(tiny, value):
 
 
 def test_7_the_clis_overhead_range_is_the_workers():
-    from okc.judge.bench import BenchSettings
+    from okc.judge.kinds.bench import BenchSettings
     from okc.problems import load_problem
 
     problem = load_problem("tiny_matvec")

@@ -6,8 +6,8 @@ import dataclasses
 import numpy as np
 from simgpu import SimulatedGPU, settings, simulated_runner
 
-from okc.judge import pairs
-from okc.judge.settings import BenchSettings
+from okc.judge.protocol import pairs
+from okc.judge.protocol.settings import BenchSettings
 from okc.problems.tiny_matvec import PROBLEM as TINY
 
 COSTS_CANDIDATE = [30.0, 20.0, 40.0]

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from simgpu import SimulatedGPU, settings, simulated_runner
 
-from okc.judge import pairs, stats
-from okc.judge.pairs import PairTable
-from okc.judge.sides import MAX_SLOTS, copies_that_fit
+from okc.judge.protocol import pairs, stats
+from okc.judge.protocol.pairs import PairTable
+from okc.judge.protocol.sides import MAX_SLOTS, copies_that_fit
 
 SAME = [14.0, 14.0, 24.0, 24.0]  # both sides run the same code: an A/A run
 LOADS = [0, 0, 1, 1]
@@ -147,8 +147,8 @@ def test_a_slow_candidate_gets_fewer_copies_within_the_setup_budget(monkeypatch)
     # a 1 s prepare is half a minute. Copies stop once the budget would be passed (at least two).
     from types import SimpleNamespace
 
-    from okc.judge import sides as sides_module
-    from okc.judge.sides import Side, Sides
+    from okc.judge.protocol import sides as sides_module
+    from okc.judge.protocol.sides import Side, Sides
     from okc.problems.tiny_matvec import PROBLEM as TINY
 
     clock = [0.0]
@@ -227,7 +227,7 @@ def test_a_run_replays_every_slot_twice_before_it_may_stop():
 def test_the_copies_follow_the_target_so_an_everyday_bench_stays_quick():
     # 64 copies a side cost ~5 s of setup and 512 pairs before a run may stop: worth it at +-0.2%
     # (measured on an H200), not at the default +-0.5%, where a dozen keep the luck inside the goal.
-    from okc.judge.sides import copies_for_target
+    from okc.judge.protocol.sides import copies_for_target
 
     assert copies_for_target(0.002) == 64
     assert copies_for_target(stats.TARGET_HALF_WIDTH) == 12

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from okc.cli.app import app
 from okc.jobs import options
-from okc.judge import profile as judge_profile
+from okc.judge.kinds import profile as judge_profile
 from okc.judge import traces
 from okc.lab import ledger
 from okc.lab.config import find_lab

@@ -11,7 +11,7 @@ from conftest import REPO, write_lab
 from typer.testing import CliRunner
 
 from okc.cli.app import app
-from okc.judge.profile import FLUSH_KERNEL
+from okc.judge.kinds.profile import FLUSH_KERNEL
 
 pytestmark = pytest.mark.gpu
 runner = CliRunner()

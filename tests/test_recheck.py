@@ -10,9 +10,9 @@ import pytest
 from simgpu import settings
 
 from okc.jobs import runner
-from okc.judge import pairs
-from okc.judge.loop import PairLoop
-from okc.judge.recheck import FINAL, Recheck, Schedule
+from okc.judge.protocol import pairs
+from okc.judge.protocol.loop import PairLoop
+from okc.judge.protocol.recheck import FINAL, Recheck, Schedule
 from okc.lab.candidates import resolve
 from okc.problems.tiny_matvec import PROBLEM as TINY
 

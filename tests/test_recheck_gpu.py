@@ -52,10 +52,10 @@ def test_the_baseline_and_001_pass_their_rechecks_at_a_small_cost():
 
 def test_an_output_let_go_is_read_back_from_its_place_after_a_replay():
     """The re-checks read a graph's output through the place its capture recorded (the output
-    itself is let go, so the captures of a case share memory: okc.judge.sides)."""
+    itself is let go, so the captures of a case share memory: okc.judge.protocol.sides)."""
     import torch
 
-    from okc.judge import capture, timing
+    from okc.judge.protocol import capture, timing
 
     weight = torch.randn(256, 512, dtype=torch.bfloat16, device="cuda")
     x = torch.randn(4, 512, dtype=torch.bfloat16, device="cuda")

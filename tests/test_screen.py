@@ -16,8 +16,8 @@ import yaml
 
 from okc.jobs.folder import create_job
 from okc.jobs.runner import run_local
-from okc.judge.batch import POINTS_FILE, read_lines, read_spec
-from okc.judge.stats import MIN_PAIRS_FOR_CI
+from okc.judge.protocol.batch import POINTS_FILE, read_lines, read_spec
+from okc.judge.protocol.stats import MIN_PAIRS_FOR_CI
 from okc.contract import BadJob
 from okc.lab.config import find_lab
 from okc.lab.ledger import open_ledger

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from okc.jobs.options import MIN_PAIRS_FOR_CI
-from okc.judge.batch import read_lines
+from okc.judge.protocol.batch import read_lines
 from okc.lab.config import find_lab
 from okc.sweeps.experiments import Point, load_experiment
 from okc.sweeps.fanout import slots_for

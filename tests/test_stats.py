@@ -5,8 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from okc.judge import stats
-from okc.judge.stats import Estimate, StoppingRule
+from okc.judge.protocol import stats
+from okc.judge.protocol.stats import Estimate, StoppingRule
 
 
 def exact_ranks(n: int, confidence: float) -> tuple[int, int]:

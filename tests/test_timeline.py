@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from okc.cli.app import app
 from okc.contract import JOB_FILE, PID_FILE, RESULT_FILE
-from okc.judge.trial import CHECK_FILE
+from okc.judge.kinds.trial import CHECK_FILE
 from okc.reports.timeline import SPAWN, Span, job_document, spans, step_seconds, timeline_tables
 
 

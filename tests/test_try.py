@@ -16,7 +16,7 @@ from okc.jobs import folder as job_folder, runner
 from okc.lab.candidates import resolve
 from okc.lab.config import find_lab
 from okc.lab.ledger import AA_MARK, Run, open_ledger, record_run, recorded_job_ids, runs
-from okc.judge.trial import CHECK_FILE, step_document
+from okc.judge.kinds.trial import CHECK_FILE, step_document
 
 WRONG = REPO / "okc" / "problems" / "tiny_matvec" / "solutions" / "wrong"
 QUICK_BENCH = ("--min-pairs", "24", "--max-pairs", "48", "--target", "0.5")  # a few pairs: this is about the plumbing
@@ -29,7 +29,7 @@ import sys
 def _checked():
     frame = sys._getframe(2)
     while frame is not None:
-        if frame.f_code.co_filename.replace(os.sep, "/").endswith("okc/judge/check.py"):
+        if frame.f_code.co_filename.replace(os.sep, "/").endswith("okc/judge/kinds/check.py"):
             return True
         frame = frame.f_back
     return False

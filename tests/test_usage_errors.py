@@ -237,7 +237,7 @@ def test_a_ledger_that_breaks_during_the_job_does_not_lose_the_verdict(tmp_path,
 def test_the_cli_refuses_a_stopping_rule_as_the_judge_does_in_its_own_words(cli, rule):
     from okc.errors import ConfigError
     from okc.jobs.options import BenchOptions
-    from okc.judge.stats import StoppingRule
+    from okc.judge.protocol.stats import StoppingRule
 
     with pytest.raises(ConfigError) as on_the_command_line:
         BenchOptions(**cli)

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from okc.judge import rules, verifier as verifier_module
+from okc.judge.verdict import rules, verifier as verifier_module
 from okc.judge.problem import Case
 from okc.judge.seeds import derive_seed
-from okc.judge.verifier import Verifier, VerifierError
+from okc.judge.verdict.verifier import Verifier, VerifierError
 from okc.problems import load_problem
 
 CPU = torch.device("cpu")
@@ -185,7 +185,7 @@ def test_cuda_outputs_are_read_by_address_and_judged_on_the_gpu():
 
 def _is_verifier(pid: int) -> bool:
     try:
-        return b"from okc.judge.verifier import main" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        return b"from okc.judge.verdict.verifier import main" in Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
 

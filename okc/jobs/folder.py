@@ -22,7 +22,7 @@ from okc.contract import (
 )
 from okc.errors import ConfigError, JudgeError
 from okc import incoming
-from okc.judge.trial import CHECK_FILE  # a try job's check verdict (that module imports only okc.contract)
+from okc.judge.kinds.trial import CHECK_FILE  # a try job's check verdict (that module imports only okc.contract)
 from okc.lab.candidates import Candidate
 from okc.lab.config import Lab
 from okc.lab.ledger import AA_MARK, Floor, Run, insert_run, record_floor, transaction

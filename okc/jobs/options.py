@@ -255,8 +255,8 @@ def _module_missing(dotted: str) -> bool:
         return True
 
 
-PROFILE_REPLAYS = 20  # = okc.judge.profile.DEFAULT_REPLAYS
-PROFILE_MAX_REPLAYS = 1000  # = okc.judge.profile.MAX_REPLAYS (a test holds them equal)
+PROFILE_REPLAYS = 20  # = okc.judge.kinds.profile.DEFAULT_REPLAYS
+PROFILE_MAX_REPLAYS = 1000  # = okc.judge.kinds.profile.MAX_REPLAYS (a test holds them equal)
 
 
 @dataclass(frozen=True)

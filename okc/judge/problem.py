@@ -131,7 +131,7 @@ class Problem(abc.ABC):
     peak_flops: float = H200_PEAK_FLOPS  # speed of light: math
     judge_overhead_us: float = 4.0  # the fixed replay cost the official judge subtracts
     # Where the paired bench may time it. A problem meant for a CPU adds "cpu": without a GPU its
-    # bench runs okc.judge.cpu_timing (the same protocol minus the GPU-only parts) instead of refusing.
+    # bench runs okc.judge.protocol.cpu_clock (the same protocol minus the GPU-only parts) instead of refusing.
     bench_devices: tuple[str, ...] = ("cuda",)
 
     @property
@@ -181,7 +181,7 @@ class Problem(abc.ABC):
     def call(self, module: ModuleType, x: torch.Tensor, case: Case) -> torch.Tensor:
         return module.kernel_fn(x, case.layer)
 
-    # --- hooks of the check (okc.judge.check) ------------------------------------------------------
+    # --- hooks of the check (okc.judge.kinds.check) ------------------------------------------------------
     requires_capture: bool = True  # False: a call that cannot be captured is checked eagerly instead
     # False: the bench's timed outputs cannot be re-judged by okc's verifier process (it regenerates
     # SPEC 4.4's float64 references); the problem re-checks them itself (after_bench).
@@ -191,7 +191,7 @@ class Problem(abc.ABC):
     own_judge: bool = False
 
     def own_verifier(self, seed: int, device: torch.device):
-        """(own_judge only) An object with okc.judge.verifier.Verifier's API (submit, check_weights,
+        """(own_judge only) An object with okc.judge.verdict.verifier.Verifier's API (submit, check_weights,
         results, close) that judges this problem's outputs; the check uses it as it uses the verifier."""
         raise NotImplementedError(f"{self.name} is judged by okc's verifier (own_judge is False)")
 

@@ -1,6 +1,6 @@
 """Reading a torch.profiler Chrome trace: the kernels of each profiled replay, and their summary.
 
-Standard library only: the profile job (okc.judge.profile) reads the trace files it wrote
+Standard library only: the profile job (okc.judge.kinds.profile) reads the trace files it wrote
 with this module, and tests feed it traces of their own. A GPU trace holds the device's
 activity records (kernels, memcpys, memsets, CUPTI timestamps); the L2 flush's kernel
 before every replay separates one replay's kernels from the next. A CPU trace holds aten

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from okc.contract import EXIT_FILE, JOB_FILE, PID_FILE, RESULT_FILE, is_job_id, read_json
-from okc.judge.trial import CHECK_FILE
+from okc.judge.kinds.trial import CHECK_FILE
 from okc.reports.tables import Document, Table, table
 
 # The worker's marks before the kind runs, and what the span ending at each spent.

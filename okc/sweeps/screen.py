@@ -2,7 +2,7 @@
 
 The points still to screen are dealt round-robin into batches, one per slot (more when a
 batch would pass MAX_BATCH points), and each batch runs as one job of kind ``screen``
-(okc.judge.screen): one process imports torch, makes the baseline ready and times the
+(okc.judge.kinds.screen): one process imports torch, makes the baseline ready and times the
 points one after another, leaving a line per finished point in the job's screened.jsonl.
 Those lines become the sweep's table rows as they land, read through the job's target (this
 machine or a pod, okc.jobs.target) while the job runs, so the table (the source of truth for
@@ -29,7 +29,7 @@ from okc.contract import PHASE_FILE, JobResult, read_json
 from okc.errors import ConfigError, JudgeError
 from okc.jobs.folder import create_job
 from okc.jobs.runner import Watch
-from okc.judge.batch import POINTS_FILE, read_lines
+from okc.judge.protocol.batch import POINTS_FILE, read_lines
 from okc.sweeps.experiments import Point
 from okc.sweeps.fanout import Slot, run_on
 

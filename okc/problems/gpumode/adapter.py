@@ -5,10 +5,10 @@ runs) and ``benchmark.I`` for each of ``benchmarks`` (what ``okc bench`` times, 
 each). A call is ``custom_kernel(data)`` with ``data = generate_input(**args)``, the spec's
 ``seed`` replaced by one drawn from the job's seed, so each replay gets a fresh input.
 An output is judged by the folder's own ``check_implementation`` and by okc's rules on top
-(okc.judge.check: fresh inputs through the captured graph where the kernel can be captured,
+(okc.judge.kinds.check: fresh inputs through the captured graph where the kernel can be captured,
 stale outputs, inputs left unwritten) plus, here: no NaN or Inf where the reference has a
 finite value, and no output tensor sharing memory with an input unless the reference's does.
-The baseline is ``ref_kernel`` itself. GPU MODE's own statistic (okc.judge.gpumode_timing)
+The baseline is ``ref_kernel`` itself. GPU MODE's own statistic (okc.judge.protocol.gpumode_timing)
 is added to every bench.
 """
 
@@ -21,10 +21,10 @@ from types import ModuleType
 
 import torch
 
-# Imported with the problem, before any candidate: its clock is bound at import (okc.judge.gpumode_timing).
-from okc.judge import gpumode_timing
+# Imported with the problem, before any candidate: its clock is bound at import (okc.judge.protocol.gpumode_timing).
+from okc.judge.protocol import gpumode_timing
 from okc.judge.problem import Case, Inputs, Load, Problem, Tolerance, clone_data, tensors_of
-from okc.judge.rules import NONFINITE, Verdict, fail
+from okc.judge.verdict.rules import NONFINITE, Verdict, fail
 from okc.problems.gpumode.taskfile import Task, as_kwargs, read_json
 
 CHECK = "check_implementation"  # the rule name of a failure the folder's own check found

@@ -1,8 +1,8 @@
 """The check's verifier for a GPU MODE folder: its outputs judged by the folder's own code, in the worker.
 
-okc's verifier process (okc.judge.verifier) judges an output by SPEC 4.4's float64 rules from its
+okc's verifier process (okc.judge.verdict.verifier) judges an output by SPEC 4.4's float64 rules from its
 raw bytes; a GPU MODE output is judged by the folder's ``check_implementation`` and may be a
-tuple. :class:`FolderVerifier` has the verifier's API, so okc.judge.check runs unchanged: each
+tuple. :class:`FolderVerifier` has the verifier's API, so okc.judge.kinds.check runs unchanged: each
 submitted output is judged at once (the graph rewrites its output at the next replay), on the
 input regenerated from the same seed label, by okc's rules on top of the folder's: stale (an
 all-NaN poisoned output, or one equal to the previous output of its case), the problem's own
@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from okc.judge.problem import clone_data, equal_data
-from okc.judge.rules import STALE, X_MODIFIED, Verdict, fail
+from okc.judge.verdict.rules import STALE, X_MODIFIED, Verdict, fail
 from okc.judge.seeds import derive_seed
 
 

@@ -4,7 +4,7 @@ Written once for any :class:`~okc.judge.problem.Problem`. On CUDA each case's ca
 captured into a CUDA graph and replayed with fresh inputs copied into its input buffer,
 the output buffer NaN-poisoned before every replay; on the CPU the call is repeated with
 fresh inputs instead, and the result says that graph capture was not exercised. Every
-output is judged by the verifier process (okc.judge.verifier), which never imports the
+output is judged by the verifier process (okc.judge.verdict.verifier), which never imports the
 candidate: a candidate that rebinds torch in its own process cannot reach a verdict.
 """
 
@@ -20,14 +20,14 @@ from types import ModuleType
 
 import torch
 
-from okc.judge import rules
-from okc.judge.capture import Captured, CaptureError, capture
+from okc.judge.verdict import rules
+from okc.judge.protocol.capture import Captured, CaptureError, capture
 from okc.contract import BadJob, JobSpec
 from okc.judge.loader import CandidateLoadError, load_candidate
 from okc.judge.problem import Case, Problem, clone_data
-from okc.judge.rules import Verdict, fail
+from okc.judge.verdict.rules import Verdict, fail
 from okc.judge.seeds import derive_seed
-from okc.judge.verifier import Verifier, VerifierError
+from okc.judge.verdict.verifier import Verifier, VerifierError
 from okc.problems import load_problem
 
 MAX_FAILURES = 5  # stop the job after this many failing entries: the verdict is clear by then
@@ -102,7 +102,7 @@ def describe(exc: BaseException) -> str:
 class Checker:
     """One check job: the loop over weight seeds, cases, variants and replays.
 
-    Every output goes to the verifier (okc.judge.verifier), a process that never imported the
+    Every output goes to the verifier (okc.judge.verdict.verifier), a process that never imported the
     candidate; only what cannot be judged from an output stays here (import, prepare, capture
     and CUDA failures, exceptions, host syncs). A weight set's outputs are handed over as they
     come and their verdicts read once the set is done, so the candidate's calls and the

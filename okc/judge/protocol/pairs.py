@@ -6,7 +6,7 @@ A pair runs every scored case once on each side, on one fresh input per case cop
 the input buffer both sides' graphs read, then one sample of the fixed replay cost. Within
 a pair the sides alternate case by case. Pairs come in quads of four: the same fresh inputs
 and the same graph slots, the candidate first in the first and last pair, the baseline in
-the middle two (ABBA), and the statistics take each quad's geometric mean (okc.judge.stats).
+the middle two (ABBA), and the statistics take each quad's geometric mean (okc.judge.protocol.stats).
 Which of a side's graph slots (copies of its candidate, captures of each) a quad replays
 comes from a seeded schedule that is balanced over every block of pairs.
 """
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from okc.judge import stats
+from okc.judge.protocol import stats
 
 SIDES = ("candidate", "baseline")
 # Stream operations enqueued behind one hold. The driver queues about a thousand launches
@@ -46,7 +46,7 @@ class Unit:
         return 1 if self.case is None else 2
 
 
-QUAD = 4  # pairs per quad: the unit of every statistic (okc.judge.stats)
+QUAD = 4  # pairs per quad: the unit of every statistic (okc.judge.protocol.stats)
 QUAD_ORDER = (0, 1, 1, 0)  # per position in a quad: 0 the candidate first, 1 the baseline first (ABBA)
 
 

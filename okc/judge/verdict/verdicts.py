@@ -1,8 +1,8 @@
 """The verifier process's side: read outputs off a pipe, regenerate, judge, answer.
 
-It runs in ``python -m okc.judge.verifier`` (see okc.judge.verifier for the protocol's API),
+It runs in ``python -m okc.judge.verdict.verifier`` (see okc.judge.verdict.verifier for the protocol's API),
 a process that never imports a candidate: everything here (the weights and inputs drawn
-from the job's seed, the float64 reference, every rule of okc.judge.rules) runs on torch
+from the job's seed, the float64 reference, every rule of okc.judge.verdict.rules) runs on torch
 as torch ships it.
 """
 
@@ -19,9 +19,9 @@ from typing import BinaryIO, TextIO
 
 import torch
 
-from okc.judge import rules
+from okc.judge.verdict import rules
 from okc.judge.problem import Case, Problem
-from okc.judge.rules import Verdict, fail
+from okc.judge.verdict.rules import Verdict, fail
 from okc.judge.seeds import derive_seed
 
 VERIFIER_ERROR = "verifier_error"  # the verifier could not judge: a harness failure, never a verdict

@@ -1,12 +1,12 @@
 """The paired bench on a CPU, for a problem meant for one (``Problem.bench_devices``).
 
-It is the protocol of okc.judge.bench minus the parts only a GPU has: no CUDA graph (each
+It is the protocol of okc.judge.kinds.bench minus the parts only a GPU has: no CUDA graph (each
 call is an eager ``kernel_fn`` call), no cold-L2 flush, no hold kernel, no fixed replay cost
 subtracted unless asked for. What stays the same: both sides get the same weights (each its
 own clone) and, per pair, the same fresh input copied into each side's own buffer; within a
 pair the sides alternate case by case, and each quad of pairs runs each order twice
-(okc.judge.pairs); each pair ends with one sample of the timer's own cost (an empty call);
-and the times go through the same loop (okc.judge.loop: statistics, stopping rule,
+(okc.judge.protocol.pairs); each pair ends with one sample of the timer's own cost (an empty call);
+and the times go through the same loop (okc.judge.protocol.loop: statistics, stopping rule,
 re-checks) as on a GPU; this module is the CPU's clock for it (:class:`CpuClock`).
 
 A GPU's L2 is flushed so that both sides start cold; a CPU's caches cannot be, so both start
@@ -17,7 +17,7 @@ agree within about 1% and the A/A score's CI narrows to about +-0.15%.
 
 A call is timed with ``time.perf_counter_ns``, bound here at import (the worker imports this
 module before any candidate, so a candidate that patches ``time`` cannot change the numbers),
-on one thread, with the garbage collector frozen and paused while pairs run (okc.judge.loop).
+on one thread, with the garbage collector frozen and paused while pairs run (okc.judge.protocol.loop).
 """
 
 from __future__ import annotations
@@ -29,16 +29,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from okc.judge import pairs
-from okc.judge.benchcases import (
+from okc.judge.protocol import pairs
+from okc.judge.protocol.benchcases import (
     INPUT_SETS, BenchFailed, case_load_matrix, make_inputs, recheck_inputs, scored_cases, scored_loads, shape_rows,
     bench_summary,
 )
 from okc.judge.loader import CandidateLoadError, load_candidate
-from okc.judge.loop import PairLoop
-from okc.judge.pairs import PairTable, Unit
+from okc.judge.protocol.loop import PairLoop
+from okc.judge.protocol.pairs import PairTable, Unit
 from okc.judge.problem import Case, Problem, clone_data, copy_data
-from okc.judge.recheck import FINAL, Recheck, Schedule
+from okc.judge.protocol.recheck import FINAL, Recheck, Schedule
 from okc.judge.seeds import derive_seed
 
 _now = time.perf_counter_ns  # bound at import: see the module docstring
@@ -101,7 +101,7 @@ def time_empty() -> float:
 
 
 class CpuClock:
-    """The CPU's clock for okc.judge.loop: a batch's units run as soon as they are submitted.
+    """The CPU's clock for okc.judge.protocol.loop: a batch's units run as soon as they are submitted.
 
     Per side and case: its buffer refilled with the pair's fresh input, one untimed call (the
     side starts warm), one timed call; the sides in the pair's order ("paired"), or each side's
@@ -162,11 +162,11 @@ class CpuClock:
 
 
 class CpuBench:
-    """One paired bench on the CPU, in the steps of okc.judge.bench.Bench: ``setup``, ``measure``, ``summary``, ``report``.
+    """One paired bench on the CPU, in the steps of okc.judge.kinds.bench.Bench: ``setup``, ``measure``, ``summary``, ``report``.
 
-    ``settings`` is an okc.judge.settings.BenchSettings; its flush, copies and captures are GPU
+    ``settings`` is an okc.judge.protocol.settings.BenchSettings; its flush, copies and captures are GPU
     matters. :meth:`setup_shared` and :meth:`add_side` are the two halves of :meth:`setup`, which
-    a warm screen (okc.judge.warm) calls apart to hold one side across points.
+    a warm screen (okc.judge.protocol.warm) calls apart to hold one side across points.
     """
 
     def __init__(self, problem: Problem, candidate: Path, against: Path, *, seed: int, settings,

@@ -56,7 +56,7 @@ def fail(rule: str, message: str, value: float | None = None, bound: float | Non
 
 
 def form_facts(out: object) -> dict:
-    """What the form rules read of an output, as the verifier receives it (okc.judge.verifier.describe)."""
+    """What the form rules read of an output, as the verifier receives it (okc.judge.verdict.verifier.describe)."""
     if type(out) is not torch.Tensor:
         return {"tensor": False, "type": f"{type(out).__module__}.{type(out).__qualname__}"}
     return {"tensor": True, "device": out.device.type, "shape": list(out.shape), "dtype": str(out.dtype)}

@@ -44,7 +44,7 @@ def step_document(job: JobSpec, job_dir: Path, step: str, fields: dict) -> dict:
 def run_job(job: JobSpec, job_dir: Path, *, device, seed: int, phase: Callable[..., None],
             log: Callable[[str], None]) -> dict:
     """Check the candidate; if it passed, bench it against ``job.against``; the last step's result fields."""
-    from okc.judge import bench, check
+    from okc.judge.kinds import bench, check
 
     if job.candidate is None:
         raise BadJob("a try job needs a candidate")

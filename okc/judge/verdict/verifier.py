@@ -1,11 +1,11 @@
 """The verifier: a process that never imports the candidate judges what the candidate returned.
 
-The worker starts it (:data:`COMMAND`; ``python -m okc.judge.verifier`` works too) before
+The worker starts it (:data:`COMMAND`; ``python -m okc.judge.verdict.verifier`` works too) before
 any candidate module is imported and hands it the raw bytes of each output, read from the
 output's memory by address: no torch function or Tensor method the candidate could rebind,
 no dispatcher the candidate could hook. The verifier regenerates the weights and inputs itself from the job's seed and
 the seed labels the worker used, computes the float64 reference and applies every rule of
-okc.judge.rules. A candidate that rebinds torch functions, registers a TorchFunctionMode or
+okc.judge.verdict.rules. A candidate that rebinds torch functions, registers a TorchFunctionMode or
 TorchDispatchMode, overrides aten ops or flips ``allow_tf32`` in its own process cannot
 reach any of that.
 
@@ -38,7 +38,7 @@ worker's own references to the weights it handed over) with the weights ``W`` re
 
 ``results()`` returns, in submission order, one dict per ``submit``/``check_weights`` not
 returned before: ``{"tag", "ok", "rule", "message", "value", "bound", "row"}`` (rules as in
-okc.judge.rules; a weights result's message is "wrote into weight 'name'"). An output is
+okc.judge.verdict.rules; a weights result's message is "wrote into weight 'name'"). An output is
 also called stale when its bytes equal the previous output submitted for the same weights,
 case and variant, and fails ``alias`` when its memory overlaps ``x`` or a weight checked
 before. If the verifier process dies or cannot judge, ``results()`` (and ``submit``) raise
@@ -64,11 +64,11 @@ from pathlib import Path
 
 import torch
 
-from okc.judge import verdicts
+from okc.judge.verdict import verdicts
 
 # How the process is started (okc.worker has the same list: it starts one before importing torch).
 # Niced: on a machine of few cores its torch import must not slow the worker's own start.
-COMMAND = [sys.executable, "-c", "import os; os.nice(10); from okc.judge.verifier import main; main()"]
+COMMAND = [sys.executable, "-c", "import os; os.nice(10); from okc.judge.verdict.verifier import main; main()"]
 IN_FLIGHT_BYTES = 256 * 2**20  # output bytes copied and not yet written to the pipe: the back-pressure
 CLOSE_WAIT_S = 30.0  # for the verifier to finish the outputs in its pipe and acknowledge the end
 POOLED_MIN_BYTES = 2**16  # smaller buffers are cheaper made than looked up

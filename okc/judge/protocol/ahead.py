@@ -1,6 +1,6 @@
 """Compile a screen job's points ahead, on CPU cores, into the Triton cache its GPU worker reads.
 
-``python -m okc.judge.ahead JOB_DIR TARGET`` runs with no GPU visible (CUDA_VISIBLE_DEVICES
+``python -m okc.judge.protocol.ahead JOB_DIR TARGET`` runs with no GPU visible (CUDA_VISIBLE_DEVICES
 empty). Triton is told the GPU's target (TARGET: JSON ``["cuda", 90, 32]``, from the
 worker's own device) and every kernel launch becomes a warm-up: the kernel is compiled for
 that target and written to the cache, nothing runs. Each point's ``kernel_fn`` is called on
@@ -96,7 +96,7 @@ class AheadPool:
         with open(job_dir / AHEAD_DIR / "log.txt", "ab") as log:
             self.procs = {
                 proc.pid: proc for proc in (
-                    subprocess.Popen([sys.executable, "-m", "okc.judge.ahead", str(job_dir), json.dumps(target)],
+                    subprocess.Popen([sys.executable, "-m", "okc.judge.protocol.ahead", str(job_dir), json.dumps(target)],
                                      cwd=job_dir, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
                     for _ in range(processes))
             }
@@ -191,7 +191,7 @@ class Compiler:
 
     def __init__(self, job_dir: Path, target: list) -> None:
         from okc.contract import read_job
-        from okc.judge.batch import read_spec
+        from okc.judge.protocol.batch import read_spec
 
         self.job_dir, self.target = job_dir, target
         self.job = read_job(job_dir)
@@ -204,7 +204,7 @@ class Compiler:
             return
         import torch
 
-        from okc.judge.benchcases import scored_cases
+        from okc.judge.protocol.benchcases import scored_cases
         from okc.problems import load_problem
 
         torch.set_num_threads(1)  # one core per compile process: they run side by side
@@ -225,7 +225,7 @@ class Compiler:
     def compile_point(self, point) -> dict:
         from triton import knobs
 
-        from okc.judge.check import describe
+        from okc.judge.kinds.check import describe
         from okc.judge.loader import CandidateLoadError, load_candidate
 
         started = time.monotonic()
@@ -273,7 +273,7 @@ class Compiler:
 
 def main(argv: list[str]) -> None:
     if len(argv) != 2:
-        print("usage: python -m okc.judge.ahead JOB_DIR TARGET_JSON", file=sys.stderr)
+        print("usage: python -m okc.judge.protocol.ahead JOB_DIR TARGET_JSON", file=sys.stderr)
         sys.exit(2)
     die_with_parent()
     Compiler(Path(argv[0]), json.loads(argv[1])).run()

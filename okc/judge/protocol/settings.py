@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from okc import benchrules
-from okc.judge import pairs, stats
+from okc.judge.protocol import pairs, stats
 
 if TYPE_CHECKING:
     from okc.judge.problem import Problem
@@ -19,8 +19,8 @@ if TYPE_CHECKING:
 WARMUP_PAIRS = 3  # pairs run and thrown away first: clocks ramp up, first replays are slow
 # Imports of each side's candidate (own weights each) and graphs per copy and case, replayed on
 # a seeded balanced schedule: they average the placement of what the sides cannot share
-# (okc.judge.sides; measured in benchmarks/NOTES.md, issue 15). Copies: None = as many as the
-# target needs (okc.judge.sides.copies_for_target: 64 at +-0.2%, 12 at +-0.5%).
+# (okc.judge.protocol.sides; measured in benchmarks/NOTES.md, issue 15). Copies: None = as many as the
+# target needs (okc.judge.protocol.sides.copies_for_target: 64 at +-0.2%, 12 at +-0.5%).
 DEFAULT_COPIES = None
 DEFAULT_CAPTURES = 1
 MAX_SLOTS = 64  # copies x captures per side at most: each copy holds a clone of the weights
@@ -39,12 +39,12 @@ class BenchSettings:
     aa_floor: float = stats.DEFAULT_AA_FLOOR
     batch_ops: int = pairs.BATCH_OPS
     warmup_pairs: int = WARMUP_PAIRS
-    copies: int | None = DEFAULT_COPIES  # imports per side, each with its own weights (okc.judge.sides)
+    copies: int | None = DEFAULT_COPIES  # imports per side, each with its own weights (okc.judge.protocol.sides)
     captures: int = DEFAULT_CAPTURES  # graphs per copy and case
     layout: str = "paired"  # "paired": the sides alternate case by case; "solo": each batch times one side alone
     input_copy: str = "pair"  # "pair": one fresh-input copy per case and pair; "replay": one before every replay
     shared_outputs: bool = True  # each capture's output let go, so the next capture of the case reuses its memory
-    rechecks: bool = True  # timed outputs re-checked during and after the run (okc.judge.recheck)
+    rechecks: bool = True  # timed outputs re-checked during and after the run (okc.judge.protocol.recheck)
 
     @classmethod
     def from_options(cls, options: dict, problem: Problem) -> BenchSettings:

@@ -1,6 +1,6 @@
 """The Triton kernels of the timing protocol: a streaming read, and the stream hold.
 
-Imported only where CUDA runs (okc.judge.timing imports it inside its functions), so the
+Imported only where CUDA runs (okc.judge.protocol.timing imports it inside its functions), so the
 rest of okc.judge imports on machines without triton.
 """
 

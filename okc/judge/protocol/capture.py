@@ -49,7 +49,7 @@ class OutputPlace:
     """Where a captured call's output lives, and its form, read at capture time.
 
     A bench lets go of its outputs so that the captures of a case share memory
-    (okc.judge.sides); every replay of the graph still writes to this place, and
+    (okc.judge.protocol.sides); every replay of the graph still writes to this place, and
     :meth:`view` reads it back without owning it (the graph's pool keeps the memory).
     ``tensor`` False: the call returned something that is not exactly a torch.Tensor.
     """
@@ -89,7 +89,7 @@ class _Interface:
         self.__cuda_array_interface__ = interface
 
 
-# Bound at import, like okc.judge.timing: the form of an output is read with torch's own C getters.
+# Bound at import, like okc.judge.protocol.timing: the form of an output is read with torch's own C getters.
 _data_ptr = torch._C.TensorBase.data_ptr
 _shape = torch._C.TensorBase.size
 _stride = torch._C.TensorBase.stride
@@ -122,7 +122,7 @@ _capture_streams: dict[int, torch.cuda.Stream] = {}
 def capture_stream() -> torch.cuda.Stream:
     """The one stream every capture of this process and device runs on, as torch.cuda.graph()
     has: a graph pool's freed blocks are reused only on the stream that freed them, so graphs
-    that share a pool must be captured on one stream to share its memory (okc.judge.sides)."""
+    that share a pool must be captured on one stream to share its memory (okc.judge.protocol.sides)."""
     device = torch.cuda.current_device()
     if device not in _capture_streams:
         _capture_streams[device] = torch.cuda.Stream(device)

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from okc.judge.benchcases import BenchFailed, error_result
+from okc.judge.protocol.benchcases import BenchFailed, error_result
 from okc.judge.loader import CandidateLoadError, load_candidate
 from okc.judge.problem import clone_data
 
@@ -219,7 +219,7 @@ def measure(problem, candidate: Path, against: Path, *, device: torch.device, se
             log=print) -> dict:
     """GPU MODE's statistic of both sides over the problem's benchmarks: result.json's ``gpumode`` object.
 
-    On a CPU it runs on one thread with the garbage collector paused, as okc.judge.cpu_timing does.
+    On a CPU it runs on one thread with the garbage collector paused, as okc.judge.protocol.cpu_clock does.
     """
     settings = settings or task_settings(problem)
     if device.type != "cpu":

@@ -2,12 +2,12 @@
 
 Both sides (the candidate, and the baseline or another candidate) get the same weights
 (each copy its own clone), every scored case of each is captured into CUDA graphs placed as
-:mod:`okc.judge.sides` says, and the one bench loop (:mod:`okc.judge.loop`) times pairs of
-replays on the GPU's clock (:mod:`okc.judge.gpu_clock`) until the score's CI is narrow
-enough; what the timed replays returned is re-checked (:mod:`okc.judge.recheck`) by the
+:mod:`okc.judge.protocol.sides` says, and the one bench loop (:mod:`okc.judge.protocol.loop`) times pairs of
+replays on the GPU's clock (:mod:`okc.judge.protocol.gpu_clock`) until the score's CI is narrow
+enough; what the timed replays returned is re-checked (:mod:`okc.judge.protocol.recheck`) by the
 verifier, a process that never imported a candidate. A/A mode benchmarks a candidate
 against a second import of itself: its score shows the position bias and its CI the noise
-floor. Without a GPU, a problem meant for a CPU is benched by :mod:`okc.judge.cpu_timing`
+floor. Without a GPU, a problem meant for a CPU is benched by :mod:`okc.judge.protocol.cpu_clock`
 instead (the same loop over the CPU's clock).
 """
 
@@ -22,19 +22,20 @@ from pathlib import Path
 import torch
 
 # Importing timing binds torch's timing objects, before any candidate module is imported.
-from okc.judge import cpu_timing, envinfo, timing
-from okc.judge.benchcases import (
+from okc.judge.protocol import cpu_clock as cpu_timing, timing
+from okc.judge import envinfo
+from okc.judge.protocol.benchcases import (
     INPUT_SETS, BenchFailed, case_load_matrix, make_inputs, recheck_inputs, run_paired, scored_cases, scored_loads,
     shape_rows, bench_summary,
 )
-from okc.judge.gpu_clock import GpuClock
-from okc.judge.loop import PairLoop
-from okc.judge.pairs import PairTable
+from okc.judge.protocol.gpu_clock import GpuClock
+from okc.judge.protocol.loop import PairLoop
+from okc.judge.protocol.pairs import PairTable
 from okc.judge.problem import Problem
-from okc.judge.recheck import FINAL, Schedule
+from okc.judge.protocol.recheck import FINAL, Schedule
 from okc.judge.seeds import derive_seed
-from okc.judge.settings import BenchSettings
-from okc.judge.sides import Side, Sides, copies_that_fit
+from okc.judge.protocol.settings import BenchSettings
+from okc.judge.protocol.sides import Side, Sides, copies_that_fit
 
 NEEDS_CUDA = ("okc bench needs a CUDA GPU; this machine has none (torch.cuda.is_available() is False). "
               "Run it on a pod: okc bench NNN --on POD")
@@ -64,7 +65,7 @@ class PersistingReport:
 
 
 class Bench:
-    """One paired bench on a GPU, in the steps :func:`okc.judge.benchcases.run_paired` drives:
+    """One paired bench on a GPU, in the steps :func:`okc.judge.protocol.benchcases.run_paired` drives:
     ``setup`` (import, prepare, capture), ``measure``, ``summary``, ``report``.
 
     Errors the candidate causes surface as :class:`BenchFailed`; benchmarks/ drive these
@@ -164,7 +165,7 @@ class Bench:
 def run_job(job, job_dir: Path, *, device: torch.device, seed: int, phase, log: Log) -> dict:
     """The worker's entry for ``kind: bench`` (see okc.worker.KINDS)."""
     from okc.contract import PROGRESS_FILE, BadJob, write_json
-    from okc.judge.verifier import Verifier
+    from okc.judge.verdict.verifier import Verifier
     from okc.problems import load_problem
 
     if job.candidate is None:

@@ -2,13 +2,13 @@
 
 Every paired bench runs this loop, on a GPU or a CPU, for ``okc bench`` and for a sweep's
 ``time`` and ``screen`` jobs alike. It owns what must not differ between them: the pairs'
-order and batches (okc.judge.pairs), the warm-up, when the stopping rule is consulted and on
+order and batches (okc.judge.protocol.pairs), the warm-up, when the stopping rule is consulted and on
 which pairs, voided batches, progress, and which timed units are re-checks
-(okc.judge.recheck). What a clock owns is how a batch of units is timed:
+(okc.judge.protocol.recheck). What a clock owns is how a batch of units is timed:
 
-- okc.judge.gpu_clock: CUDA graph replays enqueued behind a hold kernel, each between two
+- okc.judge.protocol.gpu_clock: CUDA graph replays enqueued behind a hold kernel, each between two
   events after a cold-L2 flush, with up to ``in_flight`` batches queued;
-- okc.judge.cpu_timing: eager calls between two ``perf_counter_ns`` reads, one batch at a time.
+- okc.judge.protocol.cpu_clock: eager calls between two ``perf_counter_ns`` reads, one batch at a time.
 
 A clock's ``submit(units, number, rechecks)`` starts a batch (``rechecks``: unit index ->
 re-check round) and ``collect(handle, units)`` returns its times in the order the pair table
@@ -29,11 +29,11 @@ from typing import Protocol
 
 import numpy as np
 
-from okc.judge import pairs, stats
-from okc.judge.benchcases import BenchFailed
-from okc.judge.pairs import PairTable, Unit
-from okc.judge.recheck import FINAL, Recheck, Schedule
-from okc.judge.timing import HoldTimeout, TimingError
+from okc.judge.protocol import pairs, stats
+from okc.judge.protocol.benchcases import BenchFailed
+from okc.judge.protocol.pairs import PairTable, Unit
+from okc.judge.protocol.recheck import FINAL, Recheck, Schedule
+from okc.judge.protocol.timing import HoldTimeout, TimingError
 
 MAX_HOLD_RETRIES = 3  # voided batches tolerated (each halves the batch) before giving up
 PROGRESS_INTERVAL_S = 0.2  # progress.json is rewritten at most this often (the CLI polls at that pace)
@@ -41,7 +41,7 @@ PROGRESS_INTERVAL_S = 0.2  # progress.json is rewritten at most this often (the 
 
 class Clock(Protocol):
     in_flight: int  # batches the loop may keep started and not yet collected
-    slots: int  # graph slots a side replays in turn (okc.judge.pairs.slots); 1 without copies
+    slots: int  # graph slots a side replays in turn (okc.judge.protocol.pairs.slots); 1 without copies
     slot_seed: int
 
     def submit(self, units: list[Unit], number: int, rechecks: dict[int, int | str]) -> object: ...

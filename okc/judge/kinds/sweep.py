@@ -2,9 +2,9 @@
 
 A sweep screens many parameter sets of one template, so this job is the bench cut down
 to what a funnel needs: a few scored cases (``job.cases``) and, per case, the median
-time and speedup with their CIs. On CUDA it IS the paired bench (okc.judge.bench: read
+time and speedup with their CIs. On CUDA it IS the paired bench (okc.judge.kinds.bench: read
 flush, held batches, fixed replay cost, alternating sides), run on those cases; on the CPU
-it is the CPU bench (okc.judge.cpu_timing: the same pairs and statistics as eager calls),
+it is the CPU bench (okc.judge.protocol.cpu_clock: the same pairs and statistics as eager calls),
 and the result says those numbers are not judge-equivalent. Only the per-case summary is
 this module's.
 
@@ -23,12 +23,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from okc.judge import stats
-from okc.judge.benchcases import scored_cases
-from okc.judge.settings import BenchSettings
-from okc.judge.check import describe, is_cuda_error
-from okc.judge.cpu_timing import CPU_NOTE, NO_OVERHEAD
-from okc.judge.pairs import PairTable
+from okc.judge.protocol import stats
+from okc.judge.protocol.benchcases import scored_cases
+from okc.judge.protocol.settings import BenchSettings
+from okc.judge.kinds.check import describe, is_cuda_error
+from okc.judge.protocol.cpu_clock import CPU_NOTE, NO_OVERHEAD
+from okc.judge.protocol.pairs import PairTable
 from okc.judge.problem import Case, Problem
 
 
@@ -71,7 +71,7 @@ def case_rows(table: PairTable, cases: list[Case], overhead_us: float) -> list[d
                "time_us": float(np.median(cand)), "ci": None, "baseline_us": float(np.median(base)),
                "speedup": None, "speedup_ci": None}
         positive = bool(np.all(cand > 0) and np.all(base > 0))
-        both = stats.quads(base / cand)[0] if positive else None  # the order taken out (okc.judge.stats)
+        both = stats.quads(base / cand)[0] if positive else None  # the order taken out (okc.judge.protocol.stats)
         if positive and len(both):
             row["speedup"] = float(np.median(both))
         if pairs >= stats.MIN_SAMPLES_FOR_CI:
@@ -100,10 +100,10 @@ def _bench_settings(settings: Settings, problem: Problem, on_cuda: bool) -> Benc
 
 def _time(problem: Problem, candidate: Path, baseline: Path, cases: list[str], settings: Settings,
           device: torch.device, seed: int, phase, log) -> tuple[PairTable, str, float, dict]:
-    """The paired bench itself (okc.judge.bench on a GPU, okc.judge.cpu_timing on a CPU) on ``cases``:
+    """The paired bench itself (okc.judge.kinds.bench on a GPU, okc.judge.protocol.cpu_clock on a CPU) on ``cases``:
     the judge's protocol, nothing re-implemented (on a CPU enough to rank points, not judge-equivalent)."""
-    from okc.judge.bench import Bench
-    from okc.judge.cpu_timing import CpuBench
+    from okc.judge.kinds.bench import Bench
+    from okc.judge.protocol.cpu_clock import CpuBench
 
     on_cuda = device.type == "cuda"
     bench_settings = _bench_settings(settings, problem, on_cuda=on_cuda)
@@ -118,8 +118,8 @@ def _time(problem: Problem, candidate: Path, baseline: Path, cases: list[str], s
 def run_time(problem: Problem, candidate: Path, baseline: Path, *, cases: list[str], settings: Settings,
              device: torch.device, seed: int, phase: Callable[..., None], log: Callable[[str], None]) -> dict:
     """Time ``candidate`` against ``baseline`` on ``cases``; result.json's fields."""
-    from okc.judge.benchcases import BenchFailed
-    from okc.judge.timing import TimingError
+    from okc.judge.protocol.benchcases import BenchFailed
+    from okc.judge.protocol.timing import TimingError
 
     started = time.monotonic()
     on_cuda = device.type == "cuda"

@@ -3,10 +3,10 @@
 job.json names the baseline (``against``), the cases, ``bench.pairs`` and, under
 ``points``, the batch: ``[{"id", "source"}, ...]`` with each source a file of the job
 folder. ``screen.point_timeout_s`` is each point's deadline and ``screen.compilers`` how
-many compile processes run ahead of the GPU (okc.judge.ahead; 0: none, the worker compiles
+many compile processes run ahead of the GPU (okc.judge.protocol.ahead; 0: none, the worker compiles
 as it goes).
 
-The worker makes the baseline ready once (okc.judge.warm), then takes the points in order.
+The worker makes the baseline ready once (okc.judge.protocol.warm), then takes the points in order.
 Each point that ends, well or badly, becomes one JSON line of ``screened.jsonl``, written
 and flushed before the next point starts: whatever stops the worker, the points before it
 keep their results. A point that raises fails alone and the batch goes on. A point that
@@ -30,7 +30,7 @@ import torch
 
 from okc.contract import BadJob
 from okc.deadline import Deadline
-from okc.judge.batch import POINTS_FILE, ScreenPoint, ScreenSpec, read_spec
+from okc.judge.protocol.batch import POINTS_FILE, ScreenPoint, ScreenSpec, read_spec
 
 SCREEN_RESULT = "screen"
 EXIT_STOPPED = 3  # the worker ended the job at a point (deadline passed): that point's line says why
@@ -100,7 +100,7 @@ def _compilers(spec: ScreenSpec, device: torch.device, job_dir: Path, log):
     target = _target(device)
     if target is None:
         return None
-    from okc.judge.ahead import AheadPool
+    from okc.judge.protocol.ahead import AheadPool
 
     count = min(spec.compilers, len(spec.points))
     log(f"compiling ahead with {count} processes for target {target}")
@@ -119,11 +119,11 @@ class Screen:
 
     def point(self, point: ScreenPoint) -> dict:
         """Screen one point; its line (``lost``: the CUDA context is gone, the job must end)."""
-        from okc.judge.benchcases import BenchFailed
-        from okc.judge.check import describe, is_cuda_error
-        from okc.judge.cpu_timing import CPU_NOTE
-        from okc.judge.timing import TimingError
-        from okc.judge.warm import Seconds
+        from okc.judge.protocol.benchcases import BenchFailed
+        from okc.judge.kinds.check import describe, is_cuda_error
+        from okc.judge.protocol.cpu_clock import CPU_NOTE
+        from okc.judge.protocol.timing import TimingError
+        from okc.judge.protocol.warm import Seconds
 
         self.phase("point", point=point.id, step="compile")
         waited = time.monotonic()
@@ -173,7 +173,7 @@ class Screen:
         return line
 
     def run(self) -> dict:
-        from okc.judge.benchcases import BenchFailed
+        from okc.judge.protocol.benchcases import BenchFailed
 
         started = time.monotonic()
         base = {"kind": SCREEN_RESULT, "problem": self.job.problem, "device": "cuda" if self.on_cuda else "cpu"}
@@ -204,9 +204,9 @@ class Screen:
 
 def run_job(job, job_dir: Path, *, device: torch.device, seed: int, phase, log) -> dict:
     """The worker's entry for ``kind: screen`` (see okc.worker.KINDS)."""
-    from okc.judge.benchcases import scored_cases
-    from okc.judge.sweep import _bench_settings, parse_settings
-    from okc.judge.warm import CpuScreener, CudaScreener
+    from okc.judge.protocol.benchcases import scored_cases
+    from okc.judge.kinds.sweep import _bench_settings, parse_settings
+    from okc.judge.protocol.warm import CpuScreener, CudaScreener
     from okc.problems import load_problem
 
     if job.against is None:

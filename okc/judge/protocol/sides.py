@@ -16,11 +16,11 @@ placement they can, and average over the one they cannot:
   prepared interleaved with the other side's in a seeded order (each side first in half of
   them), so that no memory position belongs to one side in every run; each copy has
   ``captures`` graphs per case, captured in a seeded interleaved order too. What luck the
-  copies of a run drew is not averaged away by more pairs: okc.judge.stats estimates it from
+  copies of a run drew is not averaged away by more pairs: okc.judge.protocol.stats estimates it from
   the spread between slots and widens the CIs by it.
 
 A side's graph slots (copy-major: copy k, capture j is slot k * captures + j) are replayed on
-the seeded schedule of :func:`okc.judge.pairs.slots`. Every module, weight and graph stays
+the seeded schedule of :func:`okc.judge.protocol.pairs.slots`. Every module, weight and graph stays
 alive for the whole job.
 """
 
@@ -33,16 +33,16 @@ from pathlib import Path
 
 import torch
 
-from okc.judge import pairs, stats, timing
-from okc.judge.benchcases import BenchFailed
-from okc.judge.capture import CaptureError, Captured, OutputPlace, capture
+from okc.judge.protocol import pairs, stats, timing
+from okc.judge.protocol.benchcases import BenchFailed
+from okc.judge.protocol.capture import CaptureError, Captured, OutputPlace, capture
 from okc.judge.loader import CandidateLoadError, load_candidate
 from okc.judge.problem import Case, Problem, clone_data
-from okc.judge.settings import MAX_SLOTS
+from okc.judge.protocol.settings import MAX_SLOTS
 
 MEMORY_SHARE = 0.4  # of the GPU memory free before setup, the most the copies of both sides may take
 REPACK_ALLOWANCE = 2  # a copy is counted as this many clones of the weights (a candidate may repack)
-SETUP_BUDGET_S = 20.0  # no further copy once the copies made so far took this long (okc.judge.sides.Sides.setup)
+SETUP_BUDGET_S = 20.0  # no further copy once the copies made so far took this long (okc.judge.protocol.sides.Sides.setup)
 MIN_COPIES = 2  # two copies a side at least, so that the spread between them can be told
 # How far one copy's placement moves a load on an H200: 0.1-0.65% once the sampling noise is out
 # (benchmarks/NOTES.md, issue 15); the high end, so that the default copies do not come out short.
@@ -104,7 +104,7 @@ class Side:
 
     def capture(self, problem: Problem, copy: int, case: Case, x: torch.Tensor, pool, keep_output: bool = False) -> Captured:
         """Capture ``copy``'s call of ``case`` reading ``x`` itself, in ``pool``; its output is let go
-        unless ``keep_output`` (where it lives is kept either way: okc.judge.capture.OutputPlace)."""
+        unless ``keep_output`` (where it lives is kept either way: okc.judge.protocol.capture.OutputPlace)."""
         module = self.modules[copy]
         try:
             captured = capture(lambda x_buf: problem.call(module, x_buf, case), x, pool=pool, own_input=False)

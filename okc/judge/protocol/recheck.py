@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 FINAL = "final"  # the round label of the re-checks after the last pair
-VERIFIER_ERROR = "verifier_error"  # the rule a verifier answers with when it could not judge (okc.judge.verdicts)
+VERIFIER_ERROR = "verifier_error"  # the rule a verifier answers with when it could not judge (okc.judge.verdict.verdicts)
 
 
 class JudgeError(Exception):
@@ -44,7 +44,7 @@ class Recheck:
 
     @property
     def label(self) -> tuple:
-        """derive_seed(seed, *label, case key) draws the unit's fresh input (okc.judge.benchcases.recheck_input)."""
+        """derive_seed(seed, *label, case key) draws the unit's fresh input (okc.judge.protocol.benchcases.recheck_input)."""
         return ("recheck", self.round)
 
     def tag(self, case_key: str) -> dict:
@@ -113,7 +113,7 @@ class Outcome:
 
 
 def judge(staged: dict, verifier, cases: list, variant: str) -> Outcome | None:
-    """Hand every re-checked output to ``verifier`` (okc.judge.verifier.Verifier) and gather its verdicts.
+    """Hand every re-checked output to ``verifier`` (okc.judge.verdict.verifier.Verifier) and gather its verdicts.
 
     None when nothing was re-checked or nothing can judge (a benchmark timing without a verifier).
     """

@@ -1,9 +1,9 @@
-"""The GPU's clock for the bench loop (okc.judge.loop): units as CUDA graph replays, timed by events.
+"""The GPU's clock for the bench loop (okc.judge.protocol.loop): units as CUDA graph replays, timed by events.
 
 A unit of a pair is one case on both sides: the pair's fresh input copied into the one buffer
 both sides' graphs read, then per side a read flush, an event, the replay, an event
-(okc.judge.timing.Protocol enqueues a batch of them behind a hold). Which graph slot of each
-side replays comes from okc.judge.sides. The layout says what sits next to what:
+(okc.judge.protocol.timing.Protocol enqueues a batch of them behind a hold). Which graph slot of each
+side replays comes from okc.judge.protocol.sides. The layout says what sits next to what:
 
 - "paired" (the default): a case's two replays back to back, in the pair's order (ABBA over
   the quad), sharing one input copy unless ``input_copy`` is "replay";
@@ -12,7 +12,7 @@ side replays comes from okc.judge.sides. The layout says what sits next to what:
   next to itself only: the truth a paired score must agree with (issue 21), measured with the
   same graphs, flush and inputs.
 
-A re-checked unit (okc.judge.recheck) copies its own never-used fresh input before each
+A re-checked unit (okc.judge.protocol.recheck) copies its own never-used fresh input before each
 side's replay and the output out of the graph's memory after the replay's end event.
 """
 
@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import torch
 
-from okc.judge import pairs, timing
-from okc.judge.benchcases import BenchFailed
-from okc.judge.pairs import Unit
+from okc.judge.protocol import pairs, timing
+from okc.judge.protocol.benchcases import BenchFailed
+from okc.judge.protocol.pairs import Unit
 from okc.judge.problem import copy_pairs
-from okc.judge.recheck import FINAL, Recheck
-from okc.judge.sides import Sides
-from okc.judge.timing import Step
+from okc.judge.protocol.recheck import FINAL, Recheck
+from okc.judge.protocol.sides import Sides
+from okc.judge.protocol.timing import Step
 
 
 class GpuClock:

@@ -1,8 +1,8 @@
 """What the two paired benches share: which cases they time, their inputs, what each case is, the result.
 
-The GPU bench (okc.judge.bench) and the CPU bench (okc.judge.cpu_timing) time the same
-scored cases on the same inputs through the one loop (okc.judge.loop), re-check what the
-timed calls returned the same way (okc.judge.recheck), and make their result.json in one
+The GPU bench (okc.judge.kinds.bench) and the CPU bench (okc.judge.protocol.cpu_clock) time the same
+scored cases on the same inputs through the one loop (okc.judge.protocol.loop), re-check what the
+timed calls returned the same way (okc.judge.protocol.recheck), and make their result.json in one
 place (:func:`run_paired`); both stop with :class:`BenchFailed` when a side cannot go on.
 """
 
@@ -72,8 +72,8 @@ def scored_loads(problem: Problem, cases: list[Case]) -> list:
 
 
 def case_load_matrix(cases: list[Case], loads: list):
-    """The 0/1 matrix that sums ``cases``' times into ``loads``' (okc.judge.pairs.load_matrix)."""
-    from okc.judge import pairs
+    """The 0/1 matrix that sums ``cases``' times into ``loads``' (okc.judge.protocol.pairs.load_matrix)."""
+    from okc.judge.protocol import pairs
 
     names = [load.name for load in loads]
     return pairs.load_matrix([names.index(case.load) for case in cases], len(names))
@@ -81,7 +81,7 @@ def case_load_matrix(cases: list[Case], loads: list):
 
 def bench_summary(table, shape_rows: list[dict], loads: list, overhead_us: float) -> dict:
     """result.json's per-shape, per-load and score fields from a finished pair table (both benches)."""
-    from okc.judge import pairs
+    from okc.judge.protocol import pairs
 
     try:
         return pairs.result_numbers(table, shape_rows, [load.name for load in loads], [load.m for load in loads], overhead_us)
@@ -90,10 +90,10 @@ def bench_summary(table, shape_rows: list[dict], loads: list, overhead_us: float
 
 
 def run_paired(bench, *, names: tuple[str, str], aa: bool, verifier, log) -> dict:
-    """Set up, measure and summarise ``bench`` (okc.judge.bench.Bench or okc.judge.cpu_timing.CpuBench),
+    """Set up, measure and summarise ``bench`` (okc.judge.kinds.bench.Bench or okc.judge.protocol.cpu_clock.CpuBench),
     judge its re-checks with ``verifier``; return result.json's bench fields."""
-    from okc.judge import recheck, stats
-    from okc.judge.timing import TimingError
+    from okc.judge.protocol import recheck, stats
+    from okc.judge.protocol.timing import TimingError
 
     started = time.monotonic()
     settings = bench.settings

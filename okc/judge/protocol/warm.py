@@ -1,12 +1,12 @@
 """Warm screeners: the baseline made ready once, then sweep points timed against it one by one.
 
-A screen job (okc.judge.screen) holds one screener for its whole batch of points. On CUDA
-it is the paired bench of okc.judge.bench taken apart: the baseline side is imported,
+A screen job (okc.judge.kinds.screen) holds one screener for its whole batch of points. On CUDA
+it is the paired bench of okc.judge.kinds.bench taken apart: the baseline side is imported,
 prepared and captured once (its copies and graphs, the flush, the trivial graph, the input pool and
 the timing protocol stay), and each point only brings its own side: import, prepare,
 capture, the same Runner for the pairs, then release. On the CPU it is the CPU bench of
-okc.judge.cpu_timing, its baseline side likewise held. Either way a point's numbers come
-from the protocol and the per-case summary a ``time`` job uses (okc.judge.sweep); on CUDA
+okc.judge.protocol.cpu_clock, its baseline side likewise held. Either way a point's numbers come
+from the protocol and the per-case summary a ``time`` job uses (okc.judge.kinds.sweep); on CUDA
 only the placement of the two sides' allocations differs (see :class:`CudaScreener`).
 """
 
@@ -20,16 +20,16 @@ from pathlib import Path
 
 import torch
 
-from okc.judge import timing
-from okc.judge.bench import PersistingReport
-from okc.judge.gpu_clock import GpuClock
-from okc.judge.loop import PairLoop
-from okc.judge.settings import BenchSettings
-from okc.judge.benchcases import INPUT_SETS, case_load_matrix, make_inputs, scored_cases, scored_loads
+from okc.judge.protocol import timing
+from okc.judge.kinds.bench import PersistingReport
+from okc.judge.protocol.gpu_clock import GpuClock
+from okc.judge.protocol.loop import PairLoop
+from okc.judge.protocol.settings import BenchSettings
+from okc.judge.protocol.benchcases import INPUT_SETS, case_load_matrix, make_inputs, scored_cases, scored_loads
 from okc.judge.problem import Problem
 from okc.judge.seeds import derive_seed
-from okc.judge.sides import Side, Sides, copies_that_fit
-from okc.judge.sweep import case_rows
+from okc.judge.protocol.sides import Side, Sides, copies_that_fit
+from okc.judge.kinds.sweep import case_rows
 
 Step = Callable[[str], None]  # the screener names each step of a point as it starts it
 
@@ -88,7 +88,7 @@ def _forget(module) -> None:
 
 
 class CudaScreener:
-    """The paired bench's protocol (okc.judge.sides) with the baseline side held across points.
+    """The paired bench's protocol (okc.judge.protocol.sides) with the baseline side held across points.
 
     The baseline's ``copies`` imports, their weights and their graphs are made once, each
     case's graphs in that case's own memory pool reading that case's one input buffer. A
@@ -105,7 +105,7 @@ class CudaScreener:
         self.baseline = Side("against", baseline)
         self.compile_clock = CompileClock()
         self.side: Side | None = None
-        self.copies = settings.copies or 1  # what fits (okc.judge.sides.copies_that_fit), set in setup
+        self.copies = settings.copies or 1  # what fits (okc.judge.protocol.sides.copies_that_fit), set in setup
 
     @property
     def slots(self) -> int:
@@ -207,11 +207,11 @@ class CudaScreener:
 
 
 class CpuScreener:
-    """The CPU bench (okc.judge.cpu_timing) with the baseline side held across points."""
+    """The CPU bench (okc.judge.protocol.cpu_clock) with the baseline side held across points."""
 
     def __init__(self, problem: Problem, baseline: Path, cases: list[str], settings: BenchSettings,
                  device: torch.device, seed: int, log: Callable[[str], None]) -> None:
-        from okc.judge.cpu_timing import CpuBench
+        from okc.judge.protocol.cpu_clock import CpuBench
 
         self.problem, self.settings, self.device, self.seed, self.baseline = problem, settings, device, seed, baseline
         self.cases = scored_cases(problem, cases)

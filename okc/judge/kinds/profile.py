@@ -2,11 +2,11 @@
 
 Both sides (the candidate, and the baseline or another candidate) are imported and prepared
 with the bench's weights, each scored case is captured into a CUDA graph the way the bench
-captures it (okc.judge.capture, one input buffer per case that both sides read), and each
+captures it (okc.judge.protocol.capture, one input buffer per case that both sides read), and each
 graph is replayed ``replays`` times under torch.profiler with CUDA activity tracing
 (CUPTI activity records: no performance-counter permission needed, SPEC 4.8). Before every
 replay, as in the bench, a fresh input is copied into the buffer and L2 is read-flushed
-(okc.judge.timing's flush); the sides alternate, the order swapped every pair. Each case's
+(okc.judge.protocol.timing's flush); the sides alternate, the order swapped every pair. Each case's
 trace is written to ``traces/`` in the job folder (Chrome/Perfetto JSON) and read back by
 okc.judge.traces into per-kernel medians.
 
@@ -24,9 +24,10 @@ from pathlib import Path
 import torch
 
 # Importing timing binds torch's timing objects, before any candidate module is imported.
-from okc.judge import timing, traces
-from okc.judge.benchcases import BenchFailed, error_result, make_inputs, scored_cases
-from okc.judge.capture import CaptureError, capture
+from okc.judge.protocol import timing
+from okc.judge import traces
+from okc.judge.protocol.benchcases import BenchFailed, error_result, make_inputs, scored_cases
+from okc.judge.protocol.capture import CaptureError, capture
 from okc.judge.loader import CandidateLoadError, load_candidate
 from okc.judge.problem import Case, Problem
 from okc.judge.seeds import derive_seed
@@ -35,7 +36,7 @@ DEFAULT_REPLAYS = 20
 MAX_REPLAYS = 1000
 INPUT_SETS = 4  # fresh inputs cycled over a case's replays
 TRACES_DIR = "traces"
-FLUSH_KERNEL = "read_reduce_kernel"  # okc.judge.kernels' read: the flush's kernel separates replays in a trace
+FLUSH_KERNEL = "read_reduce_kernel"  # okc.judge.protocol.kernels' read: the flush's kernel separates replays in a trace
 SIDES = ("candidate", "against")
 CPU_NOTE = ("CPU profile: eager calls, aten ops by self time (no CUDA graph, no L2 flush); "
             "the numbers are not the GPU's")
@@ -193,7 +194,7 @@ class Profiler:
             self._eager(side, index)
 
     def run(self) -> list[dict]:
-        from okc.judge.cpu_timing import THREADS
+        from okc.judge.protocol.cpu_clock import THREADS
 
         self.phase("profile")
         shapes = []

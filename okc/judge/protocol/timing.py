@@ -6,7 +6,7 @@ raises the flag only once the whole batch is enqueued, so the GPU never waits on
 inside a timed window however slow the host is.
 
 Everything the timing calls in torch is bound here, at import, from torch's C types.
-okc.worker imports this module (through okc.judge.bench) before any candidate module is
+okc.worker imports this module (through okc.judge.kinds.bench) before any candidate module is
 imported, so a candidate that monkeypatches ``torch.cuda.Event`` (its constructor,
 ``record``, ``elapsed_time``, ``synchronize``), ``CUDAGraph.replay`` or
 ``torch.cuda.synchronize`` cannot change the numbers.
@@ -120,7 +120,7 @@ class ReadGraph:
 def read_graph(nbytes: int, device: torch.device, block: int = READ_BLOCK, iters: int = READ_ITERS,
                warps: int = READ_WARPS) -> ReadGraph:
     """A buffer of ``nbytes`` (random contents) and a graph that reads all of it once."""
-    from okc.judge import kernels
+    from okc.judge.protocol import kernels
 
     elements = nbytes // 4
     buffer = torch.randint(-(2**31), 2**31 - 1, (elements,), dtype=torch.int32, device=device)
@@ -289,7 +289,7 @@ class Protocol:
     def _probe_hold(self) -> None:
         """Run the hold once, released in advance (epoch 0): it compiles, and a GPU that cannot
         read the pinned flag says so here, in words, instead of timing out batch after batch."""
-        from okc.judge import kernels
+        from okc.judge.protocol import kernels
 
         try:
             with on_stream(self.stream):
@@ -306,7 +306,7 @@ class Protocol:
 
     def submit(self, steps: list[Step]) -> Batch:
         """Enqueue hold and steps, then release the hold; return at once (the GPU runs it meanwhile)."""
-        from okc.judge import kernels
+        from okc.judge.protocol import kernels
 
         if not any(step.timed for step in steps):
             raise ValueError("a batch needs at least one timed replay")
