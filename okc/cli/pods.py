@@ -179,7 +179,7 @@ def pod_terminate(
 
     Example: okc pod terminate h200
     """
-    from okc.jobs.runner import unpulled_jobs
+    from okc.jobs.unpulled import unpulled_jobs
     from okc.pods import lifecycle
 
     lab, pod = _pod(name)

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from okc.benchrules import aa_floor
-from okc.contract import EXIT_FILE, JOB_FILE, LOG_FILE, PROGRESS_FILE, JobResult, JobState, is_job_id, read_json
-from okc.errors import ConfigError, Interrupted, JudgeError, LedgerError, OkcError, PodError, UnreachableError, UnsafeRemote
+from okc.contract import LOG_FILE, PROGRESS_FILE, JobResult, JobState, is_job_id
+from okc.errors import ConfigError, Interrupted, JudgeError, LedgerError, PodError, UnreachableError, UnsafeRemote
 from okc import incoming
 from okc.jobs.folder import create_job, finish_job, is_home, job_spec, record_job, settled
 from okc.jobs.target import LocalTarget, Target
@@ -318,23 +318,6 @@ def list_jobs(lab: Lab, target: Target) -> list[tuple[JobState, bool]]:
     with ledger(lab.ledger_path) as conn:
         known = recorded_job_ids(conn)
     return [(entry, settled(lab.results, entry.job, known)) for entry in found]
-
-
-def unpulled_jobs(lab: Lab, pod, info) -> list[str]:
-    """Jobs sent to ``pod`` (a Runpod one; ``info``: Runpod's word on it) whose results are not here:
-    known locally, and on the pod if it runs."""
-    from okc.pods.runpod import connectable
-    from okc.pods.target import PodTarget
-
-    found = {path.parent.name for path in lab.results.glob(f"*/{JOB_FILE}")
-             if (read_json(path) or {}).get("target") == pod.name and not (path.parent / EXIT_FILE).exists()}
-    if info.running:
-        try:
-            with PodTarget(lab, connectable(lab, pod, info)) as target:
-                found |= {entry.job for entry, pulled in list_jobs(lab, target) if not pulled}
-        except OkcError as exc:
-            raise PodError(f"cannot list pod {pod.name}'s jobs before terminating it ({exc}); --force terminates anyway") from None
-    return sorted(found)
 
 
 def attach(lab: Lab, target: Target, job_id: str, on_log=None, on_progress=None) -> Outcome:

@@ -201,7 +201,7 @@ def stop(lab, pod: Pod, force: bool = False, running: Callable[[RunpodPod], list
 def check_terminate(pod: Pod, force: bool, unpulled: Callable[[RunpodPod], list[str]]) -> RunpodPod:
     """The pod to terminate, once no unpulled job stands in the way (or ``force``).
 
-    ``unpulled(info)``: the pod's jobs whose results are not here (okc.jobs.runner.unpulled_jobs).
+    ``unpulled(info)``: the pod's jobs whose results are not here (okc.jobs.unpulled.unpulled_jobs).
     A pod that does not run cannot be asked for its jobs: refused too, as it may hold
     finished jobs never pulled, which terminating deletes.
     """
