@@ -8,6 +8,7 @@ folder as ``gpumode:PATH`` (okc.problems.gpumode).
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -20,13 +21,13 @@ from okc.problems import catalog
 BUILT_IN = tuple(catalog.BUILT_IN)
 
 
-def load_problem(name: str) -> Problem:
+def load_problem(name: str, base: Path | None = None) -> Problem:
     """The ``PROBLEM`` of a built-in problem, or of the module at a dotted path."""
     from okc.judge.problem import Problem
     from okc.problems import gpumode
 
     if gpumode.is_gpumode(name):
-        return gpumode.load(name)
+        return gpumode.load(name, base)
     module_name = f"okc.problems.{name}" if name in BUILT_IN else name
     if name not in BUILT_IN and "." not in name:
         raise ValueError(f"unknown problem {name!r}; built in: {', '.join(BUILT_IN)} (or give a dotted module path)")

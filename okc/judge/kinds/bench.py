@@ -171,7 +171,7 @@ def run_job(job, job_dir: Path, *, device: torch.device, seed: int, phase, log: 
     if job.candidate is None:
         raise BadJob("a bench job needs a candidate")
     try:
-        problem = load_problem(job.problem)
+        problem = load_problem(job.problem, base=job_dir)
         on_cpu = cpu_timing.benched_on_cpu(problem, device)  # a problem meant for a CPU, and no GPU here
         settings = BenchSettings.from_options({**cpu_timing.NO_OVERHEAD, **job.bench} if on_cpu else job.bench, problem)
         scored_cases(problem, job.cases)

@@ -392,7 +392,7 @@ def run_job(job: JobSpec, job_dir: Path, *, device: torch.device, seed: int, pha
     if job.candidate is None:
         raise BadJob("a check job needs a candidate")
     try:
-        problem = load_problem(job.problem)
+        problem = load_problem(job.problem, base=job_dir)
         select_cases(problem, job.cases, job.max_m)
     except ValueError as exc:
         raise BadJob(str(exc)) from None

@@ -29,8 +29,9 @@ def folder_of(problem: str, base: Path | None = None) -> Path:
     return path if path.is_absolute() or base is None else base / path
 
 
-def load(problem: str):
-    """The :class:`~okc.problems.gpumode.adapter.GpuModeProblem` of a ``gpumode:PATH`` name (ValueError if it is not one)."""
+def load(problem: str, base: Path | None = None):
+    """The :class:`~okc.problems.gpumode.adapter.GpuModeProblem` of a ``gpumode:PATH`` name, a relative
+    PATH from ``base`` (a job's folder: the worker does not run in it); ValueError if it is not one."""
     from okc.problems.gpumode.adapter import GpuModeProblem
 
-    return GpuModeProblem.from_folder(folder_of(problem))
+    return GpuModeProblem.from_folder(folder_of(problem, base))
