@@ -1,8 +1,8 @@
 """Correct whenever it is checked; inside a bench job it computes 1/16 of each output.
 
 It tells a bench from a check the way a hostile candidate can: the job folder's job.json,
-found through the worker's argv, its open files (/proc/self/fd: log.txt lives in the job
-folder) or its parent's command line. Expected: okc check PASS, okc bench INVALID (re-check).
+found through the worker's argv or open files, or its parent's command line (the launcher's,
+which names the job id: ids name their kind). Expected: okc check PASS, okc bench INVALID (re-check).
 """
 
 import json
@@ -30,11 +30,11 @@ def _job_kind() -> str | None:
                 return json.loads((folder / "job.json").read_text()).get("kind")
             except (OSError, ValueError, AttributeError):
                 continue
-    try:
+    try:  # the launcher's command line names the job, and a job id names its kind
         parent = Path(f"/proc/{os.getppid()}/cmdline").read_bytes().replace(b"\0", b" ").decode()
     except OSError:
         return None
-    return "bench" if " bench " in f" {parent} " else None
+    return "bench" if "-bench-" in parent or " bench " in f" {parent} " else None
 
 
 BENCHED = False
