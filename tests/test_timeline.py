@@ -94,7 +94,7 @@ def test_check_verbose_adds_the_timeline_and_okc_jobs_shows_it_for_the_job(tmp_p
     names = [row["span"] for row in data["timeline"]]
     assert names[:3] == [SPAWN, "python and import torch", "env.json (the machine, the seed)"]
     assert "prepare" in names and names[-1] == "writing the result"
-    assert {row["part"] for row in data["seconds"]} == {"import", "prepare", "check"}
+    assert {row["part"] for row in data["seconds"]} == {"import", "prepare", "check", "verify"}  # verify: waiting on the verifier
     result = json.loads((root / "results" / data["job_id"] / RESULT_FILE).read_text())
     assert sum(row["seconds"] for row in data["timeline"][1:]) == pytest.approx(result["timeline"]["result"], abs=0.01)
     # For people: the same spans, as a table after the check's.
