@@ -155,7 +155,7 @@ def test_a_bad_job_is_refused_once_with_a_reason_and_the_others_come_home(ssh_la
     assert again.exit_code == 0 and "0 job(s) pulled" in again.output and remote.name not in again.output, again.output
     listed = runner.invoke(app, ["jobs", "--json"])
     assert listed.exit_code == 0, listed.output
-    assert {row["job"]: row["pulled"] for row in json.loads(listed.output)}[remote.name] is True
+    assert {row["job_id"]: row["pulled"] for row in json.loads(listed.output)}[remote.name] is True
 
 
 def test_a_bad_job_an_older_okc_let_home_does_not_break_jobs_or_pull(ssh_lab):
