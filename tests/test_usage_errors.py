@@ -189,10 +189,11 @@ _original_prepare = prepare
 
 
 def prepare(weights):
-    # The job folder is results/<job>/ and the worker runs in it: damage the ledger next door.
-    _Path("../ledger.db").write_bytes(b"not a database" * 200)
-    for extra in ("../ledger.db-wal", "../ledger.db-shm"):
-        _Path(extra).unlink(missing_ok=True)
+    # This copy runs inside results/<job>/: damage the ledger beside the job folder, found upward.
+    results = next(p for p in _Path(__file__).resolve().parents if (p / "ledger.db").exists())
+    (results / "ledger.db").write_bytes(b"not a database" * 200)
+    for extra in ("ledger.db-wal", "ledger.db-shm"):
+        (results / extra).unlink(missing_ok=True)
     return _original_prepare(weights)
 """
 
