@@ -170,7 +170,7 @@ def tiny_disk(tiny, tmp_path):
     pyproject = tiny / "pyproject.toml"
     pyproject.write_text(pyproject.read_text().replace('results_dir = "results"', 'results_dir = "small/results"'))
     yield mount
-    subprocess.run(["umount", mount], check=True)
+    subprocess.run(["umount", "-l", mount], check=True)  # lazy: a job's last process may still be leaving it
 
 
 def test_3_a_full_results_filesystem_is_one_line_and_leaves_no_half_job(tiny, tiny_disk):
@@ -178,7 +178,8 @@ def test_3_a_full_results_filesystem_is_one_line_and_leaves_no_half_job(tiny, ti
     (tiny / "candidates" / "002_big.py").write_text((tiny / "candidates" / "001_matmul.py").read_text()
                                                    + "\n# " + "x" * 300_000 + "\n")
     result = invoke("check", "002", "--quick")
-    one_line(result, 2, "No space left on device")
+    text = one_line(result, 2)  # the job's copy, or the ledger opened first: either way refused, no half job
+    assert "No space left on device" in text or "disk is full" in text, text
     assert [p.name for p in (tiny_disk / "results").iterdir() if p.is_dir()] == []
 
 
