@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One call on a GPU machine of the device tool: set up what the image lacks, run the GPU tests
 # and the benchmark scripts, and leave every log under $OUT (at most 8 files come back).
-# Usage there: bash benchmarks/device_run.sh [stage ...]   (stages: tests check bench floor ssh cli aa setup scaling screen loop)
+# Usage there: bash benchmarks/device_run.sh [stage ...]   (stages: tests check bench floor ssh cli aa setup scaling screen loop ab abmore recheck profile gpumode)
+# A stage's seconds are capped where it says ${OKC_T_<stage>:-N}: the call's 600 s must hold them all.
 set -uo pipefail
 export OUT=${OUT:-/tmp/okc-out}
 mkdir -p "$OUT"
@@ -33,7 +34,13 @@ stage() {
 stages=${*:-tests check bench}
 for s in $stages; do
     case $s in
-        tests) stage gpu_tests python3 -m pytest -m gpu -q -p no:cacheprovider --timeout 300 ${OKC_PYTEST_ARGS:-} ;;
+        tests) stage gpu_tests timeout ${OKC_T_tests:-400} python3 -m pytest -m gpu -q -p no:cacheprovider --timeout 300 ${OKC_PYTEST_ARGS:-} ;;
+        ab) stage ab_matrix timeout ${OKC_T_ab:-240} python3 benchmarks/ab_truth.py --candidates ${OKC_AB_CANDIDATES:-001,delay} --pairs ${OKC_AB_PAIRS:-480} ${OKC_AB_ARGS:-} ;;
+        abmore) stage ab_more timeout ${OKC_T_abmore:-200} python3 benchmarks/ab_truth.py --candidates aa,mixed,triton --variants ${OKC_AB_VARIANTS:-paired,solo,paired_plain} ;;
+        recheck) stage recheck_cost timeout ${OKC_T_recheck:-90} python3 benchmarks/recheck_cost.py --runs ${OKC_RECHECK_RUNS:-1}
+                 stage verifier_transport timeout ${OKC_T_transport:-40} python3 benchmarks/verifier_transport.py --device cuda --total-mb 2048 ;;
+        profile) stage profile_bench timeout ${OKC_T_profile:-60} python3 benchmarks/profile_bench.py ;;
+        gpumode) stage gpumode_bench timeout ${OKC_T_gpumode:-60} python3 benchmarks/gpumode_bench.py --runs ${OKC_GPUMODE_RUNS:-2} ;;
         check) stage check_walltime python3 benchmarks/check_walltime.py ;;
         bench) stage bench_harness python3 benchmarks/bench_harness.py ;;
         floor) stage floor okc floor ;;
