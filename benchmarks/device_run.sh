@@ -16,7 +16,7 @@ else
 fi
 mkdir -p /tmp/bin
 printf '#!/bin/sh\nexec python3 -m okc "$@"\n' >/tmp/bin/okc && chmod +x /tmp/bin/okc
-export PATH="/tmp/bin:$PATH" PYTHONUNBUFFERED=1 COLUMNS=160
+export PATH="/tmp/bin:$PATH" PYTHONUNBUFFERED=1 COLUMNS=160 OKC_TESTS_INSTAFAIL=1
 
 stage() {
     local name=$1; shift
@@ -34,7 +34,7 @@ stage() {
 stages=${*:-tests check bench}
 for s in $stages; do
     case $s in
-        tests) stage gpu_tests timeout ${OKC_T_tests:-400} python3 -m pytest -m gpu -q -p no:cacheprovider --timeout 300 ${OKC_PYTEST_ARGS:-} ;;
+        tests) stage gpu_tests timeout ${OKC_T_tests:-400} python3 -m pytest -m gpu -v -rfE --durations=15 -p no:cacheprovider --timeout 300 ${OKC_PYTEST_ARGS:-} ${OKC_TESTS:-} ;;
         ab) stage ab_matrix timeout ${OKC_T_ab:-240} python3 benchmarks/ab_truth.py --candidates ${OKC_AB_CANDIDATES:-001,delay} --pairs ${OKC_AB_PAIRS:-480} ${OKC_AB_ARGS:-} ;;
         abmore) stage ab_more timeout ${OKC_T_abmore:-200} python3 benchmarks/ab_truth.py --candidates aa,mixed,triton --variants ${OKC_AB_VARIANTS:-paired,solo,paired_plain} ;;
         recheck) stage recheck_cost timeout ${OKC_T_recheck:-90} python3 benchmarks/recheck_cost.py --runs ${OKC_RECHECK_RUNS:-1}

@@ -28,8 +28,11 @@ def okc(lab: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "okc", *args], cwd=lab, env=env, capture_output=True, text=True)
 
 
-def last_result(lab: Path, kind: str) -> dict:
-    job = sorted(p for p in (lab / "results").iterdir() if f"-{kind}-" in p.name)[-1]
+def last_result(lab: Path, kind: str, done: subprocess.CompletedProcess) -> dict:
+    jobs = sorted(p for p in (lab / "results").iterdir() if f"-{kind}-" in p.name)
+    if not jobs:
+        raise SystemExit(f"okc {kind} left no job folder:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+    job = jobs[-1]
     return json.loads((job / "result.json").read_text())
 
 
@@ -45,12 +48,12 @@ def main() -> int:
             print(done.stdout + done.stderr)
             return done.returncode
         done = okc(lab, "check", "000")
-        check = last_result(lab, "check")
+        check = last_result(lab, "check", done)
         print(f"check 000: {check['status']}, graph exercised {check['graph_exercised']}, {check['duration_s']} s")
         worst_stat, worst_half = 0.0, 0.0
         for run in range(args.runs):
-            done = okc(lab, "bench", "000")
-            result = last_result(lab, "bench")
+            done = okc(lab, "bench", "000", "--aa")
+            result = last_result(lab, "bench", done)
             if result["status"] != "ok":
                 print(f"run {run}: {result['status']}: {result['reason']}")
                 return 1

@@ -48,6 +48,8 @@ def main() -> int:
         if done.returncode != 0:
             print(done.stdout + done.stderr, file=sys.stderr)
             return 2
+        for stale in (lab / "candidates").glob("00[01]_*.py"):  # okc init's starters: the repo's take their numbers
+            stale.unlink()
         for source in sorted((REPO / "candidates").glob("00[01]_*.py")):
             shutil.copy(source, lab / "candidates" / source.name)
         started = time.monotonic()

@@ -44,6 +44,8 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="okc-recheck-")) / "lab"
     init_lab(root, problem=problem)
     if cuda:
+        for stale in (root / "candidates").glob("001_*.py"):  # okc init's starter 001: the repo's takes its number
+            stale.unlink()
         shutil.copy(sorted((REPO / "candidates").glob("001_*.py"))[0], root / "candidates")
     os.environ["OKC_LAB"] = str(root)
     os.chdir(root)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -26,6 +27,13 @@ def cuda_available() -> bool:
     except ImportError:
         return False
     return torch.cuda.is_available()
+
+
+def pytest_runtest_logreport(report):
+    """OKC_TESTS_INSTAFAIL=1: print a failure's traceback when it happens, not at the session's end
+    (a GPU call killed at its time limit still returns every failure seen so far)."""
+    if report.failed and os.environ.get("OKC_TESTS_INSTAFAIL"):
+        print(f"\n=== FAILED {report.nodeid} ({report.when})\n{report.longreprtext[-6000:]}\n", flush=True)
 
 
 def pytest_collection_modifyitems(config, items):

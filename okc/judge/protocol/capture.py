@@ -76,12 +76,14 @@ class OutputPlace:
         if not (self.tensor and self.cuda):
             raise ValueError("the captured call returned no CUDA tensor")
         itemsize = torch.empty((), dtype=self.dtype).element_size()
+        # bf16 has no array-interface code: read it as int16 and reinterpret
+        typestr = "<i2" if self.dtype is torch.bfloat16 else _TYPESTR.get(self.dtype)
+        if typestr is None:
+            raise ValueError(f"outputs of dtype {self.dtype} cannot be re-checked")
         interface = {"shape": self.shape, "strides": tuple(s * itemsize for s in self.stride),
-                     "typestr": _TYPESTR[self.dtype], "data": (self.data_ptr, False), "version": 3}
-        if self.dtype is torch.bfloat16:  # no array-interface code for bf16: read it as int16 and reinterpret
-            interface["typestr"] = "<i2"
-            return _as_tensor(_Interface(interface), device=f"cuda:{self.device}").view(torch.bfloat16)
-        return _as_tensor(_Interface(interface), device=f"cuda:{self.device}")
+                     "typestr": typestr, "data": (self.data_ptr, False), "version": 3}
+        view = _as_tensor(_Interface(interface), device=f"cuda:{self.device}")
+        return view.view(torch.bfloat16) if self.dtype is torch.bfloat16 else view
 
 
 class _Interface:
