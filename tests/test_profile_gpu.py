@@ -48,9 +48,14 @@ def test_the_kernels_sum_to_the_bench_shape_time(tmp_path, monkeypatch):
     assert bench.exit_code == 0, bench.output
     done = runner.invoke(app, ["profile", "1", "--json"])
     assert done.exit_code == 0, done.output
-    ratios = [r["kernel_over_bench"] for r in json.loads(done.output)["shapes"]]
+    shapes = json.loads(done.output)["shapes"]
+    ratios = [r["kernel_over_bench"] for r in shapes]
     assert None not in ratios and len(ratios) == 60
-    # The bench's shape time holds the gaps between kernels and what of the replay cost the judge's
-    # 4 us does not cover; the kernels alone come within 5% of it (issue 26's target).
+    # The bench's shape time is a replay's event interval less the judge's fixed 4 us; the profiler
+    # times each kernel alone. On the H200 (2026-12-02) a kernel read 0.2-0.7 us (Triton's up to 1.5 us
+    # at 30 us) longer under the profiler than its share of the net, and a graph's gaps 0.3-0.9 us:
+    # the median within 5% (issue 26's target), every shape within 5% plus 1 us a launch.
     assert abs(statistics.median(ratios) - 1.0) <= 0.05, sorted(ratios)
-    assert all(0.8 <= r <= 1.1 for r in ratios), sorted(ratios)
+    for row in shapes:
+        slack = 0.05 * row["bench_us"] + 1.0 * row["launches"]
+        assert abs(row["kernel_us"] + row["gap_us"] - row["bench_us"]) <= slack, row

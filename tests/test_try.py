@@ -90,6 +90,7 @@ def test_try_passes_checks_then_benches_in_one_worker_with_a_ledger_row_per_step
     assert json.loads((job_dir / LAUNCHER_FILE).read_text())["returncode"] == 0
     result = json.loads((job_dir / "result.json").read_text())
     assert result["kind"] == "bench" and result["status"] == "ok" and result["job_id"] == job_dir.name
+    assert result["device"] == "cpu"  # the bench's result names its device, as the check's does
     timeline = result["timeline"]
     assert timeline["torch"] < timeline["check.import"] < timeline["bench.import"] < timeline["result"]
     checked = json.loads((job_dir / CHECK_FILE).read_text())

@@ -73,6 +73,7 @@ def test_each_rule_comes_back_with_its_tag_in_submission_order(tiny, verifier):
         (ref(["b"], {"n": 7}), right.clone(), None, (False, rules.STALE)),  # the last output again, another input
         (ref(["a"], {"n": 8}, poisoned=True), poisoned, None, (False, rules.STALE)),
         (ref(["a"], {"n": 9}), right.t().contiguous().t(), inputs.x.clone(), (True, None)),  # strides kept
+        (ref(["a"], {"n": 10}), right.clone(), None, (True, None)),  # the same input again: the same output is right
     ]
     for request, out, x, _ in submissions:
         verifier.submit(request, out, x=x)
