@@ -4,6 +4,7 @@ correct when checked and wrong when timed gets no score. CPU: the tiny_matvec la
 import json
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -123,3 +124,57 @@ def test_rechecks_can_be_turned_off_and_then_a_cheat_is_scored(tiny_lab):
     benched = runner.submit(tiny_lab, "bench", candidate, bench={**QUICK, "rechecks": False})
     result = json.loads((benched.job_dir / "result.json").read_text())
     assert result["status"] == "ok" and result["rechecks"] is None and result["score"] > 0
+
+
+def test_a_rechecked_replay_that_writes_nothing_cannot_hand_on_the_other_sides_output():
+    """The captures of a case share memory (okc.judge.protocol.sides): the baseline's replay writes the
+    right output where the candidate's output lives too. A candidate whose timed replay writes nothing
+    must be judged on NaNs (the place is poisoned before its replay), not on the baseline's answer."""
+    import torch
+
+    from okc.judge.protocol.gpu_clock import GpuClock
+    from okc.judge.protocol.pairs import Unit
+    from okc.judge.protocol.sides import Side, Sides
+
+    shared = torch.zeros(4)
+    x = torch.zeros(4)
+
+    class Place:  # an OutputPlace over CPU memory: the clock only reads its form and views it
+        tensor, cuda, shape, dtype = True, True, (4,), torch.float32
+
+        def view(self):
+            return shared
+
+    def captured(write):
+        return SimpleNamespace(graph=SimpleNamespace(write=write), place=Place())
+
+    class Executing:  # timing.Protocol's order: a step's copies, then per graph the replay and its output copy
+        device = torch.device("cpu")
+
+        def submit(self, steps):
+            for step in steps:
+                for dst, src in step.copies:
+                    dst.copy_(src)
+                for index, graph in enumerate(step.timed):
+                    graph.write()
+                    if index < len(step.outputs):
+                        step.outputs[index][0].copy_(step.outputs[index][1])
+            return [1.0] * sum(len(step.timed) for step in steps)
+
+        def collect(self, batch):
+            return batch
+
+    candidate, baseline = Side("candidate", Path("c.py")), Side("against", Path("b.py"))
+    candidate.captured = [[captured(lambda: None)]]  # writes nothing
+    baseline.captured = [[captured(lambda: shared.copy_(x * 2))]]  # the right answer, for any x
+    sides = Sides(candidate, baseline, copies=1, captures=1, seed=5)
+    sides.inputs = [x]
+    clock = GpuClock(Executing(), sides, None, [[torch.ones(4)]], settings(), recheck_inputs={(0, 0): torch.full((4,), 3.0)})
+    clock.stage([0])
+    for pair in (0, 1):  # both orders: the candidate replays after the baseline in one of them
+        times, outputs = clock.collect(clock.submit([Unit(pair, 0)], pair, {0: 0}), [Unit(pair, 0)])
+        got = {recheck.side: (recheck, out) for recheck, out in outputs}
+        assert torch.equal(got["baseline"][1], torch.full((4,), 6.0))
+        recheck, out = got["candidate"]
+        assert torch.isnan(out).all(), out  # without the poison: the baseline's 6.0s
+        assert recheck.poisoned

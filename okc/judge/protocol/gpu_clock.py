@@ -38,6 +38,7 @@ class GpuClock:
         self.settings = settings
         self.recheck_inputs = recheck_inputs or {}  # (round, case) -> a fresh input no timed unit reads
         self._staging: dict[tuple, torch.Tensor] = {}
+        self._poison: dict[tuple, torch.Tensor] = {}  # (case, side) -> NaNs of the output's form
 
     @property
     def slots(self) -> int:
@@ -52,10 +53,14 @@ class GpuClock:
         for case, per_side in enumerate(zip(*(side.captured for side in self.sides.by_name.values()))):
             for name, captured in zip(self.sides.by_name, per_side):
                 place = captured[0].place
+                if place is None or not (place.tensor and place.cuda):
+                    continue
                 for round_ in rounds:
-                    if place is not None and place.tensor and place.cuda:
-                        self._staging[(round_, case, name)] = torch.empty(place.shape, dtype=place.dtype,
-                                                                          device=self.protocol.device)
+                    self._staging[(round_, case, name)] = torch.empty(place.shape, dtype=place.dtype,
+                                                                      device=self.protocol.device)
+                if rounds and place.dtype is not None and place.dtype.is_floating_point:
+                    self._poison[(case, name)] = torch.full(place.shape, float("nan"), dtype=place.dtype,
+                                                            device=self.protocol.device)
 
     def steps(self, units: list[Unit], number: int, rechecks: dict) -> tuple[list[Step], list, list]:
         """The stream steps of ``units``; per timed replay (unit index, side); the re-checks' (Recheck, buffer)."""
@@ -82,15 +87,19 @@ class GpuClock:
             else:
                 copy = tuple(copy_pairs(buffer, self.recheck_inputs[(round_, unit.case)]))
                 for name in names:
+                    # The output's place is NaN-filled before the replay: the captures of a case share memory,
+                    # so a replay that writes nothing would otherwise hand on what the other side wrote there.
+                    poison = self._poison.get((unit.case, name))
                     recheck = Recheck(name, unit.case, None if round_ == FINAL else unit.pair, round_,
-                                      self.sides.slot_of(unit.pair, name))
+                                      self.sides.slot_of(unit.pair, name), poisoned=poison is not None)
                     out = self._staging.get((round_, unit.case, name))
                     place = graphs[name].place
                     if out is not None and (tuple(out.shape) != place.shape or out.dtype != place.dtype):
                         # raised before anything is enqueued: a copy failing inside a held batch would hang it
                         raise BenchFailed(f"{name} {recheck.case}: its copies return outputs of different forms "
                                           f"({tuple(out.shape)} {out.dtype} and {place.shape} {place.dtype})", name)
-                    steps.append(Step(timed=(graphs[name].graph,), copies=copy,
+                    poisoning = ((place.view(), poison),) if poison is not None else ()
+                    steps.append(Step(timed=(graphs[name].graph,), copies=copy + poisoning,
                                       outputs=((out, place.view()),) if out is not None else ()))
                     staged.append((recheck, out))
             planned.extend((index, name) for name in names)

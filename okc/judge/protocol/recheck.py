@@ -41,6 +41,7 @@ class Recheck:
     pair: int | None  # None: the final round, after the last timed pair
     round: int | str
     slot: int = 0
+    poisoned: bool = False  # the output's place was NaN-filled before the replay (an all-NaN output is stale)
 
     @property
     def label(self) -> tuple:
@@ -125,7 +126,7 @@ def judge(staged: dict, verifier, cases: list, variant: str) -> Outcome | None:
         for recheck, out in entries:
             key = cases[recheck.case].key
             verifier.submit({"weights": "weights", "case": key, "input": [*recheck.label, key], "variant": variant,
-                             "tag": recheck.tag(key), "stream": recheck.side}, out)
+                             "tag": recheck.tag(key), "stream": recheck.side, "poisoned": recheck.poisoned}, out)
         results = verifier.results()
     except Exception as exc:  # the verifier died, or its pipe broke: nothing was judged
         raise JudgeError(f"{type(exc).__name__}: {exc}".splitlines()[0]) from None
