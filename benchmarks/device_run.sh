@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on a GPU machine of the device tool: set up what the image lacks, run the GPU tests
 # and the benchmark scripts, and leave every log under $OUT (at most 8 files come back).
-# Usage there: bash benchmarks/device_run.sh [stage ...]   (stages: tests check bench floor ssh cli aa setup scaling screen loop ab abmore alone recheck profile gpumode)
+# Usage there: bash benchmarks/device_run.sh [stage ...]   (stages: tests check bench floor ssh cli aa setup scaling screen loop ab abmore abnext alone recheck profile gpumode)
 # A stage's seconds are capped where it says ${OKC_T_<stage>:-N}: the call's 600 s must hold them all.
 set -uo pipefail
 export OUT=${OUT:-/tmp/okc-out}
@@ -37,6 +37,10 @@ for s in $stages; do
         tests) stage gpu_tests timeout ${OKC_T_tests:-400} python3 -m pytest -m gpu -v -rfE --durations=15 -p no:cacheprovider --timeout 300 ${OKC_PYTEST_ARGS:-} ${OKC_TESTS:-} ;;
         ab) stage ab_matrix timeout ${OKC_T_ab:-240} python3 benchmarks/ab_truth.py --candidates ${OKC_AB_CANDIDATES:-001,delay} --pairs ${OKC_AB_PAIRS:-480} ${OKC_AB_ARGS:-} ;;
         abmore) stage ab_more timeout ${OKC_T_abmore:-200} python3 benchmarks/ab_truth.py --candidates aa,mixed,triton --variants ${OKC_AB_VARIANTS:-paired,solo,paired_plain} ;;
+        abnext) stage alone_harness timeout 60 python3 benchmarks/alone_harness.py --candidates 001,triton --rounds 30
+                stage ab_next timeout ${OKC_T_abnext:-200} python3 benchmarks/ab_truth.py --candidates 001,triton \
+                    --loads decode1,decode16,decode32,verify1,verify16,verify32 \
+                    --variants paired,one_in_flight,sum_flush,no_rechecks,harness_like ;;
         alone) stage alone_harness timeout ${OKC_T_alone:-90} python3 benchmarks/alone_harness.py --candidates ${OKC_ALONE_CANDIDATES:-001,delay,mixed,triton,aa}
                stage alone_alternated timeout ${OKC_T_alone_alt:-30} python3 benchmarks/alone_harness.py --mode alternated --candidates 001 ;;
         recheck) stage recheck_cost timeout ${OKC_T_recheck:-90} python3 benchmarks/recheck_cost.py --runs ${OKC_RECHECK_RUNS:-1}

@@ -57,7 +57,11 @@ def test_solo_reads_each_side_as_timed_alone_where_paired_is_pulled_by_the_neigh
 def test_the_layout_and_input_copy_are_checked_and_named_in_the_protocol():
     solo = BenchSettings.from_options({"layout": "solo"}, TINY)
     assert solo.protocol()["layout"] == "solo" and solo.protocol()["input_copy"] == "replay"
-    for bad in ({"layout": "alone"}, {"input_copy": "never"}, {"shared_outputs": "yes"}, {"rechecks": 1}):
+    one = BenchSettings.from_options({"in_flight": 1, "flush": "sum"}, TINY)
+    assert one.protocol()["in_flight"] == 1 and one.protocol()["flush"] == "sum"
+    assert BenchSettings.from_options({}, TINY).protocol()["in_flight"] == 2
+    for bad in ({"layout": "alone"}, {"input_copy": "never"}, {"shared_outputs": "yes"}, {"rechecks": 1},
+                {"in_flight": 3}, {"in_flight": True}, {"flush": "zero"}):
         try:
             BenchSettings.from_options(bad, TINY)
         except ValueError as exc:
@@ -87,3 +91,29 @@ def test_okc_bench_solo_says_so_and_records_the_protocol(tmp_path, monkeypatch):
     assert result["protocol"]["layout"] == "solo" and result["pairs"] == 48
     typo = CliRunner().invoke(app, ["bench", "001", "--sol"])
     assert typo.exit_code == 2 and not list((root / "results").glob("*-bench-*"))[1:]
+
+
+def test_one_batch_in_flight_is_what_the_loop_keeps_started():
+    """in_flight 1 (an issue-21 experiment): the loop never has a second batch enqueued while one runs."""
+    from simgpu import SimulatedGPU
+
+    class Counting(SimulatedGPU):
+        def __init__(self):
+            super().__init__(seed=1, noise=0.01)
+            self.open, self.most = 0, 0
+
+        def submit(self, steps):
+            self.open += 1
+            self.most = max(self.most, self.open)
+            return super().submit(steps)
+
+        def collect(self, batch):
+            self.open -= 1
+            return super().collect(batch)
+
+    for in_flight in (1, 2):
+        gpu = Counting()
+        run_settings = dataclasses.replace(settings(min_pairs=64, max_pairs=64), in_flight=in_flight)
+        loop = simulated_runner(gpu, COSTS_CANDIDATE, COSTS_BASELINE, LOADS, run_settings)
+        loop.run()
+        assert gpu.most == in_flight

@@ -30,7 +30,6 @@ from okc.judge.protocol.timing import Step
 
 
 class GpuClock:
-    in_flight = timing.MAX_IN_FLIGHT
 
     def __init__(self, protocol: timing.Protocol, sides: Sides, overhead_graph, pool: list[list[torch.Tensor]],
                  settings, recheck_inputs: dict | None = None) -> None:
@@ -39,6 +38,10 @@ class GpuClock:
         self.recheck_inputs = recheck_inputs or {}  # (round, case) -> a fresh input no timed unit reads
         self._staging: dict[tuple, torch.Tensor] = {}
         self._poison: dict[tuple, torch.Tensor] = {}  # (case, side) -> NaNs of the output's form
+
+    @property
+    def in_flight(self) -> int:
+        return min(self.settings.in_flight, timing.MAX_IN_FLIGHT)
 
     @property
     def slots(self) -> int:

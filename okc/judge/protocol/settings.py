@@ -23,6 +23,9 @@ WARMUP_PAIRS = 3  # pairs run and thrown away first: clocks ramp up, first repla
 # target needs (okc.judge.protocol.sides.copies_for_target: 64 at +-0.2%, 12 at +-0.5%).
 DEFAULT_COPIES = None
 DEFAULT_CAPTURES = 1
+# "read": the judge's (a captured streaming read); "sum": the same bytes read by an eager torch.sum, as an
+# independent harness does (benchmarks/alone_harness.py); "write": only to show why a write flush is wrong.
+FLUSHES = ("read", "sum", "write")
 MAX_SLOTS = 64  # copies x captures per side at most: each copy holds a clone of the weights
 LAYOUTS = ("paired", "solo")
 INPUT_COPIES = ("pair", "replay")
@@ -45,19 +48,26 @@ class BenchSettings:
     input_copy: str = "pair"  # "pair": one fresh-input copy per case and pair; "replay": one before every replay
     shared_outputs: bool = True  # each capture's output let go, so the next capture of the case reuses its memory
     rechecks: bool = True  # timed outputs re-checked during and after the run (okc.judge.protocol.recheck)
+    # batches enqueued and not yet read back (okc.judge.protocol.timing.MAX_IN_FLIGHT); 1: the host is idle
+    # while a batch runs, as an each-side-alone harness is (an issue-21 experiment, benchmarks/ab_truth.py)
+    in_flight: int = 2
 
     @classmethod
     def from_options(cls, options: dict, problem: Problem) -> BenchSettings:
         """Parse ``options``; ValueError names the bad one."""
         known = {"target_half_width", "min_pairs", "max_pairs", "overhead_us", "flush", "aa_floor", "batch_ops",
-                 "warmup_pairs", "copies", "captures", "layout", "input_copy", "shared_outputs", "rechecks"}
+                 "warmup_pairs", "copies", "captures", "layout", "input_copy", "shared_outputs", "rechecks",
+                 "in_flight"}
         unknown = sorted(set(options) - known)
         if unknown:
             raise ValueError(f"unknown bench setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
         rule_options = {k: options[k] for k in ("target_half_width", "min_pairs", "max_pairs") if k in options}
         overhead = benchrules.check_overhead_us(options.get("overhead_us", problem.judge_overhead_us))
-        if options.get("flush", "read") not in ("read", "write"):
-            raise ValueError(f"flush must be 'read' or 'write', got {options['flush']!r}")
+        if options.get("flush", "read") not in FLUSHES:
+            raise ValueError(f"flush must be one of {', '.join(FLUSHES)}, got {options['flush']!r}")
+        in_flight = options.get("in_flight", 2)
+        if type(in_flight) is not int or not 1 <= in_flight <= 2:
+            raise ValueError(f"in_flight must be 1 or 2, got {in_flight!r}")
         aa_floor = benchrules.check_aa_floor(options.get("aa_floor", stats.DEFAULT_AA_FLOOR))
         batch_ops = options.get("batch_ops", pairs.BATCH_OPS)
         if isinstance(batch_ops, bool) or not isinstance(batch_ops, int) or batch_ops < pairs.OPS_PER_CASE:
@@ -85,9 +95,10 @@ class BenchSettings:
         return cls(rule=stats.StoppingRule(**rule_options), judge_overhead_us=float(overhead),
                    flush=options.get("flush", "read"), aa_floor=float(aa_floor), batch_ops=batch_ops,
                    warmup_pairs=warmup, copies=copies, captures=captures, layout=layout, input_copy=input_copy,
-                   shared_outputs=shared, rechecks=rechecks)
+                   shared_outputs=shared, rechecks=rechecks, in_flight=in_flight)
 
     def protocol(self) -> dict:
         """Which protocol a result's numbers come from (result.json's ``protocol``)."""
         return {"layout": self.layout, "input_copy": "replay" if self.layout == "solo" else self.input_copy,
-                "shared_outputs": self.shared_outputs, "rechecks": self.rechecks, "flush": self.flush}
+                "shared_outputs": self.shared_outputs, "rechecks": self.rechecks, "flush": self.flush,
+                "in_flight": self.in_flight}

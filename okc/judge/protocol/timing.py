@@ -37,6 +37,7 @@ _set_stream = getattr(torch._C, "_cuda_setStream", None)
 _get_stream = getattr(torch._C, "_cuda_getCurrentStream", None)
 _device_synchronize = getattr(torch._C, "_cuda_synchronize", None)
 _copy = torch._C.TensorBase.copy_  # inputs in, re-checked outputs out: never a candidate's rebinding
+_sum = torch.sum  # the "sum" flush (an experiment): bound at import like the rest
 
 FLUSH_MIN_BYTES = 256 * 2**20  # SPEC 4.5: at least 256 MB ...
 FLUSH_L2_MULTIPLE = 2  # ... and at least twice the L2
@@ -146,7 +147,10 @@ class Flush:
     keep: tuple = ()  # the buffers the graph reads and writes, alive as long as it is
 
     def run(self) -> None:
-        _replay(self.graph)
+        if self.graph is None:  # "sum": an eager read of keep[0] into keep[1]
+            _sum(self.keep[0], dim=0, out=self.keep[1])
+        else:
+            _replay(self.graph)
 
     def describe(self) -> dict:
         return {"kind": self.kind, "bytes": self.nbytes}
@@ -159,10 +163,13 @@ def make_flush(device: torch.device, kind: str = "read", nbytes: int | None = No
     if kind == "read":
         probe = read_graph(nbytes, device)
         return Flush("read", probe.nbytes, probe.graph, keep=(probe.buffer, probe.out))
+    if kind == "sum":
+        buffer = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
+        return Flush("sum", buffer.numel() * 4, None, keep=(buffer, torch.empty((), dtype=torch.float32, device=device)))
     if kind == "write":
         buffer = torch.empty(nbytes // 4, dtype=torch.int32, device=device)
         return Flush("write", nbytes, capture_graph(buffer.zero_), keep=(buffer,))
-    raise ValueError(f"unknown flush kind {kind!r}: 'read' or 'write'")
+    raise ValueError(f"unknown flush kind {kind!r}: 'read', 'sum' or 'write'")
 
 
 def trivial_graph(device: torch.device) -> tuple[object, torch.Tensor]:
