@@ -127,3 +127,30 @@ def test_okc_jobs_takes_a_try_rows_step_id_and_try_json_follows_the_schema(tmp_p
         view = invoke("jobs", f"{data['job_id']}.{step}", "--json")
         assert view.exit_code == 0 and json.loads(view.stdout)["job_id"] == data["job_id"]
     assert (root / "results" / data["job_id"] / CHECK_FILE).is_file()
+
+
+def test_a_pods_endless_json_is_read_only_up_to_the_cap(tmp_path):
+    """`okc jobs JOB` of a job still on a pod reads its JSON through the target: a hostile pod serving an
+    endless job.json gets a clear error once okc's document cap is passed, not all of the host's memory."""
+    from types import SimpleNamespace
+
+    from okc.errors import PodError
+    from okc.incoming import MAX_DOCUMENT_BYTES
+    from okc.reports.timeline import job_files
+
+    reads = []
+
+    class Endless:
+        name, remote = "hostile", True
+
+        def state(self, job):
+            return "running"
+
+        def read(self, job, name, offset):
+            reads.append(offset)
+            return b" " * (1 << 20) if len(reads) <= 2 * MAX_DOCUMENT_BYTES >> 20 else b""  # "endless": 2x the cap
+
+    lab = SimpleNamespace(results=tmp_path / "results")
+    with pytest.raises(PodError, match="over okc's cap"):
+        job_files(lab, Endless(), "20261202-000000-check-abcdef")
+    assert len(reads) <= MAX_DOCUMENT_BYTES // (1 << 20) + 1

@@ -138,11 +138,16 @@ def job_files(lab, target, job: str) -> tuple[str, Read]:
         return job, lambda name: read_json(here / name)
     target.state(job)  # a clear error for a job the target does not have
 
+    from okc.incoming import MAX_DOCUMENT_BYTES
+
     def remote(name: str) -> dict[str, Any] | None:
         chunks, offset = [], 0
         while chunk := target.read(job, name, offset):
             chunks.append(chunk)
             offset += len(chunk)
+            if offset > MAX_DOCUMENT_BYTES:  # a pod's file okc would parse whole: never read past the cap
+                raise PodError(f"{name} of job {job} on {target.name!r} is over okc's cap of "
+                               f"{MAX_DOCUMENT_BYTES} bytes")
         try:
             data = json.loads(b"".join(chunks)) if chunks else None
         except ValueError:
