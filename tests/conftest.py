@@ -11,6 +11,10 @@ import pytest
 from sshd import ssh_lab, sshd  # noqa: F401  (the real-sshd fixtures, tests/sshd.py)
 
 REPO = Path(__file__).resolve().parent.parent
+# tests/gpumode/ holds GPU MODE problem folders, not tests: their reference.py imports its sibling task.py
+# and the shared utils.py (GPU MODE's layout, found by okc's loader on the folder's path), no package
+# from PyPI. pytest never imports them.
+collect_ignore = ["gpumode"]
 LAB_SETTINGS = """\
 [project]
 name = "test-lab"

@@ -41,7 +41,7 @@ class GpuClock:
 
     @property
     def in_flight(self) -> int:
-        return min(self.settings.in_flight, timing.MAX_IN_FLIGHT)
+        return self.settings.in_flight  # 1 or timing.MAX_IN_FLIGHT (okc.judge.protocol.settings checks it)
 
     @property
     def slots(self) -> int:
