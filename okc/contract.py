@@ -297,7 +297,7 @@ class JobResult:
     aa: bool = False
     aa_floor: float | None = None
     verdict: str | None = None
-    protocol: dict[str, Any] | None = None  # a bench's layout, input copy, shared outputs, re-checks, flush
+    protocol: dict[str, Any] | None = None  # a bench's layout, inputs, shared outputs, re-checks, flush
     rechecks: dict[str, Any] | None = None  # what the re-checks of a bench's timed outputs found
     gpu_name: str | None = None  # floor jobs
     gpu_uuid: str | None = None

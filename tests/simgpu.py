@@ -4,13 +4,28 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
+import torch
 
 from okc.judge.protocol import pairs, stats
 from okc.judge.kinds.bench import BenchSettings
 from okc.judge.protocol.gpu_clock import GpuClock
 from okc.judge.protocol.loop import PairLoop
 from okc.judge.protocol.sides import Side, Sides
+from okc.judge.protocol.recheck import Draws
 from okc.judge.protocol.timing import HoldTimeout
+
+
+class DrawsInPlace:
+    """A problem whose every input is drawn in place; it records each draw (buffer, case key, seed)."""
+
+    input_variants = ("normal",)
+
+    def __init__(self) -> None:
+        self.drawn: list[tuple] = []
+
+    def fill_input(self, buffer, case, seed, variant) -> bool:
+        self.drawn.append((buffer, case.key, seed))
+        return True
 
 
 class SimulatedGPU:
@@ -22,21 +37,27 @@ class SimulatedGPU:
         self.rng = np.random.default_rng(seed)
         self.noise, self.first_penalty, self.void = noise, first_penalty, set(void)
         self.odd_first_penalty = odd_first_penalty  # more for the first side, in odd pairs only (in time)
+        self.device = torch.device("cpu")  # what the clock asks (a stand-in has no stream to draw on)
         self.epoch = 0
         self.pair = 0  # pairs done: each ends with its overhead sample (one timed graph, no copy)
         self.submitted: list[list] = []
 
     def submit(self, steps):
+        """Each step one replay; a case's replay has a draw before it, the pair's overhead sample none."""
         self.epoch += 1
         self.submitted.append(steps)
-        times = []
+        times, second = [], False
         for step in steps:
-            for position, graph in enumerate(step.timed):
-                penalty = 0.0
-                if position == 0 and len(step.timed) == 2:
+            for op in step.before:  # the draws (what a copy would do is not simulated)
+                if callable(op):
+                    op()
+            penalty = 0.0
+            if step.before:  # a case: its two sides' replays come back to back, the first penalised
+                if not second:
                     penalty = self.first_penalty + (self.odd_first_penalty if self.pair % 2 else 0.0)
-                times.append(graph.cost * (1 + penalty) * self.rng.lognormal(0.0, self.noise))
-            if len(step.timed) == 1 and not step.copies:
+                second = not second
+            times.append(step.graph.cost * (1 + penalty) * self.rng.lognormal(0.0, self.noise))
+            if not step.before:
                 self.pair += 1
         return self.epoch, np.array(times)
 
@@ -56,17 +77,20 @@ def simulated_runner(gpu, candidate_costs, baseline_costs, case_loads, settings,
         made = Side(name, Path(f"{name}.py"))
         slots = settings.copies * settings.captures
         offsets = luck.get(name, np.zeros(slots))
-        made.captured = [[SimpleNamespace(graph=SimpleNamespace(cost=c * (1 + offsets[k]), slot=k))
+        made.captured = [[SimpleNamespace(graph=SimpleNamespace(cost=c * (1 + offsets[k]), slot=k), place=None)
                           for k in range(slots)] for c in costs]
         return made
 
     sides = Sides(side("candidate", candidate_costs), side("against", baseline_costs), copies=settings.copies,
                   captures=settings.captures, seed=5)
     sides.inputs = [f"x{i}" for i in range(len(candidate_costs))]
-    pool = [[f"input{s}/{c}" for c in range(len(candidate_costs))] for s in range(4)]
     matrix = pairs.load_matrix(case_loads, max(case_loads) + 1)
     messages = log if log is not None else []
-    clock = GpuClock(gpu, sides, SimpleNamespace(cost=4.0), pool, settings)
+    cases = [SimpleNamespace(key=f"case{i}") for i in range(len(candidate_costs))]
+    draws = Draws(0, [case.key for case in cases])
+    gpu.problem = DrawsInPlace()
+    clock = GpuClock(gpu, sides, SimpleNamespace(cost=4.0), gpu.problem, cases, draws, settings)
+    clock.stage()
     return PairLoop(clock, len(candidate_costs), matrix, settings, lambda state: None, messages.append)
 
 

@@ -155,6 +155,16 @@ class Problem(abc.ABC):
     def make_input(self, case: Case, seed: int, variant: str, device: torch.device) -> Inputs:
         """A fresh input for ``case`` drawn from ``seed``."""
 
+    def fill_input(self, buffer: object, case: Case, seed: int, variant: str) -> bool:
+        """Write the input ``make_input`` draws from ``seed`` into ``buffer`` (the graph's input buffer), bit for bit.
+
+        A bench draws a fresh input for every timed replay (SPEC 4.5). Where this returns True it
+        did so with operations enqueued on the current stream that neither allocate nor wait on
+        the host, so the draw can sit inside a held batch. False (the default): the bench draws
+        with ``make_input`` before the batch is held and copies the result in.
+        """
+        return False
+
     @abc.abstractmethod
     def reference(self, weights: dict[str, torch.Tensor], case: Case, x: torch.Tensor) -> torch.Tensor:
         """The exact answer, computed in float64 and cast to the output dtype."""

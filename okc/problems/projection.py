@@ -10,7 +10,6 @@ traffic model from :class:`ProjectionProblem`. The harness sees only the
 from __future__ import annotations
 
 import math
-import random
 import weakref
 from dataclasses import dataclass
 
@@ -18,14 +17,10 @@ import torch
 
 from okc.judge.problem import Case, Inputs, Load, Problem, Tolerance
 from okc.judge.seeds import derive_seed
+from okc.problems import projection_draw
 from okc.problems.shapes import LayerShape, ProblemShapes
 
-PROBE_FRACTION = 1 / 8  # about one input row in eight is a probe row
-PROBE_MIN_M = 8  # from this many rows on, an input has at least one probe row
-PROBE_EXPONENTS = range(-4, 5)  # a probe entry is +-2**k, k drawn from here
-OUTLIER_COLUMNS = 4  # columns of x scaled up in the "outlier" variant
-OUTLIER_SCALE = 100.0
-VARIANTS = ("normal", "outlier")
+VARIANTS = projection_draw.VARIANTS
 
 
 @dataclass(frozen=True)
@@ -111,31 +106,19 @@ class ProjectionProblem(Problem):
         return weights
 
     def make_input(self, case: Case, seed: int, variant: str, device: torch.device) -> Inputs:
+        """The input drawn from ``seed`` (okc.problems.projection_draw), and its probe rows."""
         if variant not in self.input_variants:
             raise ValueError(f"unknown input variant {variant!r}; one of {', '.join(self.input_variants)}")
         layer = self.layer(case.layer)
-        generator = _generator(derive_seed(seed, "x"), device)
-        x = torch.randn(case.m, layer.k, generator=generator, device=device, dtype=torch.float32)
-        choices = random.Random(derive_seed(seed, "choices"))
-        if variant == "outlier":
-            columns = choices.sample(range(layer.k), min(OUTLIER_COLUMNS, layer.k))
-            x[:, columns] *= OUTLIER_SCALE
-        probe_rows = self._probe_rows(case.m, choices)
-        if probe_rows:
-            # One scatter for all probe rows: a loop of tiny writes would dominate on a GPU.
-            columns = [choices.randrange(layer.k) for _ in probe_rows]
-            values = [choices.choice((-1, 1)) * 2.0 ** choices.choice(PROBE_EXPONENTS) for _ in probe_rows]
-            rows = torch.tensor(probe_rows, device=device)
-            x[rows] = 0
-            x[rows, torch.tensor(columns, device=device)] = torch.tensor(values, device=device)
-        return Inputs(x=x.to(layer.x_dtype), probe_rows=probe_rows)
+        x = projection_draw.draw_new(case.m, layer.k, layer.x_dtype, seed, variant, device)
+        return Inputs(x=x, probe_rows=projection_draw.probe_rows(x))
 
-    @staticmethod
-    def _probe_rows(m: int, choices: random.Random) -> tuple[int, ...]:
-        rows = [row for row in range(m) if choices.random() < PROBE_FRACTION]
-        if not rows and m >= PROBE_MIN_M:
-            rows = [choices.randrange(m)]
-        return tuple(rows)
+    def fill_input(self, buffer: object, case: Case, seed: int, variant: str) -> bool:
+        """Draw into ``buffer`` the x that ``make_input`` draws from ``seed``: on a GPU one kernel launch
+        on the current stream, no allocation, no host sync (False where that cannot be done)."""
+        if not isinstance(buffer, torch.Tensor) or tuple(buffer.shape) != (case.m, self.layer(case.layer).k):
+            return False
+        return projection_draw.draw(buffer, seed, variant)
 
     def reference(self, weights: dict[str, torch.Tensor], case: Case, x: torch.Tensor) -> torch.Tensor:
         layer = self.layer(case.layer)

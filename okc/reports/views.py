@@ -224,10 +224,15 @@ def protocol_line(result: JobResult) -> str:
     flush = protocol.get("flush")
     if flush and result.device != "cpu":
         text += f"; {flush} flush"
+    if protocol.get("inputs"):
+        text += f"; {protocol['inputs']}"
     checks = result.rechecks
     if checks:
         state = "all passed" if checks.get("passed") else f"{len(checks.get('failures') or [])} failed"
-        text += f"; re-checks: {checks.get('judged')} timed outputs, {state} ({checks.get('seconds', 0):.2f} s)"
+        per_side = checks.get("per_side") or {}
+        sides = f" ({', '.join(f'{count} {side}' for side, count in sorted(per_side.items()))})" if per_side else ""
+        text += (f"; re-checks: {checks.get('judged')} timed outputs{sides}, at random, {state} "
+                 f"({checks.get('seconds', 0):.2f} s)")
     elif protocol.get("rechecks") is False:
         text += "; re-checks off"
     return f"protocol {text}"

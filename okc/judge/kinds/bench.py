@@ -25,14 +25,13 @@ import torch
 from okc.judge.protocol import cpu_clock as cpu_timing, timing
 from okc.judge import envinfo
 from okc.judge.protocol.benchcases import (
-    INPUT_SETS, BenchFailed, case_load_matrix, make_inputs, recheck_inputs, run_paired, scored_cases, scored_loads,
-    shape_rows, bench_summary,
+    BenchFailed, case_load_matrix, make_inputs, run_paired, scored_cases, scored_loads, shape_rows, bench_summary,
 )
 from okc.judge.protocol.gpu_clock import GpuClock
 from okc.judge.protocol.loop import PairLoop
 from okc.judge.protocol.pairs import PairTable
 from okc.judge.problem import Problem
-from okc.judge.protocol.recheck import FINAL, Schedule
+from okc.judge.protocol.recheck import Draws, Picker
 from okc.judge.seeds import derive_seed
 from okc.judge.protocol.settings import BenchSettings
 from okc.judge.protocol.sides import Side, Sides, copies_that_fit
@@ -111,16 +110,14 @@ class Bench:
         phase("bench")
         self.flush = timing.make_flush(device, settings.flush)
         overhead = timing.trivial_graph(device)  # (graph, the tensor it writes): both live as long as the loop
-        pool = make_inputs(problem, self.cases, self.seed, "input", INPUT_SETS, device)
-        schedule = Schedule(len(self.cases), rule.max_pairs, derive_seed(self.seed, "rechecks")) if settings.rechecks else None
-        rounds = [*range(schedule.rounds), FINAL] if schedule else []
-        fresh = recheck_inputs(problem, self.cases, self.seed, rounds, device)
         protocol = timing.Protocol(device, self.flush)  # synchronizes: every buffer above is in place
-        clock = GpuClock(protocol, self.sides, overhead[0], pool, settings, fresh)
-        clock.stage(rounds)
+        picker = Picker(len(self.cases), rule.min_pairs) if settings.rechecks else None
+        self.draws = Draws(self.seed, [case.key for case in self.cases])
+        clock = GpuClock(protocol, self.sides, overhead[0], problem, self.cases, self.draws, settings, picker)
+        clock.stage()
         self._keep = overhead  # the trivial graph writes its tensor: both live as long as the clock
         self.loop = PairLoop(clock, len(self.cases), case_load_matrix(self.cases, self.loads), settings,
-                             self.progress, self.log, schedule)
+                             self.progress, self.log)
         self.seconds = {"setup": round(time.monotonic() - started, 3), **self.sides.seconds}
 
     def describe(self) -> str:

@@ -15,9 +15,6 @@ import torch
 from okc.judge.problem import Case, Problem
 from okc.judge.seeds import derive_seed
 
-INPUT_SETS = 16  # fresh inputs per case, cycled over the pairs (each pair differs from the last)
-
-
 class BenchFailed(Exception):
     """The bench cannot go on; the message is result.json's reason, ``side`` the side at fault (None: neither).
 
@@ -51,14 +48,6 @@ def make_inputs(problem: Problem, cases: list[Case], seed: int, label: str, sets
     variant = problem.input_variants[0]
     return [[problem.make_input(case, derive_seed(seed, label, index, case.key), variant, device).x for case in cases]
             for index in range(sets)]
-
-
-def recheck_inputs(problem: Problem, cases: list[Case], seed: int, rounds: list, device) -> dict:
-    """Per (round, case index): a fresh input no timed unit reads, drawn from ``("recheck", round, case key)``,
-    the label the verifier draws it from again."""
-    variant = problem.input_variants[0]
-    return {(round_, index): problem.make_input(case, derive_seed(seed, "recheck", round_, case.key), variant, device).x
-            for round_ in rounds for index, case in enumerate(cases)}
 
 
 def shape_rows(problem: Problem, cases: list[Case], inputs: list[torch.Tensor]) -> list[dict]:
@@ -106,7 +95,7 @@ def run_paired(bench, *, names: tuple[str, str], aa: bool, verifier, log) -> dic
         table, stopped_by = bench.measure()
         summary = bench.summary(table)
         extra = bench.report(summary)
-        outcome = recheck.judge(bench.loop.staged, verifier, bench.cases, bench.problem.input_variants[0])
+        outcome = recheck.judge(bench.loop.kept, verifier, bench.cases, bench.problem.input_variants[0])
     except BenchFailed as exc:
         return error_result(str(exc), exc.error_kind, **identity)
     except TimingError as exc:
@@ -116,9 +105,11 @@ def run_paired(bench, *, names: tuple[str, str], aa: bool, verifier, log) -> dic
     except RuntimeError as exc:  # a CUDA error in a replay: the context is gone, nothing more can run
         return error_result(f"CUDA error during the bench (the context is lost): {exc}".splitlines()[0], **identity)
     tail = {"target_half_width": settings.rule.target_half_width, "stopped_by": stopped_by,
-            "rechecks": outcome.report() if outcome is not None else None}
+            "rechecks": outcome.report() if outcome is not None else None,
+            "timed_inputs": {"drawn": bench.draws.total, "fresh": True}}
     if outcome is not None:
-        log(f"re-checks: {outcome.judged} timed outputs judged in {outcome.seconds:.2f} s, "
+        sides = ", ".join(f"{count} {side}" for side, count in sorted(outcome.per_side.items()))
+        log(f"re-checks: {outcome.judged} timed outputs judged ({sides}) in {outcome.seconds:.2f} s, "
             f"{'all passed' if outcome.passed else f'{len(outcome.failures)} failed'}")
         if not outcome.passed:  # no score: what was timed is not what the check passed
             return {"kind": "bench", **identity, "pairs": summary["pairs"], **extra, **tail, "status": "invalid",

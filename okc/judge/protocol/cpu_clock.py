@@ -3,14 +3,16 @@
 It is the protocol of okc.judge.kinds.bench minus the parts only a GPU has: no CUDA graph (each
 call is an eager ``kernel_fn`` call), no cold-L2 flush, no hold kernel, no fixed replay cost
 subtracted unless asked for. What stays the same: both sides get the same weights (each its
-own clone) and, per pair, the same fresh input copied into each side's own buffer; within a
-pair the sides alternate case by case, and each quad of pairs runs each order twice
+own clone); every timed call reads a fresh input of its own, drawn into that side's buffer
+(okc.judge.protocol.recheck.Draws); within a pair the sides alternate case by case, and each
+quad of pairs runs each order twice
 (okc.judge.protocol.pairs); each pair ends with one sample of the timer's own cost (an empty call);
 and the times go through the same loop (okc.judge.protocol.loop: statistics, stopping rule,
 re-checks) as on a GPU; this module is the CPU's clock for it (:class:`CpuClock`).
 
 A GPU's L2 is flushed so that both sides start cold; a CPU's caches cannot be, so both start
-warm instead: before a case's two timed calls, each side makes one untimed call. Without it
+warm instead: before a case's two timed calls, each side makes one untimed call (on an input
+of its own kept for that, so that the timed call's input is still one no call has read). Without it
 the side timed first read 5-6% slower than the second on tiny_matvec (an A/A run on a 2-core
 VM), which split every load's ratios into two humps around the median; with it, both orders
 agree within about 1% and the A/A score's CI narrows to about +-0.15%.
@@ -18,6 +20,9 @@ agree within about 1% and the A/A score's CI narrows to about +-0.15%.
 A call is timed with ``time.perf_counter_ns``, bound here at import (the worker imports this
 module before any candidate, so a candidate that patches ``time`` cannot change the numbers),
 on one thread, with the garbage collector frozen and paused while pairs run (okc.judge.protocol.loop).
+Which timed outputs are judged is decided after the call has returned (okc.judge.protocol.recheck.Picker,
+from the operating system's randomness): nothing on the stack while the candidate runs knows it.
+A judged output is cloned at once, so a later call cannot mend it.
 """
 
 from __future__ import annotations
@@ -31,17 +36,18 @@ import torch
 
 from okc.judge.protocol import pairs
 from okc.judge.protocol.benchcases import (
-    INPUT_SETS, BenchFailed, case_load_matrix, make_inputs, recheck_inputs, scored_cases, scored_loads, shape_rows,
-    bench_summary,
+    BenchFailed, case_load_matrix, make_inputs, scored_cases, scored_loads, shape_rows, bench_summary,
 )
 from okc.judge.loader import CandidateLoadError, load_candidate
 from okc.judge.protocol.loop import PairLoop
 from okc.judge.protocol.pairs import PairTable, Unit
 from okc.judge.problem import Case, Problem, clone_data, copy_data
-from okc.judge.protocol.recheck import FINAL, Recheck, Schedule
+from okc.judge.protocol.recheck import Draws, Picker, Recheck
 from okc.judge.seeds import derive_seed
 
 _now = time.perf_counter_ns  # bound at import: see the module docstring
+_clone = torch._C.TensorBase.clone
+_Tensor = torch.Tensor
 CPU_NOTE = ("CPU timing: no CUDA graphs, no L2 flush (eager calls on one thread, timed with "
             "time.perf_counter_ns); the numbers are not judge-equivalent")
 CPU = torch.device("cpu")
@@ -66,7 +72,8 @@ class CpuSide:
     def __init__(self, name: str, source: Path) -> None:
         self.name, self.source = name, source
         self.module = None
-        self.inputs: list[torch.Tensor] = []
+        self.inputs: list[torch.Tensor] = []  # per case: the buffer each timed call's fresh input is drawn into
+        self.warm: list[torch.Tensor] = []  # per case: the input of its untimed calls, the same every time
 
     def load(self) -> None:
         try:
@@ -81,9 +88,8 @@ class CpuSide:
             raise BenchFailed(f"{self.name}: prepare raised {type(exc).__name__}: {exc}".splitlines()[0],
                               self.name) from None
 
-    def call(self, problem: Problem, case: Case, index: int) -> tuple[float, object]:
-        """One call on this side's input for case ``index``: its time in microseconds, and what it returned."""
-        x = self.inputs[index]
+    def call(self, problem: Problem, case: Case, x: object) -> tuple[float, object]:
+        """One call on ``x``: its time in microseconds, and what it returned."""
         try:
             start = _now()
             out = problem.call(self.module, x, case)
@@ -103,42 +109,48 @@ def time_empty() -> float:
 class CpuClock:
     """The CPU's clock for okc.judge.protocol.loop: a batch's units run as soon as they are submitted.
 
-    Per side and case: its buffer refilled with the pair's fresh input, one untimed call (the
-    side starts warm), one timed call; the sides in the pair's order ("paired"), or each side's
-    calls of the whole batch in a row ("solo"). A re-checked unit refills with its own fresh
-    input and keeps what the timed call returned.
+    Per side and case: a fresh input drawn into its buffer, one untimed call on its warm input
+    (the side starts warm), one timed call; the sides in the pair's order ("paired"), or each
+    side's calls of the whole batch in a row ("solo"). After each timed call the picker says
+    whether its output is judged.
     """
 
     in_flight = 1
     slots = 1
     slot_seed = 0
 
-    def __init__(self, problem: Problem, cases: list[Case], sides: dict[str, CpuSide], pool: list[list[torch.Tensor]],
-                 settings, recheck_inputs: dict | None = None) -> None:
-        self.problem, self.cases, self.sides, self.pool, self.settings = problem, cases, sides, pool, settings
-        self.recheck_inputs = recheck_inputs or {}
+    def __init__(self, problem: Problem, cases: list[Case], sides: dict[str, CpuSide], draws: Draws, settings,
+                 picker: Picker | None = None) -> None:
+        self.problem, self.cases, self.sides, self.draws, self.settings = problem, cases, sides, draws, settings
+        self.picker = picker
+        self.variant = problem.input_variants[0]
 
-    def _fresh(self, unit: Unit, round_) -> torch.Tensor:
-        if round_ is None:
-            return self.pool[pairs.input_set(unit.pair, len(self.pool))][unit.case]
-        return self.recheck_inputs[(round_, unit.case)]
+    def _draw(self, side: CpuSide, index: int) -> int:
+        """A fresh input into ``side``'s buffer of case ``index``; its draw number."""
+        number, seed = self.draws.take(index)
+        case = self.cases[index]
+        if not self.problem.fill_input(side.inputs[index], case, seed, self.variant):
+            copy_data(side.inputs[index], self.problem.make_input(case, seed, self.variant, CPU).x)
+        return number
 
-    def _unit(self, unit: Unit, names, round_, found: dict, index: int, outputs: list) -> None:
-        """Every buffer of ``names`` refilled, one untimed call each, then one timed call each, in order."""
-        case, fresh = self.cases[unit.case], self._fresh(unit, round_)
-        for name in names:
-            copy_data(self.sides[name].inputs[unit.case], fresh)
+    def _unit(self, unit: Unit, names, final: bool, found: dict, index: int, kept: list) -> None:
+        """Every side of ``names``: a fresh input, one untimed call each, then one timed call each, in order."""
+        case = self.cases[unit.case]
+        numbers = {name: self._draw(self.sides[name], unit.case) for name in names}
         for name in names:  # untimed: both sides start warm, as on a GPU both start from a flushed L2
-            self.sides[name].call(self.problem, case, unit.case)
+            side = self.sides[name]
+            side.call(self.problem, case, side.warm[unit.case])
         for name in names:
-            found[(index, name)], out = self.sides[name].call(self.problem, case, unit.case)
-            if round_ is not None:
-                outputs.append((Recheck(name, unit.case, None if round_ == FINAL else unit.pair, round_), out))
+            side = self.sides[name]
+            found[(index, name)], out = side.call(self.problem, case, side.inputs[unit.case])
+            if final or (self.picker is not None and self.picker.pick(unit.pair)):
+                kept.append((Recheck(name, unit.case, None if final else unit.pair, numbers[name]),
+                             _clone(out) if type(out) is _Tensor else out))
             del out  # freed after the clock stopped, as a graph's output is never freed inside its replay
 
-    def submit(self, units: list[Unit], number: int, rechecks: dict):
+    def submit(self, units: list[Unit], number: int, final: bool = False):
         found: dict = {}
-        outputs: list = []
+        kept: list = []
         layout = self.settings.layout
         for name in pairs.order(max(number, 0)) if layout == "solo" else (None,):
             for index, unit in enumerate(units):
@@ -147,12 +159,12 @@ class CpuClock:
                         found[(index, None)] = time_empty()
                     continue
                 names = (name,) if layout == "solo" else pairs.order(unit.pair)
-                self._unit(unit, names, rechecks.get(index), found, index, outputs)
+                self._unit(unit, names, final, found, index, kept)
         times = []
         for index, unit in enumerate(units):
             names = (None,) if unit.case is None else pairs.order(unit.pair)
             times.extend(found[(index, name)] for name in names)
-        return np.array(times), outputs
+        return np.array(times), kept
 
     def collect(self, handle, units: list[Unit]):
         return handle
@@ -180,7 +192,8 @@ class CpuBench:
         self.sources = {"candidate": candidate, "baseline": against}
         self.sides: dict[str, CpuSide] = {}
         self.matrix = case_load_matrix(self.cases, self.loads)
-        self.pool: list[list[torch.Tensor]] = []
+        self.first: list = []  # per case: the input drawn first, the form of every side's buffers
+        self.warm: list = []  # per case: the input of every untimed call
         self.shape_rows: list[dict] = []
         self.weights: dict[str, torch.Tensor] = {}
         self.loop: PairLoop | None = None
@@ -196,15 +209,13 @@ class CpuBench:
         """The weights, the fresh inputs, the loop: what both sides share."""
         problem, rule = self.problem, self.settings.rule
         self.weights = problem.make_weights(derive_seed(self.seed, "weights"), CPU)
-        self.pool = make_inputs(problem, self.cases, self.seed, "input", INPUT_SETS, CPU)
-        self.shape_rows = shape_rows(problem, self.cases, self.pool[0])
-        schedule = None
-        if self.settings.rechecks:
-            schedule = Schedule(len(self.cases), rule.max_pairs, derive_seed(self.seed, "rechecks"))
-        rounds = [*range(schedule.rounds), FINAL] if schedule else []
-        clock = CpuClock(problem, self.cases, self.sides, self.pool, self.settings,
-                         recheck_inputs(problem, self.cases, self.seed, rounds, CPU))
-        self.loop = PairLoop(clock, len(self.cases), self.matrix, self.settings, self.progress, self.log, schedule)
+        self.first = make_inputs(problem, self.cases, self.seed, "capture", 1, CPU)[0]
+        self.warm = make_inputs(problem, self.cases, self.seed, "warm", 1, CPU)[0]
+        self.shape_rows = shape_rows(problem, self.cases, self.first)
+        picker = Picker(len(self.cases), self.settings.rule.min_pairs) if self.settings.rechecks else None
+        self.draws = Draws(self.seed, [case.key for case in self.cases])
+        clock = CpuClock(problem, self.cases, self.sides, self.draws, self.settings, picker)
+        self.loop = PairLoop(clock, len(self.cases), self.matrix, self.settings, self.progress, self.log)
 
     def add_side(self, name: str, source: Path, step: Callable[[str], None] | None = None) -> CpuSide:
         """Import and prepare ``source`` as side ``name`` (replacing the one it had); ``step`` hears
@@ -218,7 +229,8 @@ class CpuBench:
         if step is not None:
             step("prepare")
         side.prepare(self.problem, self.weights)
-        side.inputs = [clone_data(x) for x in self.pool[0]]
+        side.inputs = [clone_data(x) for x in self.first]
+        side.warm = [clone_data(x) for x in self.warm]
         self.sides[name] = side
         return side
 

@@ -1,43 +1,55 @@
 """The GPU's clock for the bench loop (okc.judge.protocol.loop): units as CUDA graph replays, timed by events.
 
-A unit of a pair is one case on both sides: the pair's fresh input copied into the one buffer
-both sides' graphs read, then per side a read flush, an event, the replay, an event
-(okc.judge.protocol.timing.Protocol enqueues a batch of them behind a hold). Which graph slot of each
-side replays comes from okc.judge.protocol.sides. The layout says what sits next to what:
+A unit of a pair is one case on both sides. Every timed replay, on either side, is the same
+sequence of stream operations (okc.judge.protocol.timing.Step), enqueued behind a hold:
 
-- "paired" (the default): a case's two replays back to back, in the pair's order (ABBA over
-  the quad), sharing one input copy unless ``input_copy`` is "replay";
-- "solo": every replay of one side in the batch, then every replay of the other, each after
-  its own input copy, which side first following ABBA over the batches. A side is then timed
-  next to itself only: the truth a paired score must agree with (issue 21), measured with the
-  same graphs, flush and inputs.
+1. a fresh input drawn into the one buffer every graph of the case reads: the problem's own
+   draw on the stream (``Problem.fill_input``, one kernel for the projection problems), or,
+   where a problem has none, a copy of an input ``make_input`` drew before the batch was held;
+   each draw has its own number (okc.judge.protocol.recheck.Draws), never used again;
+2. the output's place NaN-filled (where the output is a floating-point CUDA tensor);
+3. the read flush, an event, the replay, an event;
+4. the output copied out of the graph's memory: into a buffer the verifier is handed, for a
+   replay okc.judge.protocol.recheck.Picker chose as the batch was enqueued, else into a
+   scratch buffer of the same form. From inside the candidate a re-checked replay and any
+   other look the same: the same operations before and after it, the same memory state,
+   inputs from the same generator (docs/rechecks.md).
 
-A re-checked unit (okc.judge.protocol.recheck) copies its own never-used fresh input before each
-side's replay and the output out of the graph's memory after the replay's end event.
+Which graph slot of each side replays comes from okc.judge.protocol.sides. The layout says
+what sits next to what: "paired" (the default), a case's two replays back to back in the
+pair's order (ABBA over the quad); "solo", every replay of one side in the batch, then every
+replay of the other, which side first following ABBA over the batches: a side timed next to
+itself only, the truth a paired score must agree with (issue 21).
 """
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
+from okc.judge.problem import Case, Problem, copy_pairs
 from okc.judge.protocol import pairs, timing
 from okc.judge.protocol.benchcases import BenchFailed
 from okc.judge.protocol.pairs import Unit
-from okc.judge.problem import copy_pairs
-from okc.judge.protocol.recheck import FINAL, Recheck
+from okc.judge.protocol.recheck import Draws, Picker, Recheck
 from okc.judge.protocol.sides import Sides
 from okc.judge.protocol.timing import Step
+
+_empty = torch.empty  # bound at import, like okc.judge.protocol.timing's
+_full = torch.full
 
 
 class GpuClock:
 
-    def __init__(self, protocol: timing.Protocol, sides: Sides, overhead_graph, pool: list[list[torch.Tensor]],
-                 settings, recheck_inputs: dict | None = None) -> None:
-        self.protocol, self.sides, self.overhead_graph, self.pool = protocol, sides, overhead_graph, pool
-        self.settings = settings
-        self.recheck_inputs = recheck_inputs or {}  # (round, case) -> a fresh input no timed unit reads
-        self._staging: dict[tuple, torch.Tensor] = {}
+    def __init__(self, protocol: timing.Protocol, sides: Sides, overhead_graph, problem: Problem, cases: list[Case],
+                 draws: Draws, settings, picker: Picker | None = None) -> None:
+        self.protocol, self.sides, self.overhead_graph = protocol, sides, overhead_graph
+        self.problem, self.cases, self.draws, self.settings, self.picker = problem, cases, draws, settings, picker
+        self.variant = problem.input_variants[0]
+        self._scratch: dict[tuple, torch.Tensor] = {}  # (case, side) -> where an unjudged replay's output goes
         self._poison: dict[tuple, torch.Tensor] = {}  # (case, side) -> NaNs of the output's form
+        self._drawn_in_place: list[bool] = []  # per case: Problem.fill_input draws on the stream
 
     @property
     def in_flight(self) -> int:
@@ -51,80 +63,108 @@ class GpuClock:
     def slot_seed(self) -> int:
         return self.sides.seed
 
-    def stage(self, rounds: list) -> None:
-        """Make every re-check's output buffer now: no allocation may happen while a batch is held."""
+    def stage(self) -> None:
+        """Before any batch: each output's scratch and poison, and whether each case's input is drawn in place
+        (one draw per case now, numbered like every other: it also compiles the draw kernel)."""
+        device = self.protocol.device
         for case, per_side in enumerate(zip(*(side.captured for side in self.sides.by_name.values()))):
             for name, captured in zip(self.sides.by_name, per_side):
-                place = captured[0].place
-                if place is None or not (place.tensor and place.cuda):
+                forms = {(slot.place.shape, slot.place.dtype) for slot in captured if self._copyable(slot.place)}
+                if len(forms) > 1:
+                    raise BenchFailed(f"{name} {self.cases[case].key}: its copies return outputs of different forms "
+                                      f"({', '.join(f'{shape} {dtype}' for shape, dtype in sorted(forms, key=str))})",
+                                      name)
+                if not forms:
                     continue
-                for round_ in rounds:
-                    self._staging[(round_, case, name)] = torch.empty(place.shape, dtype=place.dtype,
-                                                                      device=self.protocol.device)
-                if rounds and place.dtype is not None and place.dtype.is_floating_point:
-                    self._poison[(case, name)] = torch.full(place.shape, float("nan"), dtype=place.dtype,
-                                                            device=self.protocol.device)
+                shape, dtype = forms.pop()
+                self._scratch[(case, name)] = _empty(shape, dtype=dtype, device=device)
+                if dtype.is_floating_point:
+                    self._poison[(case, name)] = _full(shape, float("nan"), dtype=dtype, device=device)
+        with self._on_timing_stream():
+            for index, case in enumerate(self.cases):
+                _, seed = self.draws.take(index)
+                self._drawn_in_place.append(bool(self.problem.fill_input(self.sides.inputs[index], case, seed,
+                                                                         self.variant)))
+        if self._cuda:
+            timing.synchronize()
 
-    def steps(self, units: list[Unit], number: int, rechecks: dict) -> tuple[list[Step], list, list]:
-        """The stream steps of ``units``; per timed replay (unit index, side); the re-checks' (Recheck, buffer)."""
-        layout = self.settings.layout
-        each = self.settings.input_copy == "replay" or layout == "solo"
+    @property
+    def _cuda(self) -> bool:
+        return getattr(self.protocol, "device", None) is not None and self.protocol.device.type == "cuda"
+
+    def _on_timing_stream(self):
+        """Draws and copies go on the timing stream, in order with the batches (a stand-in protocol has none)."""
+        return timing.on_stream(self.protocol.stream) if self._cuda else contextlib.nullcontext()
+
+    @staticmethod
+    def _copyable(place) -> bool:
+        return place is not None and place.tensor and place.cuda
+
+    def _replay(self, unit: Unit, name: str, graphs: dict, final: bool, kept: list, drawn: list) -> Step:
+        """The step of one timed replay of side ``name`` in ``unit`` (see the module docstring)."""
+        case, buffer, captured = self.cases[unit.case], self.sides.inputs[unit.case], graphs[name]
+        number, seed = self.draws.take(unit.case)
+        if self._drawn_in_place[unit.case]:
+            problem, variant = self.problem, self.variant
+            before = [lambda: problem.fill_input(buffer, case, seed, variant)]
+        else:  # drawn now, before the batch is held, on the timing stream (okc.judge.protocol.timing.on_stream)
+            fresh = self.problem.make_input(case, seed, self.variant, self.protocol.device).x
+            drawn.append(fresh)  # alive until the batch is collected
+            before = list(copy_pairs(buffer, fresh))
+        place = captured.place
+        poison = self._poison.get((unit.case, name))
+        if poison is not None:
+            before.append((place.view(), poison))
+        after = ()
+        scratch = self._scratch.get((unit.case, name))
+        if scratch is not None:
+            picked = final or (self.picker is not None and self.picker.pick(unit.pair))
+            out = _empty(scratch.shape, dtype=scratch.dtype, device=scratch.device) if picked else scratch
+            after = ((out, place.view()),)
+            if picked:
+                kept.append((Recheck(name, unit.case, None if final else unit.pair, number,
+                                     self.sides.slot_of(unit.pair, name), poisoned=poison is not None), out))
+        elif final or (self.picker is not None and self.picker.pick(unit.pair)):
+            kept.append((Recheck(name, unit.case, None if final else unit.pair, number,
+                                 self.sides.slot_of(unit.pair, name)), None))
+        return Step(captured.graph, before=tuple(before), after=after)
+
+    def steps(self, units: list[Unit], number: int, final: bool = False) -> tuple[list[Step], list, list, list]:
+        """The stream steps of ``units``; per timed replay (unit index, side); the kept (Recheck, buffer); the drawn inputs."""
         planned: list[tuple[int, str | None]] = []
-        staged: list[tuple[Recheck, torch.Tensor | None]] = []
+        kept: list[tuple[Recheck, torch.Tensor | None]] = []
+        drawn: list = []
         steps: list[Step] = []
 
         def add(index: int, unit: Unit, names) -> None:
             if unit.case is None:
-                steps.append(Step(timed=(self.overhead_graph,)))
+                steps.append(Step(self.overhead_graph))
                 planned.append((index, None))
                 return
             graphs = self.sides.graphs(unit.pair, unit.case)
-            buffer = self.sides.inputs[unit.case]
-            round_ = rechecks.get(index)
-            if round_ is None:
-                copy = tuple(copy_pairs(buffer, self.pool[pairs.input_set(unit.pair, len(self.pool))][unit.case]))
-                if each:
-                    steps.extend(Step(timed=(graphs[name].graph,), copies=copy) for name in names)
-                else:
-                    steps.append(Step(timed=tuple(graphs[name].graph for name in names), copies=copy))
+            for name in names:
+                steps.append(self._replay(unit, name, graphs, final, kept, drawn))
+                planned.append((index, name))
+
+        with self._on_timing_stream():
+            if self.settings.layout == "solo":
+                first = pairs.order(max(number, 0))
+                for name in first:
+                    for index, unit in enumerate(units):
+                        if unit.case is not None or name == first[0]:
+                            add(index, unit, (name,))
             else:
-                copy = tuple(copy_pairs(buffer, self.recheck_inputs[(round_, unit.case)]))
-                for name in names:
-                    # The output's place is NaN-filled before the replay: the captures of a case share memory,
-                    # so a replay that writes nothing would otherwise hand on what the other side wrote there.
-                    poison = self._poison.get((unit.case, name))
-                    recheck = Recheck(name, unit.case, None if round_ == FINAL else unit.pair, round_,
-                                      self.sides.slot_of(unit.pair, name), poisoned=poison is not None)
-                    out = self._staging.get((round_, unit.case, name))
-                    place = graphs[name].place
-                    if out is not None and (tuple(out.shape) != place.shape or out.dtype != place.dtype):
-                        # raised before anything is enqueued: a copy failing inside a held batch would hang it
-                        raise BenchFailed(f"{name} {recheck.case}: its copies return outputs of different forms "
-                                          f"({tuple(out.shape)} {out.dtype} and {place.shape} {place.dtype})", name)
-                    poisoning = ((place.view(), poison),) if poison is not None else ()
-                    steps.append(Step(timed=(graphs[name].graph,), copies=copy + poisoning,
-                                      outputs=((out, place.view()),) if out is not None else ()))
-                    staged.append((recheck, out))
-            planned.extend((index, name) for name in names)
-
-        if layout == "solo":
-            first = pairs.order(max(number, 0))
-            for name in first:
                 for index, unit in enumerate(units):
-                    if unit.case is not None or name == first[0]:
-                        add(index, unit, (name,))
-        else:
-            for index, unit in enumerate(units):
-                add(index, unit, pairs.order(unit.pair))
-        return steps, planned, staged
+                    add(index, unit, pairs.order(unit.pair))
+        return steps, planned, kept, drawn
 
-    def submit(self, units: list[Unit], number: int, rechecks: dict):
-        steps, planned, staged = self.steps(units, number, rechecks)
-        return self.protocol.submit(steps), planned, staged
+    def submit(self, units: list[Unit], number: int, final: bool = False):
+        steps, planned, kept, drawn = self.steps(units, number, final)
+        return self.protocol.submit(steps), planned, kept, drawn
 
     def collect(self, handle, units: list[Unit]):
         """The batch's times in the order the table files them (per unit: the pair's order), and its re-checks."""
-        batch, planned, staged = handle
+        batch, planned, kept, _ = handle
         times = self.protocol.collect(batch)
         found = dict(zip(planned, times))
         ordered = []
@@ -133,13 +173,11 @@ class GpuClock:
                 ordered.append(found[(index, None)])
             else:
                 ordered.extend(found[(index, name)] for name in pairs.order(unit.pair))
-        outputs = []
-        for recheck, out in staged:
+        for recheck, out in kept:
             if out is None:
                 raise BenchFailed(f"{recheck.side}: kernel_fn returned no CUDA tensor for case {recheck.case}",
                                   recheck.side)
-            outputs.append((recheck, out))
-        return ordered, outputs
+        return ordered, kept
 
     def discard(self, handle) -> None:
         try:

@@ -3,16 +3,18 @@
 Every paired bench runs this loop, on a GPU or a CPU, for ``okc bench`` and for a sweep's
 ``time`` and ``screen`` jobs alike. It owns what must not differ between them: the pairs'
 order and batches (okc.judge.protocol.pairs), the warm-up, when the stopping rule is consulted and on
-which pairs, voided batches, progress, and which timed units are re-checks
-(okc.judge.protocol.recheck). What a clock owns is how a batch of units is timed:
+which pairs, voided batches, progress, and the final round of re-checks. What a clock owns is
+how a batch of units is timed, the fresh input of every timed call, and which timed outputs it
+keeps for the verifier (okc.judge.protocol.recheck: it decides as it enqueues, so that this loop,
+like everything else in the process, never knows in advance):
 
 - okc.judge.protocol.gpu_clock: CUDA graph replays enqueued behind a hold kernel, each between two
   events after a cold-L2 flush, with up to ``in_flight`` batches queued;
 - okc.judge.protocol.cpu_clock: eager calls between two ``perf_counter_ns`` reads, one batch at a time.
 
-A clock's ``submit(units, number, rechecks)`` starts a batch (``rechecks``: unit index ->
-re-check round) and ``collect(handle, units)`` returns its times in the order the pair table
-files them, with the re-checked outputs; ``discard(handle)`` drops a batch after a void.
+A clock's ``submit(units, number, final=False)`` starts a batch (``final``: every output is
+kept) and ``collect(handle, units)`` returns its times in the order the pair table files
+them, with the outputs it kept; ``discard(handle)`` drops a batch after a void.
 The garbage collector is frozen and paused while pairs run: a collection takes hundreds of
 milliseconds in a process holding torch, and nothing the loop makes needs one.
 """
@@ -32,7 +34,7 @@ import numpy as np
 from okc.judge.protocol import pairs, stats
 from okc.judge.protocol.benchcases import BenchFailed
 from okc.judge.protocol.pairs import PairTable, Unit
-from okc.judge.protocol.recheck import FINAL, Recheck, Schedule
+from okc.judge.protocol.recheck import Recheck
 from okc.judge.protocol.timing import HoldTimeout, TimingError
 
 MAX_HOLD_RETRIES = 3  # voided batches tolerated (each halves the batch) before giving up
@@ -44,7 +46,7 @@ class Clock(Protocol):
     slots: int  # graph slots a side replays in turn (okc.judge.protocol.pairs.slots); 1 without copies
     slot_seed: int
 
-    def submit(self, units: list[Unit], number: int, rechecks: dict[int, int | str]) -> object: ...
+    def submit(self, units: list[Unit], number: int, final: bool = False) -> object: ...
 
     def collect(self, handle: object, units: list[Unit]) -> tuple[np.ndarray, list[tuple[Recheck, object]]]: ...
 
@@ -70,10 +72,10 @@ class PairLoop:
     """Pairs of timed units on ``clock``, pipelined, until the stopping rule says enough."""
 
     def __init__(self, clock: Clock, cases: int, matrix: np.ndarray, settings, progress: Callable[[dict], None],
-                 log: Callable[[str], None], schedule: Schedule | None = None) -> None:
+                 log: Callable[[str], None]) -> None:
         self.clock, self.cases, self.matrix, self.settings = clock, cases, matrix, settings
-        self.progress, self.log, self.schedule = progress, log, schedule
-        self.staged: dict[tuple, tuple[Recheck, object]] = {}  # the re-checked outputs, by (round, case, side)
+        self.progress, self.log = progress, log
+        self.kept: list[tuple[Recheck, object]] = []  # the re-checked outputs the clock kept, in order
 
     @property
     def rule(self) -> stats.StoppingRule:
@@ -82,33 +84,23 @@ class PairLoop:
         floor = min(rule.max_pairs, max(rule.min_pairs, pairs.slot_floor(self.clock.slots)))
         return dataclasses.replace(rule, min_pairs=floor)
 
-    def _rechecks(self, units: list[Unit]) -> dict[int, int | str]:
-        if self.schedule is None:
-            return {}
-        found = {}
-        for index, unit in enumerate(units):
-            due = self.schedule.at(unit.pair) if unit.case is not None else None
-            if due is not None and due[1] == unit.case:
-                found[index] = due[0]
-        return found
-
     def _keep(self, outputs: list[tuple[Recheck, object]]) -> None:
-        for recheck, out in outputs:
-            self.staged[(recheck.round, recheck.case, recheck.side)] = (recheck, out)
+        self.kept.extend(outputs)
 
     def warm_up(self) -> None:
         """Pairs run and thrown away first (clocks ramp up, first replays are slow)."""
         for number, units in enumerate(pairs.plan(0, self.settings.warmup_pairs, self.cases, self.settings.batch_ops)):
-            self.clock.collect(self.clock.submit(units, number, {}), units)
+            _, outputs = self.clock.collect(self.clock.submit(units, number), units)
+            self._keep(outputs)
 
     def final_rechecks(self, pair: int) -> None:
-        """Every case on both sides once more, after the last timed pair (times dropped)."""
-        if self.schedule is None:
+        """Every case on both sides once more, after the last timed pair (times dropped), every output kept."""
+        if not self.settings.rechecks:
             return
         units = [Unit(pair, case) for case in range(self.cases)]
         for start in range(0, len(units), max(1, self.settings.batch_ops // pairs.OPS_PER_CASE)):
             part = units[start:start + max(1, self.settings.batch_ops // pairs.OPS_PER_CASE)]
-            _, outputs = self.clock.collect(self.clock.submit(part, -1, {i: FINAL for i in range(len(part))}), part)
+            _, outputs = self.clock.collect(self.clock.submit(part, -1, final=True), part)
             self._keep(outputs)
 
     def run(self) -> tuple[PairTable, str]:
@@ -124,7 +116,7 @@ class PairLoop:
         while True:
             while batches and stopped_by is None and len(pending) < clock.in_flight:
                 units = batches.popleft()
-                pending.append((clock.submit(units, number, self._rechecks(units)), units))
+                pending.append((clock.submit(units, number), units))
                 number += 1
             if not pending:
                 if stopped_by in ("target", "placement"):

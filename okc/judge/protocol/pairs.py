@@ -2,11 +2,12 @@
 
 Pure Python and numpy, so the planning and the arithmetic are tested without a GPU.
 
-A pair runs every scored case once on each side, on one fresh input per case copied into
-the input buffer both sides' graphs read, then one sample of the fixed replay cost. Within
-a pair the sides alternate case by case. Pairs come in quads of four: the same fresh inputs
-and the same graph slots, the candidate first in the first and last pair, the baseline in
-the middle two (ABBA), and the statistics take each quad's geometric mean (okc.judge.protocol.stats).
+A pair runs every scored case once on each side, each replay on a fresh input of its own
+drawn into the input buffer both sides' graphs read (okc.judge.protocol.recheck.Draws: no
+timed call reads an input an earlier call read), then one sample of the fixed replay cost.
+Within a pair the sides alternate case by case. Pairs come in quads of four: the same graph
+slots, the candidate first in the first and last pair, the baseline in the middle two
+(ABBA), and the statistics take each quad's geometric mean (okc.judge.protocol.stats).
 Which of a side's graph slots (copies of its candidate, captures of each) a quad replays
 comes from a seeded schedule that is balanced over every block of pairs.
 """
@@ -26,7 +27,8 @@ SIDES = ("candidate", "baseline")
 # per stream before the host blocks; a host blocked behind a held stream would deadlock
 # until the hold times out, so a batch stays well below that, a graph replay counted once.
 BATCH_OPS = 256
-OPS_PER_CASE = 1 + 2 * 4  # the input copy, then per side: flush, event, replay, event
+# per side: the input's draw, the output's poison, flush, event, replay, event, the output's copy out
+OPS_PER_CASE = 2 * 7
 OPS_PER_OVERHEAD = 4  # flush, event, trivial replay, event
 
 
@@ -67,11 +69,6 @@ SLOT_VISITS = 2  # quads each graph slot runs before a run may stop: the placeme
 def slot_floor(slots: int) -> int:
     """The fewest pairs in which each of ``slots`` slots per side runs ``SLOT_VISITS`` quads."""
     return SLOT_VISITS * QUAD * slots
-
-
-def input_set(pair: int, sets: int) -> int:
-    """Which of the ``sets`` fresh inputs ``pair`` copies in: one per quad, the same for all four."""
-    return (pair // QUAD) % sets
 
 
 @functools.lru_cache(maxsize=64)

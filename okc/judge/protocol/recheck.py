@@ -1,30 +1,47 @@
-"""Re-checks: what the timed calls of a bench return is judged too (SPEC 4.5, issue 22).
+"""Fresh inputs and re-checks: every timed call is a judged call (SPEC 4.5, issues 22 and 31).
 
-A bench times whatever a candidate's graphs do; a candidate that is correct when checked
-and cheap when timed (it tells a bench job from a check, or counts its launches and stops
-working after a few dozen) would be scored fast. So, during the run, some timed units are
-re-checks: that (pair, case) copies a never-used fresh input into the buffer before each
-side's replay (new values in the same buffer, the way every timed replay reads its input)
-and copies what the replay wrote out of the output's memory after its end event, outside
-the timed window. After the last pair, one more pair re-checks every case on both sides.
+Two attacks shape this module. A candidate that memoises its outputs by the input's content
+(always correct) is fast wherever a bench replays an input it has seen; so every timed call,
+on either side, reads an input drawn for it alone (:class:`Draws`: per case, each draw has a
+number, and the input of draw ``n`` comes from ``derive_seed(seed, "timed", n, case key)``, a
+label the verifier draws again). And a candidate that is correct only when it can tell that
+its output will be judged (it counts its launches, reads a marker in its output's memory)
+is scored fast wherever judged replays differ from the others; so a re-checked replay is
+an ordinary one: the clocks enqueue the same operations around every timed replay (the draw
+into the input buffer, the output's place NaN-filled, the flush, the replay, a copy of the
+output out of the graph's memory), and only where that last copy lands differs. Which
+replays are judged is decided by :class:`Picker` as each is enqueued, from the operating
+system's randomness: nothing in the process knows it in advance, so nothing the candidate
+runs can learn it. What a candidate can observe, and why it cannot tell, is listed in
+docs/rechecks.md.
+
+How many (:class:`Picker`): each timed replay of each side is judged independently, at a
+rate that gives every epoch of the run ``per_epoch`` re-checks a side on average; epoch 0 is
+the first ``min_pairs`` pairs, epoch e >= 1 the pairs [P * 2**(e-1), P * 2**e). A candidate
+wrong on a random fraction f of its timed replays passes an epoch unseen with probability
+about exp(-f * per_epoch): 0.6% at f = 2% and the default 256. Every run reaches the end of
+epoch 0 (the stopping rule's minimum), and the later epochs only add re-checks, so a
+candidate that saves its wrong replays for late in a run meets as many. After the last pair,
+one more round replays every case on both sides, each judged.
+
 Nothing is judged while pairs run (the judging would share the GPU with the timing): the
-outputs wait on the device, and :func:`judge` hands them over at the end.
-
-When (:class:`Schedule`): in rounds. Round ``r`` re-checks every case once, one case per
-pair, ``2**r`` pairs apart, so round 0 covers the first ``cases`` pairs, round 1 the next
-``2 * cases``, and so on: whatever the run's length, every shape on both sides is re-checked
-in every round it reaches, and the re-checks spread over the whole run. A unit's inputs come
-from labels the judging side can draw again (``derive_seed(seed, "recheck", round, case)``).
+outputs wait on the device, and :func:`judge` hands them to the verifier at the end.
 """
 
 from __future__ import annotations
 
+import math
+import random
+import secrets
 import time
 from dataclasses import dataclass, field
 
-import numpy as np
+from okc.judge.seeds import derive_seed
 
-FINAL = "final"  # the round label of the re-checks after the last pair
+REPLAY_LABEL = "timed"  # the seed label of a timed replay's input: derive_seed(seed, "timed", draw, case key)
+RECHECKS_PER_EPOCH = 256  # per side and epoch, on average (module docstring)
+MISSED_FRACTION = 0.02  # the cheat the default is sized for: wrong on 2% of its timed replays ...
+DETECTION = 0.99  # ... judged invalid in at least 99% of benches
 VERIFIER_ERROR = "verifier_error"  # the rule a verifier answers with when it could not judge (okc.judge.verdict.verdicts)
 
 
@@ -32,62 +49,73 @@ class JudgeError(Exception):
     """The re-checked outputs could not be judged (the verifier failed): a harness error, never a pass."""
 
 
+def rechecks_needed(fraction: float = MISSED_FRACTION, detection: float = DETECTION) -> int:
+    """Re-checks a side so that a candidate wrong on ``fraction`` of its replays meets one with ``detection``."""
+    return math.ceil(math.log(1 - detection) / math.log(1 - fraction))
+
+
 @dataclass(frozen=True)
 class Recheck:
-    """One side's re-checked replay: what it was, and the label its fresh input was drawn from."""
+    """One side's re-checked replay: what it was, and the draw its input came from."""
 
     side: str
     case: int
     pair: int | None  # None: the final round, after the last timed pair
-    round: int | str
+    draw: int  # the input's number among its case's draws (Draws)
     slot: int = 0
     poisoned: bool = False  # the output's place was NaN-filled before the replay (an all-NaN output is stale)
 
     @property
     def label(self) -> tuple:
-        """derive_seed(seed, *label, case key) draws the unit's fresh input (okc.judge.protocol.benchcases.recheck_input)."""
-        return ("recheck", self.round)
+        """derive_seed(seed, *label, case key) draws the replay's input (the verifier's ``input``)."""
+        return (REPLAY_LABEL, self.draw)
 
     def tag(self, case_key: str) -> dict:
-        return {"side": self.side, "case": case_key, "pair": self.pair, "round": self.round, "slot": self.slot}
+        return {"side": self.side, "case": case_key, "pair": self.pair, "draw": self.draw, "slot": self.slot}
 
 
-@dataclass(frozen=True)
-class Schedule:
-    """Which pair re-checks which case: one case a pair in round 0, then every 2**r pairs in round r."""
+class Draws:
+    """The inputs of a bench's timed calls, numbered per case: no number is ever drawn twice."""
 
-    cases: int
-    max_pairs: int
-    seed: int = 0
-    order: tuple[int, ...] = field(init=False)
+    def __init__(self, seed: int, keys: list[str]) -> None:
+        self.seed, self.keys = seed, list(keys)
+        self.taken = [0] * len(self.keys)
 
-    def __post_init__(self) -> None:
-        if self.cases < 1:
-            raise ValueError(f"a re-check schedule needs at least one case, got {self.cases}")
-        order = np.random.default_rng([self.seed, 17]).permutation(self.cases)
-        object.__setattr__(self, "order", tuple(int(case) for case in order))
+    def take(self, case: int) -> tuple[int, int]:
+        """The next draw of ``case``: (its number, the seed its input is drawn from)."""
+        number = self.taken[case]
+        self.taken[case] = number + 1
+        return number, self.seed_of(case, number)
 
-    def start(self, round_: int) -> int:
-        """The first pair of round ``round_``."""
-        return self.cases * (2**round_ - 1)
+    def seed_of(self, case: int, number: int) -> int:
+        return derive_seed(self.seed, REPLAY_LABEL, number, self.keys[case])
 
     @property
-    def rounds(self) -> int:
-        """Rounds that start before the cap (each needs its own fresh input per case)."""
-        count = 1
-        while self.start(count) < self.max_pairs:
-            count += 1
-        return count
+    def total(self) -> int:
+        return sum(self.taken)
 
-    def at(self, pair: int) -> tuple[int, int] | None:
-        """(round, case) that ``pair`` re-checks, or None."""
-        if pair < 0 or pair >= self.max_pairs:
-            return None
-        round_ = 0
-        while self.start(round_ + 1) <= pair:
-            round_ += 1
-        offset, stride = pair - self.start(round_), 2**round_
-        return None if offset % stride else (round_, self.order[offset // stride])
+
+class Picker:
+    """Whether a timed replay is judged: independently each, at the rate of its pair's epoch (module docstring)."""
+
+    def __init__(self, cases: int, first_epoch_pairs: int, per_epoch: int = RECHECKS_PER_EPOCH,
+                 draw: random.Random | None = None) -> None:
+        if cases < 1 or first_epoch_pairs < 1 or per_epoch < 0:
+            raise ValueError(f"a re-check picker needs cases >= 1, pairs >= 1 and a count >= 0, got "
+                             f"{cases}, {first_epoch_pairs}, {per_epoch}")
+        self.cases, self.first, self.per_epoch = cases, first_epoch_pairs, per_epoch
+        self._random = draw if draw is not None else secrets.SystemRandom()
+
+    def epoch(self, pair: int) -> tuple[int, int]:
+        """(epoch, its pairs) of ``pair``: epoch e >= 1 holds the pairs [P * 2**(e-1), P * 2**e)."""
+        index = (max(pair, 0) // self.first).bit_length()
+        return index, self.first * 2 ** max(index - 1, 0)
+
+    def rate(self, pair: int) -> float:
+        return min(1.0, self.per_epoch / (self.epoch(pair)[1] * self.cases))
+
+    def pick(self, pair: int) -> bool:
+        return self._random.random() < self.rate(pair)
 
 
 @dataclass
@@ -97,14 +125,15 @@ class Outcome:
     judged: int = 0
     failures: list[dict] = field(default_factory=list)
     seconds: float = 0.0
+    per_side: dict[str, int] = field(default_factory=dict)  # outputs judged per side (the final round included)
 
     @property
     def passed(self) -> bool:
         return not self.failures
 
     def report(self) -> dict:
-        return {"judged": self.judged, "passed": self.passed, "failures": self.failures[:8],
-                "seconds": round(self.seconds, 3)}
+        return {"judged": self.judged, "per_side": dict(self.per_side), "passed": self.passed,
+                "failures": self.failures[:8], "seconds": round(self.seconds, 3)}
 
     def reason(self) -> str:
         first = self.failures[0]
@@ -113,18 +142,20 @@ class Outcome:
                 f"({first['rule']}: {first['message']})")
 
 
-def judge(staged: dict, verifier, cases: list, variant: str) -> Outcome | None:
-    """Hand every re-checked output to ``verifier`` (okc.judge.verdict.verifier.Verifier) and gather its verdicts.
+def judge(kept: list, verifier, cases: list, variant: str) -> Outcome | None:
+    """Hand every kept (Recheck, output) to ``verifier`` (okc.judge.verdict.verifier.Verifier) and gather its verdicts.
 
     None when nothing was re-checked or nothing can judge (a benchmark timing without a verifier).
     """
-    if not staged or verifier is None:
+    if not kept or verifier is None:
         return None
     started = time.monotonic()
-    entries = sorted(staged.values(), key=lambda entry: (entry[0].pair is None, entry[0].pair or 0, entry[0].side))
+    entries = sorted(kept, key=lambda entry: (entry[0].pair is None, entry[0].pair or 0, entry[0].side))
+    per_side: dict[str, int] = {}
     try:
         for recheck, out in entries:
             key = cases[recheck.case].key
+            per_side[recheck.side] = per_side.get(recheck.side, 0) + 1
             verifier.submit({"weights": "weights", "case": key, "input": [*recheck.label, key], "variant": variant,
                              "tag": recheck.tag(key), "stream": recheck.side, "poisoned": recheck.poisoned}, out)
         results = verifier.results()
@@ -135,4 +166,4 @@ def judge(staged: dict, verifier, cases: list, variant: str) -> Outcome | None:
         raise JudgeError(broken[0]["message"])
     failures = [{**result["tag"], **{k: result[k] for k in ("rule", "message", "value", "bound", "row")}}
                 for result in results if not result["ok"]]
-    return Outcome(judged=len(results), failures=failures, seconds=time.monotonic() - started)
+    return Outcome(judged=len(results), failures=failures, seconds=time.monotonic() - started, per_side=per_side)

@@ -1,7 +1,7 @@
 """A bench's settings: job.json's ``bench`` object, parsed once, every value checked (SPEC 4.5).
 
 Standard library and numpy only; the checks shared with the command line are okc.benchrules'
-(the laptop refuses a bad option with the same rule before any job folder exists). The knobs of the protocol itself (layout, input copy, shared outputs,
+(the laptop refuses a bad option with the same rule before any job folder exists). The knobs of the protocol itself (layout, shared outputs,
 re-checks) are here too, so a result can say which protocol produced its number.
 """
 
@@ -28,7 +28,7 @@ DEFAULT_CAPTURES = 1
 FLUSHES = ("read", "sum", "write")
 MAX_SLOTS = 64  # copies x captures per side at most: each copy holds a clone of the weights
 LAYOUTS = ("paired", "solo")
-INPUT_COPIES = ("pair", "replay")
+INPUTS = "fresh every timed call"  # the protocol's word for its inputs (okc.judge.protocol.recheck.Draws)
 DEFAULT_OVERHEAD_US = 4.0
 
 
@@ -45,7 +45,6 @@ class BenchSettings:
     copies: int | None = DEFAULT_COPIES  # imports per side, each with its own weights (okc.judge.protocol.sides)
     captures: int = DEFAULT_CAPTURES  # graphs per copy and case
     layout: str = "paired"  # "paired": the sides alternate case by case; "solo": each batch times one side alone
-    input_copy: str = "pair"  # "pair": one fresh-input copy per case and pair; "replay": one before every replay
     shared_outputs: bool = True  # each capture's output let go, so the next capture of the case reuses its memory
     rechecks: bool = True  # timed outputs re-checked during and after the run (okc.judge.protocol.recheck)
     # batches enqueued and not yet read back (okc.judge.protocol.timing.MAX_IN_FLIGHT); 1: the host is idle
@@ -56,7 +55,7 @@ class BenchSettings:
     def from_options(cls, options: dict, problem: Problem) -> BenchSettings:
         """Parse ``options``; ValueError names the bad one."""
         known = {"target_half_width", "min_pairs", "max_pairs", "overhead_us", "flush", "aa_floor", "batch_ops",
-                 "warmup_pairs", "copies", "captures", "layout", "input_copy", "shared_outputs", "rechecks",
+                 "warmup_pairs", "copies", "captures", "layout", "shared_outputs", "rechecks",
                  "in_flight"}
         unknown = sorted(set(options) - known)
         if unknown:
@@ -83,22 +82,22 @@ class BenchSettings:
                 raise ValueError(f"{name} must be an integer from 1 to {MAX_SLOTS}, got {value!r}")
         if (copies or 1) * captures > MAX_SLOTS:
             raise ValueError(f"copies x captures must be at most {MAX_SLOTS}, got {copies} x {captures}")
-        layout, input_copy = options.get("layout", "paired"), options.get("input_copy", "pair")
+        layout = options.get("layout", "paired")
         if layout not in LAYOUTS:
             raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
-        if input_copy not in INPUT_COPIES:
-            raise ValueError(f"input_copy must be one of {', '.join(INPUT_COPIES)}, got {input_copy!r}")
         shared, rechecks = options.get("shared_outputs", True), options.get("rechecks", True)
         for name, value in (("shared_outputs", shared), ("rechecks", rechecks)):
             if not isinstance(value, bool):
                 raise ValueError(f"{name} must be true or false, got {value!r}")
         return cls(rule=stats.StoppingRule(**rule_options), judge_overhead_us=float(overhead),
                    flush=options.get("flush", "read"), aa_floor=float(aa_floor), batch_ops=batch_ops,
-                   warmup_pairs=warmup, copies=copies, captures=captures, layout=layout, input_copy=input_copy,
+                   warmup_pairs=warmup, copies=copies, captures=captures, layout=layout,
                    shared_outputs=shared, rechecks=rechecks, in_flight=in_flight)
 
     def protocol(self) -> dict:
         """Which protocol a result's numbers come from (result.json's ``protocol``)."""
-        return {"layout": self.layout, "input_copy": "replay" if self.layout == "solo" else self.input_copy,
-                "shared_outputs": self.shared_outputs, "rechecks": self.rechecks, "flush": self.flush,
-                "in_flight": self.in_flight}
+        from okc.judge.protocol.recheck import RECHECKS_PER_EPOCH
+
+        return {"layout": self.layout, "inputs": INPUTS, "shared_outputs": self.shared_outputs,
+                "rechecks": self.rechecks, "rechecks_per_epoch": RECHECKS_PER_EPOCH if self.rechecks else 0,
+                "flush": self.flush, "in_flight": self.in_flight}

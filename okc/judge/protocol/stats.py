@@ -1,11 +1,11 @@
 """The statistics of the paired benchmark (SPEC 4.5), in plain Python and numpy.
 
 A bench yields, for every load, one ratio per pair: baseline time / candidate time,
-both measured back to back on the same fresh input. Which side goes first changes from one
+both measured back to back, each on a fresh input drawn from the same distribution. Which side goes first changes from one
 pair to the next, and the second replay of the same code after a flush runs 0.4-0.6 us
 faster than the first on an H200 (benchmarks/NOTES.md, issue 15): the ratios of a load
 fall into two humps, one per order, and their median sits in the trough between them. So
-the unit of every statistic is the quad: four pairs on the same inputs and graph slots, in
+the unit of every statistic is the quad: four pairs on the same graph slots, in
 the orders candidate-first, baseline-first, baseline-first, candidate-first (ABBA), whose
 geometric mean has the order taken out, and with it whatever goes with a pair's parity or
 its place in the quad. From the quads:

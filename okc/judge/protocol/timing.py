@@ -1,7 +1,8 @@
 """The timing protocol's primitives (SPEC 4.5): flush, hold, persisting L2, timed replays.
 
-One timed replay is: read-flush L2, record an event, replay a CUDA graph, record an
-event. A batch of them is enqueued behind a hold kernel that spins on a flag; the host
+One timed replay is: what comes before it (its fresh input drawn into the graph's input
+buffer, its output's place NaN-filled), read-flush L2, record an event, replay a CUDA graph,
+record an event, then what comes after it (its output copied out). A batch of them is enqueued behind a hold kernel that spins on a flag; the host
 raises the flag only once the whole batch is enqueued, so the GPU never waits on the host
 inside a timed window however slow the host is.
 
@@ -139,7 +140,8 @@ def read_graph(nbytes: int, device: torch.device, block: int = READ_BLOCK, iters
 
 @dataclass
 class Flush:
-    """What runs before every timed replay to leave L2 cold. ``kind``: "read" (the judge's) or "write"."""
+    """What runs before every timed replay to leave L2 cold, as a captured graph. ``kind``: "read"
+    (the judge's), "sum" (the same bytes read by torch.sum, as an independent harness does) or "write"."""
 
     kind: str
     nbytes: int
@@ -147,10 +149,7 @@ class Flush:
     keep: tuple = ()  # the buffers the graph reads and writes, alive as long as it is
 
     def run(self) -> None:
-        if self.graph is None:  # "sum": an eager read of keep[0] into keep[1]
-            _sum(self.keep[0], dim=0, out=self.keep[1])
-        else:
-            _replay(self.graph)
+        _replay(self.graph)
 
     def describe(self) -> dict:
         return {"kind": self.kind, "bytes": self.nbytes}
@@ -164,8 +163,13 @@ def make_flush(device: torch.device, kind: str = "read", nbytes: int | None = No
         probe = read_graph(nbytes, device)
         return Flush("read", probe.nbytes, probe.graph, keep=(probe.buffer, probe.out))
     if kind == "sum":
+        # Captured like the read flush: eager, it launched torch's reduction (and what that
+        # allocates) behind a held stream, and with a Triton candidate the hold timed out in 3
+        # of 3 runs (issue 32). The kernel that reads the bytes is the same either way.
         buffer = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
-        return Flush("sum", buffer.numel() * 4, None, keep=(buffer, torch.empty((), dtype=torch.float32, device=device)))
+        sink = torch.empty((), dtype=torch.float32, device=device)
+        return Flush("sum", buffer.numel() * 4, capture_graph(lambda: _sum(buffer, dim=0, out=sink)),
+                     keep=(buffer, sink))
     if kind == "write":
         buffer = torch.empty(nbytes // 4, dtype=torch.int32, device=device)
         return Flush("write", nbytes, capture_graph(buffer.zero_), keep=(buffer,))
@@ -251,17 +255,18 @@ class PersistingL2:
 
 @dataclass(frozen=True)
 class Step:
-    """Copies (dst, src) done first, then one timed replay per graph, in order; ``outputs`` (one
-    (dst, src) or None per graph) copies what a replay wrote, after its end event: outside its window."""
+    """One timed replay of ``graph``: ``before`` first (each a (dst, src) copy, or a callable that
+    enqueues its own work, such as an input's draw), then flush, event, replay, event; then
+    ``after`` (copies, e.g. the output out of the graph's memory), outside the timed window."""
 
-    timed: tuple = ()
-    copies: tuple = ()
-    outputs: tuple = ()
+    graph: object
+    before: tuple = ()
+    after: tuple = ()
 
     @property
     def ops(self) -> int:
-        """Stream operations this step enqueues: a copy each, flush + 2 events + replay per graph."""
-        return len(self.copies) + 4 * len(self.timed) + sum(out is not None for out in self.outputs)
+        """Stream operations this step enqueues: one per ``before`` and ``after`` entry, flush + 2 events + replay."""
+        return len(self.before) + 4 + len(self.after)
 
 
 @dataclass
@@ -315,26 +320,26 @@ class Protocol:
         """Enqueue hold and steps, then release the hold; return at once (the GPU runs it meanwhile)."""
         from okc.judge.protocol import kernels
 
-        if not any(step.timed for step in steps):
+        if not steps:
             raise ValueError("a batch needs at least one timed replay")
         self.epoch += 1
         slot = self.epoch % STATUS_SLOTS
-        batch = Batch(self.epoch, slot, self._events(sum(len(step.timed) for step in steps)))
-        pairs = iter(batch.events)
+        batch = Batch(self.epoch, slot, self._events(len(steps)))
         stream = self.stream
         with on_stream(stream):
             kernels.hold_kernel[(1,)](self.release, self.status, slot, self.epoch, self.timeout_ns, num_warps=1)
-            for step in steps:
-                for dst, src in step.copies:
+            for step, (start, end) in zip(steps, batch.events):
+                for op in step.before:
+                    if callable(op):
+                        op()
+                    else:
+                        _copy(*op)
+                self.flush.run()
+                _record(start, stream)
+                _replay(step.graph)
+                _record(end, stream)
+                for dst, src in step.after:
                     _copy(dst, src)
-                for index, graph in enumerate(step.timed):
-                    start, end = next(pairs)
-                    self.flush.run()
-                    _record(start, stream)
-                    _replay(graph)
-                    _record(end, stream)
-                    if index < len(step.outputs) and step.outputs[index] is not None:
-                        _copy(*step.outputs[index])
         self._release[0] = self.epoch  # the whole batch is enqueued: let it go
         return batch
 

@@ -2,8 +2,8 @@
 
 A screen job (okc.judge.kinds.screen) holds one screener for its whole batch of points. On CUDA
 it is the paired bench of okc.judge.kinds.bench taken apart: the baseline side is imported,
-prepared and captured once (its copies and graphs, the flush, the trivial graph, the input pool and
-the timing protocol stay), and each point only brings its own side: import, prepare,
+prepared and captured once (its copies and graphs, the flush, the trivial graph, the numbering of
+the fresh inputs and the timing protocol stay), and each point only brings its own side: import, prepare,
 capture, the same Runner for the pairs, then release. On the CPU it is the CPU bench of
 okc.judge.protocol.cpu_clock, its baseline side likewise held. Either way a point's numbers come
 from the protocol and the per-case summary a ``time`` job uses (okc.judge.kinds.sweep); on CUDA
@@ -25,7 +25,8 @@ from okc.judge.kinds.bench import PersistingReport
 from okc.judge.protocol.gpu_clock import GpuClock
 from okc.judge.protocol.loop import PairLoop
 from okc.judge.protocol.settings import BenchSettings
-from okc.judge.protocol.benchcases import INPUT_SETS, case_load_matrix, make_inputs, scored_cases, scored_loads
+from okc.judge.protocol.benchcases import case_load_matrix, make_inputs, scored_cases, scored_loads
+from okc.judge.protocol.recheck import Draws
 from okc.judge.problem import Problem
 from okc.judge.seeds import derive_seed
 from okc.judge.protocol.sides import Side, Sides, copies_that_fit
@@ -127,7 +128,7 @@ class CudaScreener:
                                   for slot in range(self.slots)])
 
     def setup(self) -> None:
-        """The baseline made ready; the flush, trivial graph, input pool and protocol. BenchFailed."""
+        """The baseline made ready; the flush, trivial graph, the inputs' numbering and protocol. BenchFailed."""
         problem, device, settings = self.problem, self.device, self.settings
         torch.cuda.init()
         self.compile_clock.install()
@@ -145,7 +146,7 @@ class CudaScreener:
         self._make_ready(self.baseline)
         self.flush = timing.make_flush(device, settings.flush)
         self.overhead = timing.trivial_graph(device)
-        self.pool = make_inputs(problem, self.cases, self.seed, "input", INPUT_SETS, device)
+        self.draws = Draws(self.seed, [case.key for case in self.cases])  # one numbering for every point
         self.matrix = case_load_matrix(self.cases, scored_loads(problem, self.cases))
         self.protocol = timing.Protocol(device, self.flush)
         self.slot_seed = derive_seed(self.seed, "slots")
@@ -163,8 +164,9 @@ class CudaScreener:
         sides = Sides(side, self.baseline, copies=self.copies, captures=self.settings.captures,
                       seed=self.slot_seed)
         sides.inputs = self.inputs
-        loop = PairLoop(GpuClock(self.protocol, sides, self.overhead[0], self.pool, self.settings), len(self.cases),
-                        self.matrix, self.settings, lambda state: None, self.log)
+        clock = GpuClock(self.protocol, sides, self.overhead[0], self.problem, self.cases, self.draws, self.settings)
+        clock.stage()
+        loop = PairLoop(clock, len(self.cases), self.matrix, self.settings, lambda state: None, self.log)
         loop.warm_up()
         table, _ = loop.run()
         rows = case_rows(table, self.cases, self.settings.judge_overhead_us)

@@ -1,0 +1,170 @@
+"""One input of a projection problem (SPEC 4.3), drawn from one seed, on the device that holds it.
+
+A bench times every call on an input no earlier call has read (SPEC 4.5), so it draws one
+for every timed replay, thousands a run. The draw must then be cheap and must not wait on
+the host: on a GPU it is one Triton kernel launch that writes the input into the graph's
+input buffer, enqueued inside a held batch (okc.judge.protocol.gpu_clock), with nothing
+copied from the host and nothing allocated. Everything random comes from the seed through a
+counter-based generator (Triton's Philox), so the verifier draws the same input again, bit
+for bit, from the same seed on the same kind of device. Without Triton (a CPU) the same
+steps run as torch operations over torch's generator: the same distributions, other bits.
+
+What an input is (both ways):
+
+- x ~ N(0, 1), in float32, then cast to the layer's x dtype;
+- the "outlier" variant scales ``OUTLIER_COLUMNS`` columns (drawn on the host from the
+  seed, handed to the kernel as plain numbers) by ``OUTLIER_SCALE``;
+- each row is a probe row with probability ``PROBE_FRACTION``; when none is and m >=
+  ``PROBE_MIN_M``, the row ``forced`` (drawn on the host) is; a probe row is all zero but
+  one entry, +-2**k (k from ``PROBE_EXPONENTS``), at a column drawn per row.
+
+The probe rows are not returned by the draw: :func:`probe_rows` finds them in x (a row with
+exactly one non-zero entry; a normal row of K >= 2 draws has none that is zero).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import torch
+
+from okc.judge.seeds import derive_seed
+
+PROBE_FRACTION = 1 / 8  # about one input row in eight is a probe row
+PROBE_MIN_M = 8  # from this many rows on, an input has at least one probe row
+PROBE_EXPONENTS = range(-4, 5)  # a probe entry is +-2**k, k drawn from here
+OUTLIER_COLUMNS = 4  # columns of x scaled up in the "outlier" variant
+OUTLIER_SCALE = 100.0
+VARIANTS = ("normal", "outlier")
+BLOCK_K = 1024  # columns per program of the kernel
+ROWS_PER_PASS = 1024  # rows whose probe draws one program reads per pass (it looks at every row)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the host draws of one input: the generators' seeds, the forced probe row, the outlier columns."""
+
+    x_seed: int
+    row_seed: int
+    forced: int  # -1: no row is forced (m < PROBE_MIN_M)
+    outliers: tuple[int, ...]  # at most OUTLIER_COLUMNS columns; () in the "normal" variant
+
+
+def plan(seed: int, m: int, k: int, variant: str) -> Plan:
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown input variant {variant!r}; one of {', '.join(VARIANTS)}")
+    choices = random.Random(derive_seed(seed, "choices"))
+    outliers = tuple(choices.sample(range(k), min(OUTLIER_COLUMNS, k))) if variant == "outlier" else ()
+    forced = choices.randrange(m) if m >= PROBE_MIN_M else -1
+    return Plan(derive_seed(seed, "x"), derive_seed(seed, "rows"), forced, outliers)
+
+
+def draw(out: torch.Tensor, seed: int, variant: str) -> bool:
+    """Write the input drawn from ``seed`` into ``out`` (m x K, contiguous), on ``out``'s device.
+
+    On CUDA with Triton: one kernel launch on the current stream, no allocation, no host
+    sync; True. On the CPU: torch operations; True. On CUDA without Triton: nothing, False
+    (:func:`draw_new` then draws with torch operations, which copy from the host).
+    """
+    m, k = out.shape
+    chosen = plan(seed, m, k, variant)
+    if out.device.type == "cuda":
+        kernel = _kernel()
+        if kernel is None:
+            return False
+        hot = (*chosen.outliers, *([-1] * (OUTLIER_COLUMNS - len(chosen.outliers))))
+        kernel[(m, -(-k // BLOCK_K))](out, m, k, chosen.x_seed, chosen.row_seed, chosen.forced, *hot,
+                                      OUTLIER_SCALE, PROBE_FRACTION, PROBE_EXPONENTS.start, len(PROBE_EXPONENTS),
+                                      PROBE_MIN_M, BLOCK_K=BLOCK_K, ROWS=ROWS_PER_PASS)
+        return True
+    out.copy_(_torch_draw(chosen, m, k, out.device))
+    return True
+
+
+def draw_new(m: int, k: int, dtype: torch.dtype, seed: int, variant: str, device: torch.device) -> torch.Tensor:
+    """A new m x K tensor holding the input drawn from ``seed``."""
+    x = torch.empty(m, k, dtype=dtype, device=device)
+    if not draw(x, seed, variant):
+        x.copy_(_torch_draw(plan(seed, m, k, variant), m, k, device))
+    return x
+
+
+def probe_rows(x: torch.Tensor) -> tuple[int, ...]:
+    """The rows of ``x`` with exactly one non-zero entry (host sync: not for a timed batch)."""
+    if x.shape[-1] < 2:
+        return ()
+    single = (x != 0).sum(dim=1) == 1
+    return tuple(int(row) for row in torch.nonzero(single).flatten().tolist())
+
+
+def _torch_draw(chosen: Plan, m: int, k: int, device: torch.device) -> torch.Tensor:
+    generator = torch.Generator(device=device)
+    generator.manual_seed(chosen.x_seed)
+    x = torch.randn(m, k, generator=generator, device=device, dtype=torch.float32)
+    if chosen.outliers:
+        x[:, list(chosen.outliers)] *= OUTLIER_SCALE
+    generator.manual_seed(chosen.row_seed)
+    u = torch.rand(m, 4, generator=generator, device=device)
+    probe = u[:, 0] < PROBE_FRACTION
+    if chosen.forced >= 0 and not bool(probe.any()):
+        probe[chosen.forced] = True
+    columns = (u[:, 1] * k).long().clamp_(max=k - 1)
+    exponents = (u[:, 2] * len(PROBE_EXPONENTS)).long().clamp_(max=len(PROBE_EXPONENTS) - 1) + PROBE_EXPONENTS.start
+    values = torch.where(u[:, 3] < 0.5, -1.0, 1.0) * torch.exp2(exponents.float())
+    probes = torch.zeros(m, k, device=device).scatter_(1, columns[:, None], values[:, None])
+    return torch.where(probe[:, None], probes, x)
+
+
+_compiled: list = []  # [kernel or None], filled on first use
+
+
+def _kernel():
+    """The Triton draw kernel, or None where Triton cannot be imported."""
+    if not _compiled:
+        try:
+            _compiled.append(_make_kernel())
+        except ImportError:
+            _compiled.append(None)
+    return _compiled[0]
+
+
+def _make_kernel():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def draw_kernel(x_ptr, M, K, x_seed, row_seed, forced, o0, o1, o2, o3, scale, probe_fraction,
+                    min_exponent, exponents, min_m, BLOCK_K: tl.constexpr, ROWS: tl.constexpr):
+        row = tl.program_id(0)
+        cols = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
+        inside = cols < K
+        z = tl.randn(x_seed, row * K + cols)
+        hot = (cols == o0) | (cols == o1) | (cols == o2) | (cols == o3)
+        z = tl.where(hot, z * scale, z)
+        # Whether any row is a probe row by its own draw (every program reads every row's draw),
+        # and this row's four draws: probe or not, column, exponent, sign.
+        chosen = 0
+        mine_u = 0.0
+        mine_col = 0.0
+        mine_exp = 0.0
+        mine_sign = 0.0
+        for start in range(0, M, ROWS):
+            rows = start + tl.arange(0, ROWS)
+            u1, u2, u3, u4 = tl.rand4x(row_seed, rows)
+            valid = rows < M
+            chosen += tl.sum(((u1 < probe_fraction) & valid).to(tl.int32), axis=0)
+            here = rows == row
+            mine_u += tl.sum(tl.where(here, u1, 0.0), axis=0)
+            mine_col += tl.sum(tl.where(here, u2, 0.0), axis=0)
+            mine_exp += tl.sum(tl.where(here, u3, 0.0), axis=0)
+            mine_sign += tl.sum(tl.where(here, u4, 0.0), axis=0)
+        probe = (mine_u < probe_fraction) | ((chosen == 0) & (M >= min_m) & (row == forced))
+        column = tl.minimum((mine_col * K).to(tl.int32), K - 1)
+        exponent = tl.minimum((mine_exp * exponents).to(tl.int32), exponents - 1) + min_exponent
+        value = tl.where(mine_sign < 0.5, -1.0, 1.0) * tl.exp2(exponent.to(tl.float32))
+        probe_row = tl.where(cols == column, value, 0.0)
+        x = tl.where(probe, probe_row, z)
+        tl.store(x_ptr + row * K + cols, x.to(x_ptr.dtype.element_ty), mask=inside)
+
+    return draw_kernel
