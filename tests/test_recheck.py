@@ -1,24 +1,37 @@
-"""Re-checks (issue 22): what a bench's timed calls returned is judged, so a candidate that is
-correct when checked and wrong when timed gets no score. CPU: the tiny_matvec lab, real jobs."""
+"""Every timed call is a judged call (issues 22 and 31): each reads an input drawn for it alone, any
+one of them may be re-checked, and nothing in the process knows which beforehand. CPU: the
+picker's numbers, the clocks' streams, and real tiny_matvec jobs."""
 
 import json
+import math
+import random
 import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import torch
 from simgpu import settings
 
 from okc.jobs import runner
 from okc.judge.protocol import pairs
+from okc.judge.protocol.cpu_clock import CpuBench, CpuClock, CpuSide
+from okc.judge.protocol.gpu_clock import GpuClock
 from okc.judge.protocol.loop import PairLoop
-from okc.judge.protocol.recheck import FINAL, Recheck, Schedule
+from okc.judge.protocol.pairs import Unit
+from okc.judge.protocol.recheck import (
+    DETECTION, MISSED_FRACTION, RECHECKS_PER_EPOCH, Draws, Picker, rechecks_needed,
+)
+from okc.judge.protocol.settings import WARMUP_PAIRS, BenchSettings
+from okc.judge.protocol.sides import Side, Sides
+from okc.judge.protocol import stats
 from okc.lab.candidates import resolve
 from okc.problems.tiny_matvec import PROBLEM as TINY
 
-TIMED_ONLY = sorted((Path(TINY.baseline_source).parent / "solutions" / "timed_only").glob("*.py"))
-# Small enough for a 2-core CI machine: 120 pairs reach five rounds of the re-check schedule.
+SOLUTIONS = Path(TINY.baseline_source).parent / "solutions"
+TIMED_ONLY = sorted((SOLUTIONS / "timed_only").glob("*.py"))
+# Small enough for a 2-core CI machine: 120 pairs reach epoch 2 of the picker.
 QUICK = {"target_half_width": 0.2, "min_pairs": 120, "max_pairs": 120}
 
 
@@ -27,77 +40,219 @@ def _candidate(lab, source: Path, number: str):
     return resolve(lab.candidates, number)
 
 
-@pytest.mark.parametrize("cases", [1, 4, 30])
-def test_every_round_rechecks_every_case_once_spread_over_its_pairs(cases):
-    schedule = Schedule(cases, 5000, seed=3)
-    by_round: dict[int, list[tuple[int, int]]] = {}
-    for pair in range(5000):
-        found = schedule.at(pair)
-        if found is not None:
-            by_round.setdefault(found[0], []).append((pair, found[1]))
-    complete = [r for r in by_round if schedule.start(r + 1) <= 5000]
-    assert complete and len(by_round) == schedule.rounds
-    for r in complete:
-        assert sorted(case for _, case in by_round[r]) == list(range(cases))  # every case, once a round
-        pairs_of_round = [pair for pair, _ in by_round[r]]
-        assert pairs_of_round == list(range(schedule.start(r), schedule.start(r + 1), 2**r))  # evenly spread
-    assert schedule.at(-1) is None and schedule.at(5000) is None
+# -- how many re-checks, and where -------------------------------------------------------------
 
 
-class RecordingClock:
-    """A clock whose every call costs what its side says; it records which units were re-checks."""
-
-    in_flight, slots, slot_seed = 2, 1, 0
-
-    def __init__(self) -> None:
-        self.asked: list[tuple[int, int, object]] = []  # (pair, case, round)
-
-    def submit(self, units, number, rechecks):
-        times, outputs = [], []
-        for index, unit in enumerate(units):
-            if unit.case is None:
-                times.append(4.0)
-                continue
-            times += [12.0, 10.0] if pairs.order(unit.pair)[0] == "candidate" else [10.0, 12.0]
-            if index in rechecks:
-                self.asked.append((unit.pair, unit.case, rechecks[index]))
-                outputs += [(Recheck(side, unit.case, unit.pair, rechecks[index]), f"out{unit.pair}/{side}")
-                            for side in pairs.SIDES]
-        return np.array(times), outputs
-
-    def collect(self, handle, units):
-        return handle
-
-    def discard(self, handle):
-        pass
+def test_the_epochs_double_and_each_gets_the_same_count_on_average():
+    picker = Picker(30, 50)
+    assert [picker.epoch(p) for p in (0, 49, 50, 99, 100, 199, 200, 399, 400)] == [
+        (0, 50), (0, 50), (1, 50), (1, 50), (2, 100), (2, 100), (3, 200), (3, 200), (4, 400)]
+    for first, length in ((0, 50), (50, 50), (100, 100), (800, 800)):
+        assert sum(picker.rate(p) * 30 for p in range(first, first + length)) == pytest.approx(RECHECKS_PER_EPOCH)
+    assert Picker(4, 50).rate(0) == 1.0  # fewer replays in an epoch than the count: every one judged
+    with pytest.raises(ValueError):
+        Picker(0, 50)
 
 
-def test_the_loop_rechecks_exactly_the_scheduled_units_and_every_case_at_the_end():
-    clock = RecordingClock()
-    schedule = Schedule(3, 120, seed=1)
-    loop = PairLoop(clock, 3, pairs.load_matrix([0, 0, 1], 2), settings(min_pairs=120, max_pairs=120),
-                    lambda state: None, lambda line: None, schedule)
-    table, stopped_by = loop.run()
-    assert (table.complete, stopped_by) == (120, "cap")
-    due = [(pair, case, round_) for pair in range(120) if (found := schedule.at(pair)) for round_, case in [found]]
-    assert clock.asked == due  # each scheduled (pair, case) once, none other, no re-check in the warm-up
+def test_228_rechecks_catch_a_candidate_wrong_on_2_percent_of_them_99_times_in_100():
+    needed = rechecks_needed(MISSED_FRACTION, DETECTION)
+    assert needed == 228
+    assert (1 - MISSED_FRACTION) ** needed <= 1 - DETECTION < (1 - MISSED_FRACTION) ** (needed - 1)
+    assert RECHECKS_PER_EPOCH >= needed
+
+
+def _missed(cases: int, stop: int, fraction: float, first_pairs: int = 50, start: int = 0) -> float:
+    """The exact chance that a candidate wrong on a random ``fraction`` of its timed replays from pair
+    ``start`` on meets no re-check of one, in a bench of ``cases`` that stops after ``stop`` pairs: the
+    warm-up (pairs 0..WARMUP_PAIRS-1), the pairs, then the final round (every case, judged)."""
+    picker = Picker(cases, first_pairs)
+    numbers = [*range(WARMUP_PAIRS), *range(stop)]
+    log_missed = sum(cases * math.log1p(-picker.rate(p) * fraction) for p in numbers if p >= start)
+    return math.exp(log_missed + cases * math.log1p(-fraction))
+
+
+@pytest.mark.parametrize("stop", [50, 51, 99, 100, 137, 200, 399, 400, 800, 1000, 1600, 2000])
+def test_a_default_bench_finds_a_2_percent_cheat_in_at_least_99_of_100_runs_wherever_it_stops(stop):
+    cases = 30  # muse_bf16_proj's scored cases
+    assert _missed(cases, stop, 0.02) <= 0.01
+    if stop in (100, 200, 400, 800, 1600):  # wrong only in the last epoch (the second half of the run)
+        assert _missed(cases, stop, 0.02, start=Picker(cases, 50).epoch(stop - 1)[1]) <= 0.01
+    picker = Picker(cases, 50)
+    judged = sum(picker.rate(p) * cases for p in (*range(WARMUP_PAIRS), *range(stop)))
+    assert judged <= RECHECKS_PER_EPOCH * (picker.epoch(stop - 1)[0] + 1.1)  # the cost: ~256 an epoch, log2 of the pairs
+
+
+def test_a_bench_of_four_cases_judges_every_replay_until_an_epoch_outgrows_the_count():
+    picker = Picker(4, 50)
+    assert all(picker.rate(p) == 1.0 for p in range(100))  # epochs 0 and 1: 200 replays a side each
+    assert picker.rate(100) == pytest.approx(256 / 400)
+
+
+def test_a_simulated_2_percent_cheat_through_the_real_cpu_clock_is_caught_99_times_in_100():
+    """The real CpuClock and PairLoop over a stand-in problem: the candidate's answer says whether it
+    lied (at random, 2% of its calls); the picker's randomness is seeded so the run repeats."""
+    cases, benches, rng = 30, 150, random.Random(7)
+    misses, judged = 0, []
+    for bench in range(benches):
+        kept = _simulated_bench(cases, 0.02, random.Random(bench), rng)
+        judged.append(sum(recheck.side == "candidate" for recheck, _ in kept))
+        misses += not any(lied for recheck, lied in kept if recheck.side == "candidate")
+    mean = sum(judged) / benches
+    expected = (WARMUP_PAIRS + 50) * RECHECKS_PER_EPOCH / 50 + cases  # epoch 0's rate, the warm-up, the final round
+    assert abs(mean - expected) < 10, (mean, expected)
+    assert misses <= 3, misses  # expected 0.4 of 150 (the exact chance is 0.25%)
+    few = sum(not any(lied for recheck, lied in _simulated_bench(cases, 0.02, random.Random(b), rng, per_epoch=4)
+                      if recheck.side == "candidate") for b in range(20))
+    assert few >= 5  # the same cheat against 4 re-checks an epoch mostly goes unseen: the test can fail
+
+
+class _Coin:
+    """A problem stand-in: an input is one number drawn in place; a call returns what the side says."""
+
+    input_variants = ("normal",)
+
+    def fill_input(self, buffer, case, seed, variant) -> bool:
+        buffer[0] = seed
+        return True
+
+    def call(self, module, x, case):
+        return module.kernel_fn(x, case)
+
+
+def _simulated_bench(cases: int, fraction: float, cheat: random.Random, picks: random.Random,
+                     per_epoch: int = RECHECKS_PER_EPOCH) -> list:
+    sides = {}
+    for name, answer in (("candidate", lambda x, case: cheat.random() < fraction), ("baseline", lambda x, case: False)):
+        side = CpuSide(name, Path(f"{name}.py"))
+        side.module = SimpleNamespace(kernel_fn=answer)
+        side.inputs, side.warm = [[0] for _ in range(cases)], [[0] for _ in range(cases)]
+        sides[name] = side
+    run = BenchSettings(rule=stats.StoppingRule(min_pairs=50, max_pairs=50), judge_overhead_us=0.0)
+    keys = [SimpleNamespace(key=f"case{i}") for i in range(cases)]
+    clock = CpuClock(_Coin(), keys, sides, Draws(1, [k.key for k in keys]), run, Picker(cases, 50, per_epoch, picks))
+    loop = PairLoop(clock, cases, pairs.load_matrix([0] * cases, 1), run, lambda state: None, lambda line: None)
+    loop.warm_up()
+    table, _ = loop.run()
     loop.final_rechecks(table.complete)
-    assert clock.asked[len(due):] == [(120, case, FINAL) for case in range(3)]
-    staged = loop.staged
-    assert {key[0] for key in staged} == {*range(schedule.rounds), FINAL}
-    assert all(len([k for k in staged if k[:2] == (r, c)]) == 2 for r, c, _ in staged)  # both sides
+    return loop.kept
+
+
+# -- a re-checked replay is an ordinary one --------------------------------------------------------
+
+
+class _Place:
+    """An OutputPlace over CPU memory: the clock reads its form and views it."""
+
+    tensor, cuda, dtype = True, True, torch.float32
+
+    def __init__(self, memory):
+        self.memory, self.shape = memory, tuple(memory.shape)
+
+    def view(self):
+        return self.memory
+
+
+class _Executing:
+    """timing.Protocol's order on the CPU: each step's before-ops, the replay, its after-copies."""
+
+    device = torch.device("cpu")
+
+    def __init__(self):
+        self.steps = []
+
+    def submit(self, steps):
+        self.steps.append(steps)
+        for step in steps:
+            for op in step.before:
+                op() if callable(op) else op[0].copy_(op[1])
+            step.graph.write()
+            for dst, src in step.after:
+                dst.copy_(src)
+        return [1.0] * len(steps)
+
+    def collect(self, batch):
+        return np.array(batch)
+
+
+class _FillsSeed:
+    """Every input drawn in place: the draw's seed, small, in every element."""
+
+    input_variants = ("normal",)
+
+    def fill_input(self, buffer, case, seed, variant) -> bool:
+        buffer.fill_(seed % 1000)
+        return True
+
+
+def _clock(candidate_write, per_epoch):
+    shared, x = torch.zeros(4), torch.zeros(4)
+    seen = {"candidate": [], "against": []}
+
+    def captured(name, write):
+        def replay():
+            seen[name].append(torch.isnan(shared).all().item())
+            write(shared, x)
+        return SimpleNamespace(graph=SimpleNamespace(write=replay, slot=0), place=_Place(shared))
+
+    candidate, baseline = Side("candidate", Path("c.py")), Side("against", Path("b.py"))
+    candidate.captured = [[captured("candidate", candidate_write)]]
+    baseline.captured = [[captured("against", lambda out, x: out.copy_(x * 2))]]  # the right answer, for any x
+    sides = Sides(candidate, baseline, copies=1, captures=1, seed=5)
+    sides.inputs = [x]
+    protocol, draws = _Executing(), Draws(3, ["case0"])
+    clock = GpuClock(protocol, sides, SimpleNamespace(write=lambda: None, slot=0), _FillsSeed(),
+                     [SimpleNamespace(key="case0")], draws, settings(), Picker(1, 1, per_epoch, random.Random(1)))
+    clock.stage()
+    return clock, protocol, draws, seen
+
+
+def test_every_timed_replay_reads_its_own_draw_and_finds_its_output_place_poisoned():
+    """Shared output memory (okc.judge.protocol.sides): the baseline writes the right answer where the
+    candidate's output lives too. A candidate that writes nothing is judged on NaNs, and it finds NaNs
+    before every timed replay, judged or not (a NaN only before judged ones would be a marker)."""
+    clock, protocol, draws, seen = _clock(lambda out, x: None, per_epoch=10**6)  # every replay judged
+    outs = []
+    for pair in range(4):
+        _, kept = clock.collect(clock.submit([Unit(pair, 0)], pair), [Unit(pair, 0)])
+        outs += kept
+    assert all(seen["candidate"]) and all(seen["against"]) and len(seen["candidate"]) == 4
+    numbers = [recheck.draw for recheck, _ in outs]
+    assert sorted(numbers) == list(range(1, 9))  # draw 0 was the stage's; each replay its own after that
+    for recheck, out in outs:
+        if recheck.side == "baseline":
+            assert torch.equal(out, torch.full((4,), 2.0 * (draws.seed_of(0, recheck.draw) % 1000)))
+        else:
+            assert torch.isnan(out).all() and recheck.poisoned
+
+
+def test_a_judged_replay_and_a_plain_one_put_the_same_operations_on_the_stream():
+    shapes = []
+    for per_epoch in (10**6, 0):  # every replay judged, then none
+        clock, protocol, _, seen = _clock(lambda out, x: out.copy_(x * 2), per_epoch)
+        _, kept = clock.collect(clock.submit([Unit(0, 0)], 0), [Unit(0, 0)])
+        assert len(kept) == (2 if per_epoch else 0)
+        shapes.append([(len(step.before), [type(op).__name__ for op in step.before], len(step.after),
+                        [tuple(dst.shape) for dst, _ in step.after]) for step in protocol.steps[-1]])
+        assert seen["candidate"] == [True]  # poisoned either way
+    assert shapes[0] == shapes[1]
+
+
+# -- real jobs on the tiny problem -------------------------------------------------------------
 
 
 def test_a_correct_candidate_passes_its_rechecks_and_the_result_says_which_protocol(tiny_lab):
-    matmul = _candidate(tiny_lab, Path(TINY.baseline_source).parent / "solutions" / "correct" / "matmul.py", "001")
+    matmul = _candidate(tiny_lab, SOLUTIONS / "correct" / "matmul.py", "001")
     outcome = runner.submit(tiny_lab, "bench", matmul, bench=QUICK)
     result = json.loads((outcome.job_dir / "result.json").read_text())
     assert result["status"] == "ok", result["reason"]
-    assert result["protocol"]["layout"] == "paired" and result["protocol"]["rechecks"] is True
+    assert result["protocol"]["inputs"] == "fresh every timed call" and result["protocol"]["rechecks"] is True
     rechecks = result["rechecks"]
-    # both sides of every unit the schedule names in 120 pairs, plus every case after the last pair
-    due = sum(Schedule(4, 120).at(pair) is not None for pair in range(120))
-    assert rechecks["passed"] and rechecks["judged"] == 2 * due + 2 * 4
+    # epoch 0 is the rule's 120 pairs: 4 x 123 replays a side (the warm-up's too) each judged at 256 / 480,
+    # 262 on average (sd 11), then the final round's 4
+    assert rechecks["passed"] and set(rechecks["per_side"]) == {"candidate", "baseline"}
+    assert 266 - 55 <= rechecks["per_side"]["candidate"] <= 266 + 55
+    timed = result["timed_inputs"]
+    assert timed["fresh"] is True and timed["drawn"] >= 2 * 4 * (WARMUP_PAIRS + 120)
     assert result["score"] is not None
 
 
@@ -108,73 +263,38 @@ def test_a_candidate_correct_only_when_checked_passes_check_and_gets_no_score(ti
     assert checked.result.status == "pass", checked.result.reason
     benched = runner.submit(tiny_lab, "bench", candidate, bench=QUICK)
     result = json.loads((benched.job_dir / "result.json").read_text())
-    assert result["status"] == "invalid"
+    assert result["status"] == "invalid", result.get("reason")
     assert result.get("score") is None and result["verdict"] == "invalid"
     assert "re-check" in result["reason"] and result["rechecks"]["failures"]
     first = result["rechecks"]["failures"][0]
     assert first["side"] == "candidate" and first["case"] in {case.key for case in TINY.scored_cases()}
     assert first["rule"] in ("whole", "row", "probe", "stale", "nonfinite")
-    assert benched.result.status == "invalid"
 
 
 def test_rechecks_can_be_turned_off_and_then_a_cheat_is_scored(tiny_lab):
     """What the re-checks are for: without them the counting candidate gets a score."""
-    source = next(path for path in TIMED_ONLY if path.stem == "counts_calls")
-    candidate = _candidate(tiny_lab, source, "003")
+    candidate = _candidate(tiny_lab, SOLUTIONS / "timed_only" / "counts_calls.py", "003")
     benched = runner.submit(tiny_lab, "bench", candidate, bench={**QUICK, "rechecks": False})
     result = json.loads((benched.job_dir / "result.json").read_text())
     assert result["status"] == "ok" and result["rechecks"] is None and result["score"] > 0
 
 
-def test_a_rechecked_replay_that_writes_nothing_cannot_hand_on_the_other_sides_output():
-    """The captures of a case share memory (okc.judge.protocol.sides): the baseline's replay writes the
-    right output where the candidate's output lives too. A candidate whose timed replay writes nothing
-    must be judged on NaNs (the place is poisoned before its replay), not on the baseline's answer."""
-    import torch
+def test_a_memoising_candidate_never_meets_an_input_twice_in_a_bench():
+    """It keys its outputs on its input's bytes: with inputs cycled over replays it was 1.15x "faster"."""
+    bench = CpuBench(TINY, SOLUTIONS / "correct" / "memoises.py", Path(TINY.baseline_source), seed=11,
+                     settings=BenchSettings(rule=stats.StoppingRule(min_pairs=40, max_pairs=40),
+                                            judge_overhead_us=0.0), log=lambda line: None)
+    bench.setup()
+    bench.measure()
+    module = bench.sides["candidate"].module
+    calls = len(bench.cases) * (WARMUP_PAIRS + 40 + 1)  # per case: the warm-up, the pairs, the final round
+    assert len(module._memo) == calls + len(bench.cases)  # every timed input new, one warm input per case ...
+    assert module.HITS == calls - len(bench.cases)  # ... so its only hits are untimed calls on the warm input
 
-    from okc.judge.protocol.gpu_clock import GpuClock
-    from okc.judge.protocol.pairs import Unit
-    from okc.judge.protocol.sides import Side, Sides
 
-    shared = torch.zeros(4)
-    x = torch.zeros(4)
-
-    class Place:  # an OutputPlace over CPU memory: the clock only reads its form and views it
-        tensor, cuda, shape, dtype = True, True, (4,), torch.float32
-
-        def view(self):
-            return shared
-
-    def captured(write):
-        return SimpleNamespace(graph=SimpleNamespace(write=write), place=Place())
-
-    class Executing:  # timing.Protocol's order: a step's copies, then per graph the replay and its output copy
-        device = torch.device("cpu")
-
-        def submit(self, steps):
-            for step in steps:
-                for dst, src in step.copies:
-                    dst.copy_(src)
-                for index, graph in enumerate(step.timed):
-                    graph.write()
-                    if index < len(step.outputs):
-                        step.outputs[index][0].copy_(step.outputs[index][1])
-            return [1.0] * sum(len(step.timed) for step in steps)
-
-        def collect(self, batch):
-            return batch
-
-    candidate, baseline = Side("candidate", Path("c.py")), Side("against", Path("b.py"))
-    candidate.captured = [[captured(lambda: None)]]  # writes nothing
-    baseline.captured = [[captured(lambda: shared.copy_(x * 2))]]  # the right answer, for any x
-    sides = Sides(candidate, baseline, copies=1, captures=1, seed=5)
-    sides.inputs = [x]
-    clock = GpuClock(Executing(), sides, None, [[torch.ones(4)]], settings(), recheck_inputs={(0, 0): torch.full((4,), 3.0)})
-    clock.stage([0])
-    for pair in (0, 1):  # both orders: the candidate replays after the baseline in one of them
-        times, outputs = clock.collect(clock.submit([Unit(pair, 0)], pair, {0: 0}), [Unit(pair, 0)])
-        got = {recheck.side: (recheck, out) for recheck, out in outputs}
-        assert torch.equal(got["baseline"][1], torch.full((4,), 6.0))
-        recheck, out = got["candidate"]
-        assert torch.isnan(out).all(), out  # without the poison: the baseline's 6.0s
-        assert recheck.poisoned
+def test_a_memoising_candidate_is_not_scored_faster(tiny_lab):
+    candidate = _candidate(tiny_lab, SOLUTIONS / "correct" / "memoises.py", "004")
+    benched = runner.submit(tiny_lab, "bench", candidate, bench=QUICK)
+    result = json.loads((benched.job_dir / "result.json").read_text())
+    assert result["status"] == "ok" and result["rechecks"]["passed"], result.get("reason")
+    assert result["verdict"] != "faster", result["score"]
