@@ -94,8 +94,6 @@ def one(name: str, pairs_wanted: int, seed: int = SEED) -> None:
         sides_module.capture = recording
     if rig in ("alternate", "alternate_order"):  # the order tied to the pair's parity, as before
         pairs.order = lambda pair: pairs.SIDES if pair % 2 == 0 else pairs.SIDES[::-1]
-        if rig == "alternate":
-            pairs.input_set = lambda pair, sets: pair % sets
     if rig == "shared_weights":
         bench_module.Side.prepare = lambda side, problem, copy, weights: problem.prepare(side.modules[copy], dict(weights))
     fields = bench_module.BenchSettings.__dataclass_fields__

@@ -37,11 +37,10 @@ sys.path.insert(0, str(REPO))
 VARIANTS = {
     "paired": {},
     "solo": {"layout": "solo"},
-    "copy_each": {"input_copy": "replay"},
     "own_outputs": {"shared_outputs": False},
     "one_copy": {"copies": 1},
     "solo_plain": {"layout": "solo", "copies": 1, "shared_outputs": False},
-    "paired_plain": {"copies": 1, "shared_outputs": False, "input_copy": "replay"},
+    "paired_plain": {"copies": 1, "shared_outputs": False},
     # what every okc variant above shares and benchmarks/alone_harness.py does not (NOTES, 2026-12-02):
     "one_in_flight": {"in_flight": 1},  # the host idle while a batch runs
     "sum_flush": {"flush": "sum"},  # an eager torch.sum reads the flush, not a captured Triton read

@@ -20,7 +20,7 @@ import numpy as np  # noqa: E402
 
 from okc.judge.protocol import pairs
 
-from okc.judge import stats  # noqa: E402
+from okc.judge.protocol import stats  # noqa: E402
 from okc.judge.kinds.bench import BenchSettings  # noqa: E402
 from okc.judge.protocol.cpu_clock import CpuBench, CpuClock  # noqa: E402
 from okc.problems.tiny_matvec import PROBLEM  # noqa: E402
@@ -32,19 +32,20 @@ MATMUL = REPO / "okc" / "problems" / "tiny_matvec" / "solutions" / "correct" / "
 class ColdClock(CpuClock):
     """The CPU clock without the untimed warm call each side makes: what the design replaced."""
 
-    def _unit(self, unit, names, round_, found, index, outputs):
-        case, fresh = self.cases[unit.case], self._fresh(unit, round_)
+    def _unit(self, unit, names, final, found, index, kept):
+        case = self.cases[unit.case]
         for name in names:
-            self.sides[name].inputs[unit.case].copy_(fresh)
+            self._draw(self.sides[name], unit.case)
         for name in names:
-            found[(index, name)], _ = self.sides[name].call(self.problem, case, unit.case)
+            side = self.sides[name]
+            found[(index, name)], _ = side.call(self.problem, case, side.inputs[unit.case])
 
 
 class ColdBench(CpuBench):
     def setup_shared(self):
         super().setup_shared()
         warm = self.loop.clock
-        self.loop.clock = ColdClock(warm.problem, warm.cases, warm.sides, warm.pool, warm.settings, warm.recheck_inputs)
+        self.loop.clock = ColdClock(warm.problem, warm.cases, warm.sides, warm.draws, warm.settings, warm.picker)
 
 
 def run(label: str, kind: type, candidate: Path, seed: int, count: int) -> None:

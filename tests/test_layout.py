@@ -24,7 +24,7 @@ class NeighbourGPU(SimulatedGPU):
         self.epoch += 1
         times, previous = [], None
         for step in steps:
-            for graph in step.timed:
+            for graph in (step.graph,):
                 cost = graph.cost
                 side = getattr(graph, "side", None)
                 if side == "baseline" and previous == "candidate":
@@ -35,7 +35,7 @@ class NeighbourGPU(SimulatedGPU):
 
 
 def _run(layout: str):
-    run_settings = dataclasses.replace(settings(min_pairs=400, max_pairs=400), layout=layout)
+    run_settings = dataclasses.replace(settings(min_pairs=400, max_pairs=400), layout=layout, batch_ops=100)  # 7 cases
     loop = simulated_runner(NeighbourGPU(seed=4, noise=0.01), COSTS_CANDIDATE, COSTS_BASELINE, LOADS, run_settings)
     for name, side in loop.clock.sides.by_name.items():
         for per_case in side.captured:
@@ -54,9 +54,9 @@ def test_solo_reads_each_side_as_timed_alone_where_paired_is_pulled_by_the_neigh
     assert all(estimate.lo > true for (estimate, _), true in zip(paired.loads, truth))
 
 
-def test_the_layout_and_input_copy_are_checked_and_named_in_the_protocol():
+def test_the_layout_and_inputs_are_checked_and_named_in_the_protocol():
     solo = BenchSettings.from_options({"layout": "solo"}, TINY)
-    assert solo.protocol()["layout"] == "solo" and solo.protocol()["input_copy"] == "replay"
+    assert solo.protocol()["layout"] == "solo" and solo.protocol()["inputs"] == "fresh every timed call"
     one = BenchSettings.from_options({"in_flight": 1, "flush": "sum"}, TINY)
     assert one.protocol()["in_flight"] == 1 and one.protocol()["flush"] == "sum"
     assert BenchSettings.from_options({}, TINY).protocol()["in_flight"] == 2

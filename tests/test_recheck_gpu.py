@@ -1,6 +1,6 @@
-"""Re-checks on a real GPU (issue 22; skipped without CUDA): candidates correct when checked and
-wrong when timed get no score, correct ones keep theirs. Jobs run through the launcher and the
-worker, as `okc bench` runs them."""
+"""Re-checks on a real GPU (issues 22 and 31; skipped without CUDA): candidates correct when checked
+and wrong when timed get no score, correct ones keep theirs, and no timed replay can tell itself
+judged. Jobs run through the launcher and the worker, as `okc bench` runs them."""
 
 import json
 import shutil
@@ -15,7 +15,8 @@ from okc.problems.muse_bf16_proj import PROBLEM
 
 pytestmark = pytest.mark.gpu
 
-TIMED_ONLY = sorted((Path(PROBLEM.baseline_source).parent / "solutions" / "timed_only").glob("*.py"))
+SOLUTIONS = Path(PROBLEM.baseline_source).parent / "solutions"
+TIMED_ONLY = sorted((SOLUTIONS / "timed_only").glob("*.py"))
 SHORT = {"max_pairs": 400}
 
 
@@ -74,3 +75,40 @@ def test_an_output_let_go_is_read_back_from_its_place_after_a_replay():
     timing.replay(captured.graph)
     timing.synchronize()
     assert place.view().dtype == torch.float32 and torch.allclose(place.view(), fresh.float() @ router.T)
+
+
+def _in_process_bench(candidate: str, pairs: int = 60):
+    """A bench of one copy a side, in this process, so that the candidate's own device counters can be read."""
+    import torch
+
+    from okc.judge.kinds.bench import Bench
+    from okc.judge.protocol import stats
+    from okc.judge.protocol.settings import BenchSettings
+
+    settings = BenchSettings(rule=stats.StoppingRule(min_pairs=pairs, max_pairs=pairs), copies=1)
+    bench = Bench(PROBLEM, SOLUTIONS / "correct" / f"{candidate}.py", Path(PROBLEM.baseline_source),
+                  device=torch.device("cuda"), seed=5, settings=settings, log=lambda line: None)
+    bench.setup()
+    return bench, bench.sides.by_name["candidate"].modules[0]
+
+
+def test_no_timed_replay_reads_an_input_that_an_earlier_call_read():
+    """A memoising candidate's test: it fingerprints every input on the device. With 16 inputs cycled
+    over a case's replays (main before issue 31) a memo scored 1.08x "faster" while 0.45x on fresh ones."""
+    bench, module = _in_process_bench("counts_repeats")
+    calls, repeats = module.replays()
+    bench.measure()
+    after, repeated = module.replays()
+    replays = len(bench.cases) * (bench.settings.warmup_pairs + 60 + 1)  # warm-up, pairs, final round
+    assert after - calls == replays  # the fingerprint ran in every timed replay ...
+    assert repeated == repeats  # ... and met no input twice
+
+
+def test_every_timed_replay_finds_its_output_poisoned_not_only_the_judged_ones():
+    """The re-checks' NaN poison as a marker: poisoned before every timed replay, it tells nothing."""
+    bench, module = _in_process_bench("reads_its_output")
+    calls, poisoned = module.seen()
+    bench.measure()
+    after, found = module.seen()
+    assert after - calls == len(bench.cases) * (bench.settings.warmup_pairs + 60 + 1)
+    assert found - poisoned == after - calls
