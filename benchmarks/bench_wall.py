@@ -36,7 +36,7 @@ def bench(tree: Path, candidate: str, aa: bool) -> dict:
 
 def line(label: str, run: int, found: dict) -> str:
     rechecks = found.get("rechecks") or {}
-    ci = found.get("score_ci") or [None, None]
+    ci = found.get("ci") or [None, None]
     score = found.get("score")
     shown = f"{score:.4f} [{ci[0]:.4f}, {ci[1]:.4f}]" if score is not None and None not in ci else str(score)
     return (f"{label:5s} run {run}: wall {found['wall']:.2f} s, exit {found['exit']}, job {found.get('duration_s')} s, "
