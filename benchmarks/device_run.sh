@@ -9,9 +9,9 @@ mkdir -p "$OUT"
 cd "$(dirname "$0")/.."
 
 if compgen -G ".whl/*.whl" >/dev/null; then
-    # paramiko (and what the tests import that the image lacks); .whl/ may hold wheels of several Pythons
+    # paramiko, which the image lacks; .whl/ may hold wheels of several Pythons
     python3 -m pip install -q --no-index --find-links .whl --no-compile --no-cache-dir --target /tmp/site \
-        paramiko pytest-timeout hypothesis
+        paramiko
     export PYTHONPATH="$PWD:/tmp/site"
 else
     export PYTHONPATH="$PWD"
