@@ -89,8 +89,17 @@ class PairLoop:
 
     def warm_up(self) -> None:
         """Pairs run and thrown away first (clocks ramp up, first replays are slow)."""
+        voided = 0
         for number, units in enumerate(pairs.plan(0, self.settings.warmup_pairs, self.cases, self.settings.batch_ops)):
-            _, outputs = self.clock.collect(self.clock.submit(units, number), units)
+            while True:
+                try:
+                    _, outputs = self.clock.collect(self.clock.submit(units, number), units)
+                    break
+                except HoldTimeout as exc:  # a first use of something stalled the host: once more
+                    voided += 1
+                    if voided > MAX_HOLD_RETRIES:
+                        raise TimingError(str(exc)) from None
+                    self.log(f"voided a warm-up batch ({exc}); running it again")
             self._keep(outputs)
 
     def final_rechecks(self, pair: int) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -274,6 +275,7 @@ class Batch:
     epoch: int
     slot: int
     events: list = field(default_factory=list)  # (start, end) per timed replay, in step order
+    enqueue_s: float = 0.0  # the host's time from the hold's launch to the release
 
 
 class Protocol:
@@ -322,6 +324,7 @@ class Protocol:
 
         if not steps:
             raise ValueError("a batch needs at least one timed replay")
+        started = time.perf_counter()
         self.epoch += 1
         slot = self.epoch % STATUS_SLOTS
         batch = Batch(self.epoch, slot, self._events(len(steps)))
@@ -341,6 +344,7 @@ class Protocol:
                 for dst, src in step.after:
                     _copy(dst, src)
         self._release[0] = self.epoch  # the whole batch is enqueued: let it go
+        batch.enqueue_s = time.perf_counter() - started
         return batch
 
     def collect(self, batch: Batch) -> np.ndarray:
@@ -351,7 +355,8 @@ class Protocol:
             self._spare.extend(batch.events)
             raise HoldTimeout(
                 f"the hold of batch {batch.epoch} ended before its release (status {status}): the host took over "
-                f"{self.timeout_ns / 1e9:g} s to enqueue it, or the stream's launch queue filled up"
+                f"{self.timeout_ns / 1e9:g} s to enqueue it, or the stream's launch queue filled up "
+                f"(enqueued in {batch.enqueue_s * 1e3:.1f} ms)"
             )
         times = np.array([_elapsed_ms(start, end) * 1e3 for start, end in batch.events], dtype=np.float64)
         self._spare.extend(batch.events)
