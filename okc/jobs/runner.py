@@ -22,7 +22,9 @@ from typing import Any
 
 from okc.benchrules import aa_floor
 from okc.contract import LOG_FILE, PROGRESS_FILE, JobResult, JobState, is_job_id
-from okc.errors import ConfigError, Interrupted, JudgeError, LedgerError, PodError, UnreachableError, UnsafeRemote
+from okc.errors import (
+    ConfigError, Interrupted, JudgeError, LedgerError, LedgerUnusable, PodError, UnreachableError, UnsafeRemote,
+)
 from okc import incoming
 from okc.jobs.folder import create_job, finish_job, is_home, job_spec, record_job, settled
 from okc.jobs.target import LocalTarget, Target
@@ -392,8 +394,12 @@ def pull(lab: Lab, target: Target, job_id: str | None = None) -> PullReport:
                 pulled.append(job_dir)
             except UnsafeRemote as exc:  # this job's files are refused; the others still come home
                 refused.append(str(exc))
-            except UnreachableError:  # the connection is gone: no later job would come either
+            except (UnreachableError, LedgerUnusable):  # the connection or the ledger is gone: no later job would come either
                 raise
+            except LedgerError as exc:  # the ledger refused a value of this job alone (it is sound): set aside
+                refused.append(incoming.refuse(lab.results, name, target.name, str(exc)))
             except (PodError, JudgeError) as exc:  # this job alone failed (a file the pod will not serve)
                 refused.append(f"job {name}: not pulled: {incoming.escaped(exc)}")
+            except Exception as exc:  # okc's own failure on this job: said, and the batch goes on (the next pull tries again)
+                refused.append(f"job {name}: not pulled: okc failed on it ({type(exc).__name__}: {incoming.escaped(exc)[:200]})")
     return PullReport(tuple(pulled), recorded, tuple(refused), tuple(target.notes))

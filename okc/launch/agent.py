@@ -1,6 +1,7 @@
 """The agent: okc's job launcher and its pod-side helper, standard library only.
 
-On a pod okc sends this file's source together with okc.contract's (``program()``) as
+On a pod okc sends this file's source together with okc.podfiles', okc.contract's and
+okc.launch.launcher's (``program()``) as
 ``python -c PROGRAM VERB ARGS...`` (every word quoted), so it works before the lab was ever
 synced and always matches the local okc. On this machine okc runs it as
 ``python -m okc.launch.agent run ...``: one launcher, one lock, one set of files for both.
@@ -33,6 +34,7 @@ import sys
 import tarfile
 from pathlib import Path
 
+from okc import podfiles
 from okc.launch.launcher import Refused, atomic_write, cancel_job, jobs, run, start
 
 SCHEMA_VERSION = 1
@@ -183,7 +185,10 @@ def watchdog(remote_dir: str, minutes: str, use: str) -> dict:
                           cwd=remote_dir, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
     if done.returncode != 0:
         fail(f"starting the watchdog failed: {(done.stderr.strip().splitlines() or ['no message'])[-1]}")
-    return json.loads(done.stdout)
+    try:
+        return podfiles.answer(done.stdout, "watchdog")
+    except podfiles.ContractError as exc:
+        fail(f"the watchdog answered something okc cannot read: {exc}")
 
 
 VERBS = {"apply": apply, "start": start, "run": run, "cancel": cancel_job, "jobs": jobs, "status": status,
@@ -215,7 +220,8 @@ def program() -> str:
     from okc import contract
     from okc.launch import launcher
 
-    modules = (("okc.contract", contract), ("okc.launch.launcher", launcher), ("okc.launch.agent", sys.modules[__name__]))
+    modules = (("okc.podfiles", podfiles), ("okc.contract", contract), ("okc.launch.launcher", launcher),
+               ("okc.launch.agent", sys.modules[__name__]))
     sources = {name: Path(module.__file__).read_text(encoding="utf-8") for name, module in modules}
     return (
         "import sys, types\n"
