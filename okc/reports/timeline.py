@@ -102,9 +102,8 @@ def job_document(read: Read, job_id: str) -> Document:
     """``okc jobs JOB``: the job's facts and where its seconds went."""
     spec, result, pid = read(JOB_FILE) or {}, read(RESULT_FILE), read(PID_FILE) or {}
     timeline = (result or {}).get("timeline") or {}
-    wall = None
-    if result is not None and _number(timeline.get("result")) and _number(pid.get("started_at")):
-        wall = spawn_seconds(result, pid) + timeline["result"]
+    spawn = spawn_seconds(result, pid) if result is not None else None
+    wall = spawn + timeline["result"] if spawn is not None and _number(timeline.get("result")) else None
     candidate = spec.get("candidate") if isinstance(spec.get("candidate"), dict) else {}
     fields = {"job_id": job_id, "kind": spec.get("kind"), "candidate": candidate.get("name"),
               "target": spec.get("target"), "created_at": spec.get("created_at"),
