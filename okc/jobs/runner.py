@@ -26,7 +26,7 @@ from okc.errors import (
     ConfigError, Interrupted, JudgeError, LedgerError, LedgerUnusable, PodError, UnreachableError, UnsafeRemote,
 )
 from okc import incoming
-from okc.jobs.folder import create_job, finish_job, is_home, job_spec, record_job, settled
+from okc.jobs.folder import create_job, finish_job, is_home, job_spec, record_job, recordable, settled
 from okc.jobs.target import LocalTarget, Target
 from okc.lab.candidates import Candidate
 from okc.lab.config import Lab
@@ -207,6 +207,15 @@ def bring_home(target: Target, job_dir: Path, conn) -> bool:
     return record_job(conn, job_dir)
 
 
+def _brought_home(target: Target, job_dir: Path, conn) -> tuple[bool, bool]:
+    """:func:`bring_home`, and whether this call is the one that brought the job home: it made the
+    ledger's row, or (a job with nothing to record) the folder was not home before. Two pulls at
+    once each count only their own."""
+    was_home = is_home(job_dir)
+    new = bring_home(target, job_dir, conn)
+    return new, new or (not was_home and not recordable(job_dir))
+
+
 def execute(target: Target, job_dir: Path, gpus: str | None = None, on_log: Callable[[str], None] | None = None,
             on_progress: Callable[[dict], None] | None = None, cancel: threading.Event | None = None,
             watch: Watch | None = None) -> JobResult:
@@ -269,7 +278,8 @@ def run_on(lab: Lab, pod, gpu: int | None, job_dir: Path, cancel: threading.Even
 
     Ctrl-C or ``cancel`` stops the job there too, not only here (the caller records what it keeps).
     """
-    with open_target(lab, pod=pod, results=job_dir.parent) as target:
+    # No pod is this machine, named as --on names it: a lab's default pod is not asked for here.
+    with open_target(lab, "local" if pod is None else None, pod=pod, results=job_dir.parent) as target:
         target.prepare()  # a pod syncs once per okc process, not once per job
         try:
             return execute(target, job_dir, str(gpu) if pod is None and gpu is not None else None,
@@ -381,17 +391,20 @@ def pull(lab: Lab, target: Target, job_id: str | None = None) -> PullReport:
         known = recorded_job_ids(conn)
         for entry in entries:
             name = entry.job
-            if not entry.over or name in known:
+            if not entry.over:
                 continue
             if not is_job_id(name):
                 refused.append(f"refused a job id from {target.name!r}: {incoming.escaped(repr(name))[:200]}")
                 continue
-            if settled(lab.results, name, known):
-                continue  # refused once already, or home with nothing for the ledger (a sweep's timing, a usage error)
             job_dir = lab.results / name
+            if name in known or settled(lab.results, name, known):
+                target.tidy(job_dir)  # what a pull killed beside another one left in its folder
+                continue  # refused once already, or home with nothing for the ledger (a sweep's timing, a usage error)
             try:  # the target makes the folder once the pod's names are checked: a refused job leaves none
-                recorded += bring_home(target, job_dir, conn)
-                pulled.append(job_dir)
+                new, ours = _brought_home(target, job_dir, conn)
+                recorded += new
+                if ours:
+                    pulled.append(job_dir)
             except UnsafeRemote as exc:  # this job's files are refused; the others still come home
                 refused.append(str(exc))
             except (UnreachableError, LedgerUnusable):  # the connection or the ledger is gone: no later job would come either
