@@ -265,7 +265,8 @@ GPU_STATUS = fields({key: optional(text(MAX_NAME_CHARS)) for key in
                      ("name", "memory_used_mib", "memory_total_mib", "sm_clock_mhz", "utilization_pct")})
 HEALTH = fields({"ok": optional(flag), "problem": optional(NAME), "error": optional(text(4096)), "how": optional(text(4096)),
                  "volume": optional(text(4096)), "persistent": optional(flag), "at": optional(EPOCH),
-                 "pid": optional(integer(0, 1 << 31)), "stop_failed": optional(flag), "stop_requested": optional(flag)})
+                 "pid": optional(integer(0, 1 << 31)), "stop_failed": optional(flag), "stop_requested": optional(flag),
+                 "check_s": optional(number(0.0)), "age_s": optional(number())})
 ANSWERS: dict[str, Check] = {  # the agent's answers, by verb
     "jobs": fields({"jobs": items(mapping(anything))}),
     "status": fields({"gpus": items(GPU_STATUS), "disk_free_bytes": COUNT, "disk_total_bytes": COUNT,
