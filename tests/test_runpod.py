@@ -303,6 +303,31 @@ def test_the_api_down_or_failing_is_one_line_and_exit_3(rp, monkeypatch):
         runpod.RunpodClient().list_pods()
 
 
+@pytest.mark.parametrize("when", ["from the start", "once the pod is started"])
+def test_up_keeps_its_timeout_when_the_api_hangs(rp, monkeypatch, when):
+    import threading
+
+    monkeypatch.setattr("okc.pods.lifecycle.CLEANUP_S", 1.0)
+    fake, hang = rp.fake, 30.0  # a byte every 30 s: an API that hangs
+
+    def hang_once_started() -> None:
+        while not fake.actions("start"):
+            time.sleep(0.01)
+        fake.trickle_s = hang
+
+    if when == "from the start":
+        fake.trickle_s = hang
+    else:
+        threading.Thread(target=hang_once_started, daemon=True).start()
+    started = time.monotonic()
+    result = invoke("pod", "up", NAME, "--timeout", "2")
+    elapsed = time.monotonic() - started
+    fake.trickle_s = None
+    assert result.exit_code == 3 and "Traceback" not in result.output, result.output
+    assert elapsed < 2 + 1.0 + 2.5, f"{elapsed:.1f} s: {result.output}"  # --timeout, the stop-again, slack
+    assert KEY not in result.output
+
+
 def test_a_redirect_is_refused_so_the_key_goes_nowhere_else(rp):
     with pytest.raises(PodError, match="HTTP 302"):
         runpod.RunpodClient().get_pod("redirect")

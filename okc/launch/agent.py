@@ -5,7 +5,9 @@ okc.launch.launcher's (``program()``) as
 ``python -c PROGRAM VERB ARGS...`` (every word quoted), so it works before the lab was ever
 synced and always matches the local okc. On this machine okc runs it as
 ``python -m okc.launch.agent run ...``: one launcher, one lock, one set of files for both.
-Each verb prints one JSON document. Verbs:
+Each verb prints one JSON document; while it works, every verb but ``run`` writes a newline to
+stderr each :data:`HEARTBEAT_S` (the laptop gives up on a command that shows no life for the
+pod's ssh_timeout_s: a stopped agent, or a server that never started it). Verbs:
 
 - ``apply REMOTE_DIR``: read a sync's tar stream from stdin, staging each file as it
   arrives (memory stays bounded), then delete what the sync says, put each file in place
@@ -32,6 +34,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import threading
 from pathlib import Path
 
 from okc import podfiles
@@ -45,6 +48,21 @@ NEVER_SYNCED = (STATE_DIR, "results")
 MAX_CONTROL_BYTES = 256 << 20
 COPY_CHUNK = 1 << 20
 NVIDIA_QUERY = "name,memory.used,memory.total,clocks.sm,utilization.gpu"
+HEARTBEAT_S = 1.0  # how often a verb at work says it lives (okc.pods.ssh's alive_s)
+SILENT_VERBS = ("run",)  # the local foreground launcher: nobody reads its stderr while it runs
+
+
+def heartbeat() -> None:
+    """Say, on stderr, that this process lives: now, and every HEARTBEAT_S until it exits."""
+    def beat() -> None:
+        try:
+            while True:
+                os.write(2, b"\n")
+                threading.Event().wait(HEARTBEAT_S)
+        except OSError:
+            return  # stderr is gone: nobody is listening any more
+
+    threading.Thread(target=beat, name="okc-agent-heartbeat", daemon=True).start()
 
 
 def fail(message: str) -> None:
@@ -201,6 +219,8 @@ def main(argv: list) -> None:
     folder = argv[1] if len(argv) > 1 else ""
     if not os.path.isabs(folder):
         fail(f"the first argument must be an absolute folder, got {folder!r}")
+    if argv[0] not in SILENT_VERBS:
+        heartbeat()
     try:
         answer = VERBS[argv[0]](folder, *argv[2:])
     except Refused as exc:

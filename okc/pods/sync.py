@@ -270,7 +270,7 @@ def _push(lab, target: SSHTarget, dry_run: bool, progress: Callable[[SyncProgres
 
     timeout = APPLY_TIMEOUT_S + target.transfer_deadline(stream.total)
     result = target.run(agent_argv(target, "apply", target.pod.remote_dir), timeout=timeout, stdin=stream, on_sent=on_sent,
-                        what="the sync upload (okc agent apply)")
+                        what="the sync upload (okc agent apply)", alive_s=target.timeout)
     cache.save()
     if result.rc != 0:
         detail = result.stderr.decode("utf-8", "replace").strip().splitlines()
@@ -296,7 +296,8 @@ def agent_argv(target: SSHTarget, verb: str, *args: str) -> list[str]:
 
 def call_agent(ssh: SSHTarget, verb: str, *args: str) -> dict:
     """Run one agent verb on the pod; its JSON answer."""
-    result = ssh.run(agent_argv(ssh, verb, *args), timeout=AGENT_TIMEOUT_S, what=f"okc agent {verb}").check(f"okc agent {verb}")
+    result = ssh.run(agent_argv(ssh, verb, *args), timeout=AGENT_TIMEOUT_S, what=f"okc agent {verb}",
+                     alive_s=ssh.timeout).check(f"okc agent {verb}")
     try:
         return podfiles.answer(result.stdout, verb, max_bytes=len(result.stdout))  # ssh.run capped the bytes already
     except podfiles.ContractError as exc:
