@@ -44,10 +44,9 @@ RECORDED_ERROR_KINDS = (None, "candidate", "infrastructure")
 JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # matched whole (fullmatch): no trailing newline
 LOST_REASON = "lost on the pod: no exit code (the pod restarted, or the launcher was killed)"
 
-# What okc itself keeps in a results folder beside the job folders: no job id may name one of
-# them, in any letter case (a Mac's disk does not tell Plots from plots), nor a side file of one
-# (ledger.db-wal, ledger.db.old-20260101-120000, official.jsonl.tmp). Names that start with a
-# dot (.refused, .locks, .okc-write-test-*) are no job id already.
+# What okc keeps in a results folder beside the job folders: no job id names one, in any case (a Mac's
+# disk does not tell Plots from plots), nor a side file of one (ledger.db-wal, ledger.db.old-STAMP).
+# Names that start with a dot (.refused, .locks) are no job id already.
 LEDGER_FILE = "ledger.db"
 OFFICIAL_LOG = "official.jsonl"  # every official result okc record took (okc.lab.backlog)
 PENDING_FILE = "unrecorded.txt"  # ids of finished jobs the ledger refused (okc.lab.backlog)
@@ -74,10 +73,6 @@ def is_job_id(value: object) -> bool:
 
 def _positive(value: object) -> bool:
     return not isinstance(value, bool) and isinstance(value, (int, float)) and value > 0
-
-
-def _count(value: object, minimum: int) -> bool:
-    return not isinstance(value, bool) and isinstance(value, int) and value >= minimum
 
 
 @dataclass(frozen=True)
@@ -137,13 +132,13 @@ class JobSpec:
             raise BadJob(f"a {self.kind} job needs a candidate")
         if self.device not in DEVICES:
             raise BadJob(f"device must be one of {', '.join(DEVICES)}, got {self.device!r}")
-        if self.seed is not None and not _count(self.seed, 0):
+        if self.seed is not None and not is_integer(self.seed, 0):
             raise BadJob(f"seed must be a non-negative integer or null, got {self.seed!r}")
         for name in ("prepare_timeout_s", "job_timeout_s"):
             if not _positive(getattr(self, name)):
                 raise BadJob(f"{name} must be a positive number of seconds, got {getattr(self, name)!r}")
         for name in ("weight_seeds", "max_m"):
-            if getattr(self, name) is not None and not _count(getattr(self, name), 1):
+            if getattr(self, name) is not None and not is_integer(getattr(self, name), 1):
                 raise BadJob(f"{name} must be a positive integer or null, got {getattr(self, name)!r}")
         if self.cases is not None and (not isinstance(self.cases, list) or not all(isinstance(c, str) for c in self.cases)):
             raise BadJob(f"cases must be a list of 'layer/m=N' strings or null, got {self.cases!r}")
