@@ -38,7 +38,7 @@ def silent_pod(lab_root, sshd, tmp_path):
 
 
 @pytest.mark.parametrize("command", [["jobs"], ["pull"], ["logs", JOB], ["attach", JOB], ["pod", "status"],
-                                     ["jobs", JOB]], ids=" ".join)
+                                     ["jobs", JOB], ["sync"]], ids=" ".join)
 def test_a_pod_that_answers_only_keepalives_is_exit_3_within_ssh_timeout(silent_pod, command):
     started = time.monotonic()
     result = runner.invoke(app, command)
