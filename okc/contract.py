@@ -17,6 +17,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from okc import podfiles
+from okc.podfiles import MAX_EPOCH_S, ContractError, is_integer, is_number
+
 JOB_SCHEMA_VERSION = 1
 RESULT_SCHEMA_VERSION = 1
 
@@ -38,12 +41,24 @@ PASSING = ("pass", "ok")
 # job); or nobody's (the user stopped it). Only candidate and infrastructure errors go in the ledger.
 ERROR_KINDS = ("usage", "candidate", "harness", "infrastructure", "interrupted")
 RECORDED_ERROR_KINDS = (None, "candidate", "infrastructure")
-JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # matched whole (fullmatch): no trailing newline
 LOST_REASON = "lost on the pod: no exit code (the pod restarted, or the launcher was killed)"
 
+# What okc keeps in a results folder beside the job folders: no job id names one, in any case (a Mac's
+# disk does not tell Plots from plots), nor a side file of one (ledger.db-wal, ledger.db.old-STAMP).
+# Names that start with a dot (.refused, .locks) are no job id already.
+LEDGER_FILE = "ledger.db"
+OFFICIAL_LOG = "official.jsonl"  # every official result okc record took (okc.lab.backlog)
+PENDING_FILE = "unrecorded.txt"  # ids of finished jobs the ledger refused (okc.lab.backlog)
+PLOTS_DIR = "plots"  # okc plot's PNGs
+SWEEPS_DIR = "experiments"  # a sweep's runs (okc.sweeps.funnel)
+RESERVED_NAMES = (LEDGER_FILE, OFFICIAL_LOG, PENDING_FILE, PLOTS_DIR, SWEEPS_DIR)
 
-class ContractError(ValueError):
-    """A job or result document does not follow the contract; the message names the field."""
+
+def is_reserved(name: str) -> bool:
+    """Whether ``name`` is, or could be, one of okc's own files in a results folder."""
+    lowered = name.lower()
+    return any(lowered == reserved or lowered.startswith((f"{reserved}.", f"{reserved}-")) for reserved in RESERVED_NAMES)
 
 
 class BadJob(ContractError):
@@ -51,15 +66,13 @@ class BadJob(ContractError):
 
 
 def is_job_id(value: object) -> bool:
-    return isinstance(value, str) and bool(JOB_ID.match(value)) and ".." not in value
+    """A plain folder name okc's own files cannot collide with (see RESERVED_NAMES)."""
+    return (isinstance(value, str) and JOB_ID.fullmatch(value) is not None and ".." not in value
+            and not is_reserved(value))
 
 
 def _positive(value: object) -> bool:
     return not isinstance(value, bool) and isinstance(value, (int, float)) and value > 0
-
-
-def _count(value: object, minimum: int) -> bool:
-    return not isinstance(value, bool) and isinstance(value, int) and value >= minimum
 
 
 @dataclass(frozen=True)
@@ -72,9 +85,11 @@ class SourceRef:
     sha256: str = ""
 
     def __post_init__(self) -> None:
-        parts = Path(self.source).parts
-        if not isinstance(self.source, str) or not self.source or os.path.isabs(self.source) or ".." in parts:
-            raise BadJob(f"a candidate's source must be a path inside the job folder, got {self.source!r}")
+        if not isinstance(self.source, str) or not self.source or os.path.isabs(self.source) or ".." in Path(self.source).parts:
+            raise BadJob(f"a candidate's source must be a path inside the job folder, got {podfiles.shown(self.source)}")
+        if not is_integer(self.number, -1) or not isinstance(self.name, str) or not isinstance(self.sha256, str):
+            raise BadJob(f"a candidate needs an integer number and text name and sha256, got "
+                         f"{podfiles.shown((self.number, self.name, self.sha256))}")
 
     def path(self, job_dir: Path) -> Path:
         return job_dir / self.source
@@ -117,13 +132,13 @@ class JobSpec:
             raise BadJob(f"a {self.kind} job needs a candidate")
         if self.device not in DEVICES:
             raise BadJob(f"device must be one of {', '.join(DEVICES)}, got {self.device!r}")
-        if self.seed is not None and not _count(self.seed, 0):
+        if self.seed is not None and not is_integer(self.seed, 0):
             raise BadJob(f"seed must be a non-negative integer or null, got {self.seed!r}")
         for name in ("prepare_timeout_s", "job_timeout_s"):
             if not _positive(getattr(self, name)):
                 raise BadJob(f"{name} must be a positive number of seconds, got {getattr(self, name)!r}")
         for name in ("weight_seeds", "max_m"):
-            if getattr(self, name) is not None and not _count(getattr(self, name), 1):
+            if getattr(self, name) is not None and not is_integer(getattr(self, name), 1):
                 raise BadJob(f"{name} must be a positive integer or null, got {getattr(self, name)!r}")
         if self.cases is not None and (not isinstance(self.cases, list) or not all(isinstance(c, str) for c in self.cases)):
             raise BadJob(f"cases must be a list of 'layer/m=N' strings or null, got {self.cases!r}")
@@ -138,6 +153,10 @@ class JobSpec:
         """Parse job.json; fields this version does not know are ignored (a newer okc may add some)."""
         if not isinstance(data, dict):
             raise BadJob("job.json must hold a JSON object")
+        try:
+            podfiles.JOB(data, "job.json")
+        except ContractError as exc:
+            raise BadJob(str(exc)) from None
         if data.get("schema_version") != JOB_SCHEMA_VERSION:
             raise BadJob(f"job.json has schema_version {data.get('schema_version')!r}; this okc reads {JOB_SCHEMA_VERSION}")
         missing = [name for name in ("job_id", "kind", "problem") if name not in data]
@@ -155,18 +174,21 @@ def _source(value: object, side: str) -> SourceRef | None:
     if value is None:
         return None
     if not isinstance(value, dict) or not isinstance(value.get("source"), str):
-        raise BadJob(f"{side} must be an object with a 'source' path, got {value!r}")
-    number = value.get("number", -1)
-    return SourceRef(number=number if isinstance(number, int) else -1, name=str(value.get("name", "")),
-                     source=value["source"], sha256=str(value.get("sha256", "")))
+        raise BadJob(f"{side} must be an object with a 'source' path, got {podfiles.shown(value)}")
+    return SourceRef(number=value.get("number", -1), name=value.get("name", ""), source=value["source"],
+                     sha256=value.get("sha256", ""))
 
 
 def read_job(job_dir: Path) -> JobSpec:
     """JOB_DIR/job.json, parsed; :class:`BadJob` if it is missing, malformed or asks the impossible."""
     try:
-        return JobSpec.from_json(json.loads((job_dir / JOB_FILE).read_text(encoding="utf-8")))
-    except (OSError, ValueError) as exc:  # BadJob is a ValueError too: it passes through with its message
-        raise exc if isinstance(exc, BadJob) else BadJob(f"{job_dir / JOB_FILE} cannot be read: {exc}") from None
+        data = podfiles.read_bytes(job_dir / JOB_FILE)
+    except OSError as exc:
+        raise BadJob(f"{job_dir / JOB_FILE} cannot be read: {exc.strerror or exc}") from None
+    try:
+        return JobSpec.from_json(podfiles.parse_object(data, JOB_FILE))
+    except ContractError as exc:  # BadJob is one too: it passes through with its message
+        raise exc if isinstance(exc, BadJob) else BadJob(f"{job_dir / JOB_FILE}: {exc}") from None
 
 
 JOB_STATES = ("not started", "running", "finished", "lost", "cancelled")  # the last three: over, exit_code exists
@@ -189,10 +211,11 @@ class JobState:
     @classmethod
     def from_json(cls, data: object) -> JobState:
         if not isinstance(data, dict) or not isinstance(data.get("job"), str) or data.get("state") not in JOB_STATES:
-            raise ContractError(f"not a job state: {data!r}"[:200])
+            raise ContractError(f"not a job state: {podfiles.shown(data, 200)}")
         code, pid, started = data.get("exit_code"), data.get("pid"), data.get("started_at")
-        return cls(data["job"], data["state"], code if _count(code, -255) else None, pid if _count(pid, 1) else None,
-                   float(started) if _positive(started) else None)
+        return cls(data["job"], data["state"], code if is_integer(code, -255, 1 << 31) else None,
+                   pid if is_integer(pid, 1, 1 << 31) else None,
+                   float(started) if is_number(started, 0.0, MAX_EPOCH_S) and started > 0 else None)
 
 
 # -- result.json -----------------------------------------------------------------------
@@ -323,39 +346,16 @@ class JobResult:
         return {load.name: load.speedup for load in self.loads}
 
 
-def _pair(value: Any) -> tuple[float, float] | None:
-    if value is None:
-        return None
-    lo, hi = value
-    return (float(lo), float(hi))
-
-
-def _build(cls: type, data: dict[str, Any]) -> Any:
-    return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
-
-
-def parse_result(data: object) -> JobResult:
-    """result.json, parsed; :class:`ContractError` if it is not a result this okc can read."""
+def parse_result(data: object, name: str = "result.json") -> JobResult:
+    """result.json, parsed: every field of the type its record says (okc.podfiles.build); a null
+    list is an empty one. :class:`ContractError` if it is not a result this okc can read."""
     if not isinstance(data, dict):
-        raise ContractError("result.json must hold a JSON object")
+        raise ContractError(f"{name} must hold a JSON object")
     version = data.get("schema_version")
     if version != RESULT_SCHEMA_VERSION:
-        raise ContractError(f"result.json has schema_version {version!r}; this okc reads {RESULT_SCHEMA_VERSION}")
-    try:
-        fields = {k: v for k, v in data.items() if k in JobResult.__dataclass_fields__}
-        fields["cases"] = tuple(_build(CaseResult, c) for c in data.get("cases") or ())
-        fields["failures"] = tuple(data.get("failures") or ())
-        fields["loads"] = tuple(_build(LoadResult, {**row, "ci": _pair(row["ci"])}) for row in data.get("loads") or ())
-        fields["shapes"] = tuple(_build(ShapeResult, s) for s in data.get("shapes") or ())
-        fields["timings"] = tuple(_build(Timing, {**t, "ci": _pair(t.get("ci")), "speedup_ci": _pair(t.get("speedup_ci"))})
-                                 for t in data.get("timings") or ())
-        fields["sizes"] = tuple(_build(FloorSize, s) for s in data.get("sizes") or ())
-        for name in ("score_ci", "score_measured_overhead_ci"):
-            fields[name] = _pair(data.get(name))
-        fields["aa"] = bool(data.get("aa", False))
-        return JobResult(**fields)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ContractError(f"result.json is malformed: {exc}") from None
+        raise ContractError(f"{name} has schema_version {podfiles.shown(version)}; this okc reads {RESULT_SCHEMA_VERSION}")
+    podfiles.RESULT(data, name)
+    return podfiles.build(JobResult, data, name)
 
 
 def result_document(job: JobSpec | None, job_id: str, status: str, reason: str | None, error_kind: str | None,
@@ -392,9 +392,9 @@ def write_json(path: Path, data: dict[str, Any], *, exclusive: bool = False) -> 
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
-    """A JSON object another process writes atomically; None while absent or unreadable."""
+    """A JSON object another process writes atomically, checked as its name says (okc.podfiles);
+    None while absent, unreadable or malformed."""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        return podfiles.load(Path(path))
+    except ContractError:
         return None
-    return data if isinstance(data, dict) else None

@@ -20,34 +20,23 @@ from __future__ import annotations
 import codecs
 import json
 import math
-import re
 import shutil
 from pathlib import Path
 from typing import Callable, Iterable
 
+from okc import podfiles
 from okc.contract import (
-    ENV_FILE, JOB_FILE, LAUNCHER_FILE, PHASE_FILE, PID_FILE, PROGRESS_FILE, RESULT_FILE, ContractError, parse_result,
-    read_job, write_json,
+    ENV_FILE, JOB_FILE, LAUNCHER_FILE, PHASE_FILE, PID_FILE, PROGRESS_FILE, RESULT_FILE, ContractError, is_job_id,
+    parse_result, read_job, write_json,
 )
 from okc.errors import UnsafeRemote
+from okc.podfiles import CHECK_FILE, MAX_DOCUMENT_BYTES, MAX_DURATION_S, MAX_NAME_CHARS, escaped, escaped_log  # noqa: F401
 
 MAX_FILE_BYTES = 2 << 30  # one file of a job: a candidate printing in a loop can fill a log this far
 MAX_JOB_BYTES = 4 << 30  # a job folder in all
-MAX_DOCUMENT_BYTES = 16 << 20  # a JSON file okc parses whole (a real result.json is a few hundred KiB)
-DOCUMENTS = (JOB_FILE, RESULT_FILE, ENV_FILE, LAUNCHER_FILE, PHASE_FILE, PROGRESS_FILE, PID_FILE)
-MAX_DURATION_S = 7 * 24 * 3600.0  # no job runs for a week (its job_timeout_s stops it long before)
+DOCUMENTS = (JOB_FILE, RESULT_FILE, ENV_FILE, LAUNCHER_FILE, PHASE_FILE, PROGRESS_FILE, PID_FILE, CHECK_FILE)
 MAX_SCORE = 1e6  # a speedup of a million times is not a measurement
-MAX_NAME_CHARS = 200  # a candidate or GPU name shown in tables
-LOG_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 REFUSED_DIR = ".refused"  # under results/: job ids start with a letter or digit, so it names no job
-
-
-def escaped(text: object) -> str:
-    """``text`` with every control character written as an escape (``\\x1b``, ``\\n``): safe for a terminal."""
-    text = str(text)
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 def stream_log(chunks: Iterable[bytes], write: Callable[[str], None]) -> None:
@@ -57,12 +46,6 @@ def stream_log(chunks: Iterable[bytes], write: Callable[[str], None]) -> None:
     for chunk in chunks:
         write(escaped_log(decoder.decode(chunk)))
     write(escaped_log(decoder.decode(b"", final=True)))
-
-
-def escaped_log(text: str) -> str:
-    """A log's text for a terminal: lines and tabs kept, every other control character (C0, DEL, C1:
-    what a terminal acts on) escaped."""
-    return LOG_CONTROL.sub(lambda match: match.group().encode("unicode_escape").decode("ascii"), text)
 
 
 # -- before anything travels -----------------------------------------------------------
@@ -110,35 +93,27 @@ def _name(where: str, value: object) -> None:
 
 
 def _document(path: Path) -> dict | None:
-    """A JSON object from the pod (None if absent); UnsafeRemote if too big or not an object."""
+    """A document from the pod, checked as its name says (okc.podfiles); None if absent."""
     try:
-        if path.stat().st_size > MAX_DOCUMENT_BYTES:
-            raise UnsafeRemote(f"{path.name} is over okc's cap of {MAX_DOCUMENT_BYTES} bytes")
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as exc:
-        raise UnsafeRemote(f"{path.name} is not JSON ({escaped(exc)[:120]})") from None
-    if not isinstance(data, dict):
-        raise UnsafeRemote(f"{path.name} does not hold a JSON object")
-    return data
-
-
-def check_result(data: dict, job_id: str) -> None:
-    """result.json as the pod wrote it: a result this okc reads, about this job, with sane numbers."""
-    try:
-        result = parse_result(data)
+        return podfiles.load(path)
     except ContractError as exc:
-        raise UnsafeRemote(f"{RESULT_FILE}: {escaped(exc)[:200]}") from None
+        raise UnsafeRemote(str(exc)) from None
+
+
+def check_result(data: dict, job_id: str, name: str = RESULT_FILE) -> None:
+    """result.json (or a try's check.json) as the pod wrote it: a result this okc reads, about
+    this job, with sane numbers."""
+    try:
+        result = parse_result(data, name)
+    except ContractError as exc:
+        raise UnsafeRemote(escaped(exc)[:300]) from None
     if result.job_id != job_id:
-        raise UnsafeRemote(f"{RESULT_FILE} is about job {escaped(result.job_id)!r}, not {job_id}")
-    if result.reason is not None and not isinstance(result.reason, str):
-        raise UnsafeRemote(f"{RESULT_FILE}: reason must be text, got {escaped(repr(result.reason))[:80]}")
+        raise UnsafeRemote(f"{name} is about job {escaped(result.job_id)!r}, not {job_id}")
     _number("duration_s", result.duration_s, 0.0, MAX_DURATION_S)
-    for name in ("score", "score_measured_overhead", "aa_floor", "half_width"):
-        _number(name, getattr(result, name), 0.0, MAX_SCORE)
-    for name in ("score_ci", "score_measured_overhead_ci"):
-        _interval(name, getattr(result, name), 0.0, MAX_SCORE)
+    for field in ("score", "score_measured_overhead", "aa_floor", "half_width"):
+        _number(field, getattr(result, field), 0.0, MAX_SCORE)
+    for field in ("score_ci", "score_measured_overhead_ci"):
+        _interval(field, getattr(result, field), 0.0, MAX_SCORE)
     _number("pairs", result.pairs, 0, 1e12)
     for load in result.loads:
         _name("a load's name", load.name)
@@ -148,30 +123,23 @@ def check_result(data: dict, job_id: str) -> None:
 
 
 def check_home(job_dir: Path, target: str) -> None:
-    """Refuse (UnsafeRemote) a job folder that came home from ``target`` unless it is what okc asked for."""
+    """Refuse (UnsafeRemote) a job folder that came home from ``target`` unless it is what okc
+    asked for: every document okc reads in it bounded and of the types okc reads (okc.podfiles)."""
     job_id = job_dir.name
+    if not (job_dir / JOB_FILE).is_file():
+        raise UnsafeRemote(f"the job folder has no {JOB_FILE}")
     try:
-        if (job_dir / JOB_FILE).stat().st_size > MAX_DOCUMENT_BYTES:
-            raise UnsafeRemote(f"{JOB_FILE} is over okc's cap of {MAX_DOCUMENT_BYTES} bytes")
         spec = read_job(job_dir)
-    except FileNotFoundError:
-        raise UnsafeRemote(f"the job folder has no {JOB_FILE}") from None
     except ContractError as exc:
-        raise UnsafeRemote(f"{JOB_FILE}: {escaped(exc)[:200]}") from None
+        raise UnsafeRemote(f"{JOB_FILE}: {escaped(exc)[:300]}") from None
     if spec.job_id != job_id:  # the pod may not choose the id (another job's, one not pulled yet)
         raise UnsafeRemote(f"{JOB_FILE} names job {escaped(spec.job_id)!r}, not the folder it lies in")
     if spec.target != target:
         raise UnsafeRemote(f"{JOB_FILE} says it ran on {escaped(spec.target)!r}, not on {escaped(target)!r}")
-    for side in (spec.candidate, spec.against):
-        if side is not None:
-            _name("a candidate's name", side.name)
-    result = _document(job_dir / RESULT_FILE)
-    if result is not None:
-        check_result(result, job_id)
-    launcher = _document(job_dir / LAUNCHER_FILE) or {}
-    _number(f"{LAUNCHER_FILE} seconds", launcher.get("seconds"), 0.0, MAX_DURATION_S)
-    gpu = (_document(job_dir / ENV_FILE) or {}).get("gpu")
-    _name(f"{ENV_FILE} gpu name", gpu.get("name") if isinstance(gpu, dict) else gpu)
+    documents = {name: _document(job_dir / name) for name in DOCUMENTS if name != JOB_FILE}
+    for name in (RESULT_FILE, CHECK_FILE):
+        if documents[name] is not None:
+            check_result(documents[name], job_id, name)
 
 
 # -- refusing --------------------------------------------------------------------------
@@ -195,7 +163,7 @@ def refuse(results: Path, job_id: str, target: str, reason: str) -> str:
     folder = results / REFUSED_DIR
     folder.mkdir(parents=True, exist_ok=True)
     came_home = results / job_id
-    if came_home.is_dir() and not came_home.is_symlink():
+    if is_job_id(job_id) and came_home.is_dir() and not came_home.is_symlink():
         kept = folder / job_id
         try:
             came_home.rename(kept)

@@ -3,7 +3,8 @@
 It listens on 127.0.0.1, accepts the test client key, answers every command with a fixed
 stdout (what the agent's ``jobs`` verb would print, but crafted), and serves SFTP from the
 real filesystem plus crafted entries added to chosen folders' listings: names no honest
-pod would list (absolute paths, ``..``, names with slashes). Reading a crafted entry
+pod would list (absolute paths, ``..``, names with slashes). ``silent``: it takes every command
+and answers none (the transport still answers keepalives). Reading a crafted entry
 returns :data:`CRAFTED_CONTENT`. It is a server okc's client really talks to over TCP,
 not a stand-in for the client's own layers.
 """
@@ -34,6 +35,7 @@ class Crafted:
 
     answer: bytes = b""
     entries: dict[str, list[tuple[str, int]]] = field(default_factory=dict)  # folder -> (name, st_mode)
+    silent: bool = False  # accept every command and never say a word of it (keepalives are still answered)
 
 
 class _Server(paramiko.ServerInterface):
@@ -52,6 +54,9 @@ class _Server(paramiko.ServerInterface):
         return paramiko.OPEN_SUCCEEDED if kind == "session" else paramiko.OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED
 
     def check_channel_exec_request(self, channel, command):
+        if self.crafted.silent:
+            return True
+
         def answer():
             time.sleep(EXEC_REPLY_DELAY_S)
             try:

@@ -13,7 +13,8 @@ Retry-After. It checks the Bearer key like Runpod does. Starting a pod opens a T
 on a new port to the real sshd, so each start maps port 22 to a different public port, as
 Runpod's does; stopping it closes the relay and every connection through it, as a stopped
 pod would. Hostile modes: every answer trickled a byte at a time, rate limits, a fixed
-status for every call, a conflict on every action. Nothing leaves this machine.
+status for every call, a conflict on every action, a key revoked or hung up on after a while.
+Nothing leaves this machine.
 """
 
 from __future__ import annotations
@@ -135,6 +136,9 @@ class FakeRunpod:
         self.retry_after: str | None = "1"  # ... with this Retry-After (None: without one)
         self.trickle_s: float | None = None  # send every answer a byte at a time, this far apart
         self.conflict = False  # every action is refused with 409, as for a pod already changing state
+        self.more_keys: set[str] = set()  # other keys it takes (a pod-scoped key beside the user's)
+        self.revoked: set[str] = set()  # keys it refuses from now on (401)
+        self.hang_up: set[str] = set()  # keys whose every call it closes without a word
         self.boot_reads = 1  # after a start action, this many GETs show STARTING without an address
         self.ports_seen: list[int] = []
         self._lock = threading.Lock()
@@ -231,7 +235,11 @@ class FakeRunpod:
                 if fake.fail_with is not None:
                     return self._problem(fake.fail_with, "service unavailable" if fake.fail_with >= 500 else "access denied"
                                          if fake.fail_with == 403 else "resource not found")
-                if auth != f"Bearer {fake.key}":
+                key = (auth or "").removeprefix("Bearer ")
+                if key in fake.hang_up:
+                    self.close_connection = True
+                    return
+                if key not in {fake.key, *fake.more_keys} or key in fake.revoked:
                     return self._problem(401, "invalid bearer token")
                 if fake.rate_limited > 0:
                     fake.rate_limited -= 1

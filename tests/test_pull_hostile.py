@@ -80,39 +80,14 @@ def test_pull_refuses_crafted_names_and_ids_and_pulls_the_honest_job(lab_root, s
 
 # -- values a pod chooses ---------------------------------------------------------------
 
-from okc.contract import write_json  # noqa: E402
 from okc import incoming  # noqa: E402
 from okc.jobs import runner as job_runner  # noqa: E402
 from okc.lab.ledger import ledger, runs  # noqa: E402
 from okc.pods.config import resolve_pod  # noqa: E402
 from okc.pods.target import PodTarget  # noqa: E402
-from sshd import POD_NAME  # noqa: E402
+from podjobs import pod_job as _pod_job  # noqa: E402
 
 FUTURE_ID = "20991231-235959-check-future"
-
-
-def _pod_results(lab) -> Path:
-    return Path(resolve_pod(lab).remote_dir) / "results"
-
-
-def _pod_job(lab, result: dict | str | None = None, spec: dict | None = None, log: bytes = b"okc: job ran\n") -> Path:
-    """A finished check job on the test pod (whose remote_dir is on this machine); ``result``
-    fields laid over a passing result.json (a str: the file's whole text), ``spec`` over job.json."""
-    job_dir = jobs.create_job(lab, "check", resolve(lab.candidates, "0"), target=POD_NAME)
-    remote = _pod_results(lab) / job_dir.name
-    remote.parent.mkdir(parents=True, exist_ok=True)
-    shutil.move(str(job_dir), remote)
-    if spec:
-        data = json.loads((remote / "job.json").read_text())
-        write_json(remote / "job.json", {**data, **spec})
-    if isinstance(result, str):
-        (remote / "result.json").write_text(result)
-    else:
-        write_json(remote / "result.json", {"schema_version": 1, "job_id": remote.name, "kind": "check",
-                                            "status": "pass", "reason": None, "duration_s": 2.5, **(result or {})})
-    (remote / "log.txt").write_bytes(log)
-    (remote / "exit_code").write_text("0\n")
-    return remote
 
 
 def _job_ids(lab) -> list[str]:

@@ -303,6 +303,31 @@ def test_the_api_down_or_failing_is_one_line_and_exit_3(rp, monkeypatch):
         runpod.RunpodClient().list_pods()
 
 
+@pytest.mark.parametrize("when", ["from the start", "once the pod is started"])
+def test_up_keeps_its_timeout_when_the_api_hangs(rp, monkeypatch, when):
+    import threading
+
+    monkeypatch.setattr("okc.pods.lifecycle.CLEANUP_S", 1.0)
+    fake, hang = rp.fake, 30.0  # a byte every 30 s: an API that hangs
+
+    def hang_once_started() -> None:
+        while not fake.actions("start"):
+            time.sleep(0.01)
+        fake.trickle_s = hang
+
+    if when == "from the start":
+        fake.trickle_s = hang
+    else:
+        threading.Thread(target=hang_once_started, daemon=True).start()
+    started = time.monotonic()
+    result = invoke("pod", "up", NAME, "--timeout", "2")
+    elapsed = time.monotonic() - started
+    fake.trickle_s = None
+    assert result.exit_code == 3 and "Traceback" not in result.output, result.output
+    assert elapsed < 2 + 1.0 + 2.5, f"{elapsed:.1f} s: {result.output}"  # --timeout, the stop-again, slack
+    assert KEY not in result.output
+
+
 def test_a_redirect_is_refused_so_the_key_goes_nowhere_else(rp):
     with pytest.raises(PodError, match="HTTP 302"):
         runpod.RunpodClient().get_pod("redirect")
@@ -362,6 +387,67 @@ def test_the_watchdog_never_stops_a_busy_pod_nor_one_holding_unpulled_results(rp
     wait_for(lambda: rp.fake.pods[POD_ID].status == "EXITED", "the stop once the results are here")
 
 
+POD_KEY = "rp-pod-scoped-key-9876"  # the key Runpod puts in the pod's environment, beside the user's
+CHECK_MINUTES = 0.05  # a 3 s idle period: the watchdog proves its health every 0.5 s
+
+
+def _broken_within(rp, command: list[str], code: int, words: str, limit_s: float) -> float:
+    """Seconds until ``okc COMMAND`` says the idle stop is broken (one line, exit ``code``); at most ``limit_s``."""
+    started = time.monotonic()
+    while True:
+        result = invoke(*command)
+        if result.exit_code != 0:
+            assert result.exit_code == code and "idle stop BROKEN" in result.output and words in result.output, result.output
+            assert POD_KEY not in result.output and "Traceback" not in result.output
+            return time.monotonic() - started
+        assert time.monotonic() - started < limit_s, f"okc {' '.join(command)} still says the idle stop works"
+        time.sleep(0.1)
+
+
+def _busy(rp) -> None:
+    """A job running on the pod (this test's own process as its launcher)."""
+    from okc.launch.launcher import process_start
+
+    folder = rp.remote_dir / "results" / "20260101-000000-check-busy01"
+    folder.mkdir(parents=True)
+    (folder / "job.json").write_text("{}")
+    (folder / "pid.json").write_text(json.dumps({"pid": os.getpid(), "start": process_start(os.getpid())}))
+
+
+@pytest.mark.parametrize("fault, code, words", [("revoked", 2, "refused the pod's key"), ("hang_up", 3, "unreachable")])
+def test_the_watchdog_proves_its_health_while_it_runs_and_sync_up_status_say_so(rp, fault, code, words):
+    env = {"RUNPOD_POD_ID": POD_ID, "RUNPOD_API_KEY": POD_KEY, "OKC_RUNPOD_API_URL": rp.fake.url}
+    rp.fake.more_keys.add(POD_KEY)
+    rp.write_pod_yaml(idle_minutes=CHECK_MINUTES, env=env)
+    up = invoke("pod", "up", NAME)
+    assert up.exit_code == 0 and "stops itself after 0.05 min" in up.output, up.output
+    _busy(rp)  # never idle: the watchdog never tries to stop the pod, it only proves it could
+    getattr(rp.fake, fault).add(POD_KEY)  # after the watchdog started: it proved its health once, with a good key
+    check_s = watchdog.check_interval_s(CHECK_MINUTES)
+    assert _broken_within(rp, ["pod", "status", NAME], code, words, 10 * check_s + 5) < 4 * check_s + 3
+    for command in (["sync", "--on", NAME], ["pod", "up", NAME]):  # a sync starts a new watchdog: it is told the truth too
+        result = invoke(*command)
+        assert result.exit_code == code and "idle stop BROKEN" in result.output, (command, result.output)
+    assert rp.fake.pods[POD_ID].status == "RUNNING" and not rp.fake.actions("stop")[1:]
+
+
+def test_a_watchdog_that_stops_proving_its_health_is_said_to_be_broken(rp):
+    rp.write_pod_yaml(idle_minutes=CHECK_MINUTES)
+    rp.fake.start(rp.fake.pods[POD_ID])
+    assert invoke("sync", "--on", NAME).exit_code == 0
+    marker = json.loads((rp.remote_dir / watchdog.WATCHDOG_PID).read_text())
+    os.kill(marker["pid"], signal.SIGSTOP)  # hung: alive, its record no longer renewed ...
+    try:
+        health_file = rp.remote_dir / watchdog.WATCHDOG_HEALTH
+        health = json.loads(health_file.read_text())
+        check_s = watchdog.check_interval_s(CHECK_MINUTES)
+        late = watchdog.STALE_CHECKS * check_s + watchdog.selfstop.CALL_DEADLINE_S + 1
+        health_file.write_text(json.dumps({**health, "at": health["at"] - late}))  # ... for that long already
+        assert _broken_within(rp, ["pod", "status", NAME], 2, "has not proven it can stop the pod", 5) < 5
+    finally:
+        os.kill(marker["pid"], signal.SIGCONT)
+
+
 def test_the_watchdog_decides_by_the_volume_and_the_pulled_markers(tmp_path):
     remote_dir = tmp_path / "r"
     finished = remote_dir / "results" / "20260101-000000-check-abcdef"
@@ -390,7 +476,7 @@ def test_the_watchdog_imports_only_the_standard_library_and_okc_modules_that_do_
         path = Path(__file__).resolve().parent.parent / (module.replace(".", "/") + ".py")
         tree = ast.parse(path.read_text())
         found = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-        found |= {f"{n.module}.{a.name}" if n.module in ("okc.pods", "okc.launch") else n.module
+        found |= {f"{n.module}.{a.name}" if n.module in ("okc", "okc.pods", "okc.launch") else n.module
                   for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
         return {m for m in found if m.split(".")[0] not in sys.stdlib_module_names and m != "__future__"}
 
@@ -399,8 +485,8 @@ def test_the_watchdog_imports_only_the_standard_library_and_okc_modules_that_do_
         module = todo.pop()
         seen.add(module)
         todo += [m for m in imports(module) if m not in seen]
-    assert seen == {"okc.pods.watchdog", "okc.contract", "okc.launch.launcher", "okc.launch.standby", "okc.pods.selfstop",
-                    "okc.pods.rest"}
+    assert seen == {"okc.pods.watchdog", "okc.contract", "okc.podfiles", "okc.launch.launcher", "okc.launch.standby",
+                    "okc.pods.selfstop", "okc.pods.rest"}
 
 
 # -- pod.yaml and costs ----------------------------------------------------------------
@@ -476,7 +562,7 @@ def test_a_watchdog_answer_that_is_not_an_object_is_a_pod_error(sshd, tmp_path, 
         pod = Pod(NAME, host="127.0.0.1", port=server.port, user=sshd.user, identity_file=str(sshd.client_key),
                   remote_dir=str(tmp_path / "remote"), python=sys.executable, runpod_id=POD_ID, resolved=True)
         with SSHTarget(pod, pins) as target:
-            with pytest.raises(PodError, match="answered something that is not a JSON object"):
+            with pytest.raises(PodError, match="answered something okc does not read"):
                 ensure_watchdog(target)
             assert _watchdog(target)["watchdog"] == "not running"  # what `okc pod status` shows
 

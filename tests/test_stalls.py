@@ -188,3 +188,13 @@ def test_a_remote_process_stopped_mid_sync_is_given_up_although_sshd_answers(ssh
     assert result.exit_code == 3, result.output
     assert "made no progress" in result.output and "Traceback" not in result.output, result.output
     assert finished - stall.stopped_at < STALL_FACTOR * SSH_TIMEOUT_S + SLACK_S, f"{finished - stall.stopped_at:.1f} s"
+
+
+def test_an_agent_stopped_once_its_input_is_sent_is_given_up_within_ssh_timeout(ssh_lab, sshd):
+    _short_deadlines(ssh_lab)
+    assert runner.invoke(app, ["sync"]).exit_code == 0
+    (ssh_lab.candidates / "001_small.py").write_text("x = 1\n")  # a few KiB to send: all of it fits in the window
+    with StopAgent(sshd, lambda: True, _remote(ssh_lab)) as stall:
+        result = runner.invoke(app, ["sync"])
+    line = _ends_in_time(result, stall)
+    assert "okc agent apply" in line, line

@@ -125,7 +125,12 @@ app.add_typer(pod_app, name="pod")
 
 
 class _LazyConsole:
-    """A rich Console made on first use: importing rich costs start-up time `--help` does not need."""
+    """A rich Console made on first use: importing rich costs start-up time `--help` does not need.
+
+    Its ``print`` is okc's one way to the terminal for text: every string passes through
+    okc.podfiles.escaped_log (a pod's or a candidate's control characters become visible escapes)
+    and no console turns ``:x:`` into an emoji; text from outside is printed with markup=False.
+    """
 
     def __init__(self, **options) -> None:
         self._options = options
@@ -135,8 +140,13 @@ class _LazyConsole:
         if self._console is None:
             from rich.console import Console
 
-            self._console = Console(highlight=False, **self._options)
+            self._console = Console(highlight=False, emoji=False, **self._options)
         return self._console
+
+    def print(self, *objects, **options) -> None:
+        from okc.podfiles import escaped_log
+
+        self.get().print(*(escaped_log(o) if isinstance(o, str) else o for o in objects), **options)
 
     def __getattr__(self, name: str):
         return getattr(self.get(), name)
@@ -153,7 +163,9 @@ def error_line(message: str) -> None:
     """One red 'error:' and the message as literal text: messages quote config keys like [tool.okc]."""
     from rich.text import Text
 
-    err.print(Text.assemble(("error:", "red"), " ", str(message)), soft_wrap=True)
+    from okc.podfiles import escaped_log
+
+    err.print(Text.assemble(("error:", "red"), " ", escaped_log(str(message))), soft_wrap=True)
 
 
 def handles_errors(command: Callable) -> Callable:
@@ -248,7 +260,8 @@ def load_lab():
 
 
 def echo_log(text: str) -> None:
-    err.print(text, end="", markup=False, highlight=False, soft_wrap=True)
+    """A job's live log as it streams: literal text, control characters escaped (see _LazyConsole)."""
+    err.print(text, end="", markup=False, highlight=False, emoji=False, soft_wrap=True)
 
 
 def raise_failed(result) -> None:

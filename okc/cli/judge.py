@@ -130,14 +130,9 @@ def bench(
 
 def _gpumode(outcome) -> dict | None:
     """A GPU MODE problem's own statistic (result.json's ``gpumode``), shown beside okc's score."""
-    import json
+    from okc.contract import RESULT_FILE, read_json
 
-    from okc.contract import RESULT_FILE
-
-    try:
-        return json.loads((outcome.job_dir / RESULT_FILE).read_text(encoding="utf-8")).get("gpumode")
-    except (OSError, ValueError, AttributeError):
-        return None
+    return (read_json(outcome.job_dir / RESULT_FILE) or {}).get("gpumode")
 
 
 @app.command("try")

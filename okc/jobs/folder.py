@@ -7,7 +7,6 @@ will run); ``finish_job`` writes the launcher's verdict when the worker left non
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import shutil
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import okc
+from okc import podfiles
 from okc.contract import (
     ENV_FILE, EXIT_FILE, JOB_FILE, LAUNCHER_FILE, LOG_FILE, LOST_REASON, PHASE_FILE, RESULT_FILE, BadJob,
     ContractError, JobResult, JobSpec, SourceRef, is_job_id, parse_result, read_job, read_json, result_document, write_json,
@@ -105,11 +105,11 @@ def load_spec(job_dir: Path) -> JobSpec:
 
 def load_result(job_dir: Path, name: str = RESULT_FILE) -> JobResult:
     path = job_dir / name
+    if not path.is_file():
+        raise JudgeError(f"{path} is missing: the job has not finished")
     try:
-        return parse_result(json.loads(path.read_text(encoding="utf-8")))
-    except FileNotFoundError:
-        raise JudgeError(f"{path} is missing: the job has not finished") from None
-    except ValueError as exc:  # not JSON, or not a result this okc reads
+        return parse_result(podfiles.load(path) or {}, name)
+    except ContractError as exc:  # not JSON, too big or deep, or not a result this okc reads (okc.podfiles)
         raise JudgeError(f"{path}: {exc}") from None
 
 

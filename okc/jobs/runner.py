@@ -10,21 +10,21 @@ ledger; recording twice is impossible (the ledger's job id is unique).
 
 from __future__ import annotations
 
-import codecs
-import json
 import shutil
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from okc.benchrules import aa_floor
-from okc.contract import LOG_FILE, PROGRESS_FILE, JobResult, JobState, is_job_id
-from okc.errors import ConfigError, Interrupted, JudgeError, LedgerError, PodError, UnreachableError, UnsafeRemote
+from okc.contract import LOG_FILE, JobResult, JobState, is_job_id
+from okc.errors import (
+    ConfigError, Interrupted, JudgeError, LedgerError, LedgerUnusable, PodError, UnreachableError, UnsafeRemote,
+)
 from okc import incoming
-from okc.jobs.folder import create_job, finish_job, is_home, job_spec, record_job, settled
+from okc.jobs.follow import JobDetached, Watch, follow
+from okc.jobs.folder import create_job, finish_job, is_home, job_spec, record_job, recordable, settled
 from okc.jobs.target import LocalTarget, Target
 from okc.lab.candidates import Candidate
 from okc.lab.config import Lab
@@ -32,12 +32,6 @@ from okc.lab.ledger import latest_aa, ledger, recorded_job_ids
 from okc.lab.recovery import record_pending
 
 LOG_CHUNK = 1 << 20  # okc logs reads and prints this much at a time, whatever the log's size
-STATE_EVERY_S = 5.0  # how often a followed job is checked for having died without an exit code
-CANCEL_WAIT_S = 15.0  # after Ctrl-C, how long the launcher gets to stop a local job and write its files
-
-
-class JobDetached(PodError):
-    """Ctrl-C while following a remote job: we stopped watching, the job did not stop."""
 
 
 @dataclass(frozen=True)
@@ -88,104 +82,6 @@ def check_job_id(job_id: str) -> str:
     return job_id
 
 
-# -- following ------------------------------------------------------------------------
-
-
-def _parse(data: bytes) -> dict | None:
-    try:
-        parsed = json.loads(data)
-    except ValueError:
-        return None  # caught mid-rewrite: the next poll reads it whole
-    return parsed if isinstance(parsed, dict) else None
-
-
-def _copy_new(target: Target, job_dir: Path, name: str, offset: int) -> int:
-    """Append what a remote job's file gained since ``offset`` to the copy here; the new offset."""
-    while chunk := target.read(job_dir.name, name, offset):
-        with open(job_dir / name, "ab") as handle:
-            handle.write(chunk)
-        offset += len(chunk)
-    return offset
-
-
-@dataclass(frozen=True)
-class Watch:
-    """What a job kind wants while its job runs, beside the log: the runner's per-kind hooks.
-
-    ``grows``: job files (besides the log) a remote job's copy here is kept up to date with;
-    ``on_poll``: called after every look (a screen turns its new screened.jsonl lines into rows);
-    ``stop_on_cancel``: ``cancel`` stops the job on its target and the follow waits for it to end
-    (its files then come home as any finished job's); otherwise ``cancel`` acts as Ctrl-C does.
-    """
-
-    on_log: Callable[[str], None] | None = None
-    on_progress: Callable[[dict], None] | None = None
-    grows: tuple[str, ...] = ()
-    on_poll: Callable[[], None] | None = None
-    stop_on_cancel: bool = False
-
-
-def follow(target: Target, job_dir: Path, on_log: Callable[[str], None] | None = None,
-           on_progress: Callable[[dict], None] | None = None, cancel: threading.Event | None = None,
-           watch: Watch | None = None) -> None:
-    """Stream the job's log (into job_dir/log.txt for a remote job, and to ``on_log``) until it is over.
-
-    Ctrl-C (or ``cancel`` set, from another thread): a local job is stopped (and the interrupt
-    goes on); a remote one keeps running and :class:`JobDetached` says how to come back to it.
-    With ``watch.stop_on_cancel`` a set ``cancel`` stops the job wherever it runs, and this returns
-    once it is over.
-    """
-    watch = watch or Watch(on_log, on_progress)
-    job_id = job_dir.name
-    local_log = job_dir / LOG_FILE
-    offset = local_log.stat().st_size if target.remote and local_log.exists() else 0
-    offsets = dict.fromkeys(watch.grows, 0)
-    decoder = codecs.getincrementaldecoder("utf-8")("replace")
-    last_progress, last_state_check, stopping = None, time.monotonic(), None
-    try:
-        while True:
-            done = target.done(job_id)
-            while chunk := target.read(job_id, LOG_FILE, offset):
-                offset += len(chunk)
-                if target.remote:
-                    with open(local_log, "ab") as handle:
-                        handle.write(chunk)
-                if watch.on_log is not None:
-                    watch.on_log(decoder.decode(chunk))
-            if target.remote:  # a local job writes its files here already
-                offsets = {name: _copy_new(target, job_dir, name, at) for name, at in offsets.items()}
-            if watch.on_poll is not None:
-                watch.on_poll()
-            if done:
-                return
-            if watch.on_progress is not None:
-                progress = target.read(job_id, PROGRESS_FILE, 0)
-                if progress and progress != last_progress and (parsed := _parse(progress)) is not None:
-                    last_progress = progress
-                    watch.on_progress(parsed)
-            if cancel is not None and cancel.is_set():
-                if not watch.stop_on_cancel:
-                    raise KeyboardInterrupt
-                if stopping is None:
-                    target.cancel(job_id)
-                    stopping = time.monotonic()
-                elif time.monotonic() - stopping > CANCEL_WAIT_S:
-                    raise JudgeError(f"job {job_id} on {target.name!r} did not stop within {CANCEL_WAIT_S:g} s")
-            if time.monotonic() - last_state_check > STATE_EVERY_S:
-                last_state_check = time.monotonic()
-                target.state(job_id)  # a launcher gone without an exit code is declared lost here
-            time.sleep(target.poll_s)
-    except KeyboardInterrupt:
-        if target.remote:
-            raise JobDetached(f"detached: job {job_id} keeps running on pod {target.name!r}; "
-                              f"resume with: okc attach {job_id} --on {target.name}") from None
-        target.cancel(job_id)
-        deadline = time.monotonic() + CANCEL_WAIT_S
-        while not target.done(job_id) and time.monotonic() < deadline:
-            time.sleep(target.poll_s)
-        raise
-
-
 def come_home(target: Target, job_dir: Path) -> None:
     """Fetch a finished job and check what a remote target sent (okc.incoming); a refused
     job is set aside for good and UnsafeRemote says so."""
@@ -203,6 +99,14 @@ def bring_home(target: Target, job_dir: Path, conn) -> bool:
     come_home(target, job_dir)
     finish_job(job_dir)
     return record_job(conn, job_dir)
+
+
+def _brought_home(target: Target, job_dir: Path, conn) -> tuple[bool, bool]:
+    """:func:`bring_home`, and whether this call brought the job home (made its row, or found it not
+    home and with nothing to record): two pulls at once each count only their own."""
+    was_home = is_home(job_dir)
+    new = bring_home(target, job_dir, conn)
+    return new, new or (not was_home and not recordable(job_dir))
 
 
 def execute(target: Target, job_dir: Path, gpus: str | None = None, on_log: Callable[[str], None] | None = None,
@@ -267,7 +171,8 @@ def run_on(lab: Lab, pod, gpu: int | None, job_dir: Path, cancel: threading.Even
 
     Ctrl-C or ``cancel`` stops the job there too, not only here (the caller records what it keeps).
     """
-    with open_target(lab, pod=pod, results=job_dir.parent) as target:
+    # No pod is this machine, named as --on names it: a lab's default pod is not asked for here.
+    with open_target(lab, "local" if pod is None else None, pod=pod, results=job_dir.parent) as target:
         target.prepare()  # a pod syncs once per okc process, not once per job
         try:
             return execute(target, job_dir, str(gpu) if pod is None and gpu is not None else None,
@@ -379,21 +284,28 @@ def pull(lab: Lab, target: Target, job_id: str | None = None) -> PullReport:
         known = recorded_job_ids(conn)
         for entry in entries:
             name = entry.job
-            if not entry.over or name in known:
+            if not entry.over:
                 continue
             if not is_job_id(name):
                 refused.append(f"refused a job id from {target.name!r}: {incoming.escaped(repr(name))[:200]}")
                 continue
-            if settled(lab.results, name, known):
-                continue  # refused once already, or home with nothing for the ledger (a sweep's timing, a usage error)
             job_dir = lab.results / name
+            if name in known or settled(lab.results, name, known):
+                target.tidy(job_dir)  # what a pull killed beside another one left in its folder
+                continue  # refused once already, or home with nothing for the ledger (a sweep's timing, a usage error)
             try:  # the target makes the folder once the pod's names are checked: a refused job leaves none
-                recorded += bring_home(target, job_dir, conn)
-                pulled.append(job_dir)
+                new, ours = _brought_home(target, job_dir, conn)
+                recorded += new
+                if ours:
+                    pulled.append(job_dir)
             except UnsafeRemote as exc:  # this job's files are refused; the others still come home
                 refused.append(str(exc))
-            except UnreachableError:  # the connection is gone: no later job would come either
+            except (UnreachableError, LedgerUnusable):  # the connection or the ledger is gone: no later job would come
                 raise
+            except LedgerError as exc:  # the (sound) ledger refused a value of this job alone: set aside
+                refused.append(incoming.refuse(lab.results, name, target.name, str(exc)))
             except (PodError, JudgeError) as exc:  # this job alone failed (a file the pod will not serve)
                 refused.append(f"job {name}: not pulled: {incoming.escaped(exc)}")
+            except Exception as exc:  # noqa: BLE001 (okc's own failure on this job: said; the batch goes on)
+                refused.append(f"job {name}: not pulled: okc failed ({type(exc).__name__}: {incoming.escaped(exc)[:200]})")
     return PullReport(tuple(pulled), recorded, tuple(refused), tuple(target.notes))

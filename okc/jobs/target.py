@@ -50,6 +50,8 @@ class Target(Protocol):
         """Bring the finished job's files into ``job_dir`` (exit_code last)."""
     def cancel(self, job_id: str) -> None:
         """Stop a running job; its launcher finishes it (launcher.json says cancelled)."""
+    def tidy(self, job_dir: Path) -> None:
+        """Remove what an interrupted fetch of this job left in ``job_dir`` (nothing travels here: nothing)."""
 
 
 def local_locks() -> Path:
@@ -131,3 +133,6 @@ class LocalTarget:
 
     def cancel(self, job_id: str) -> None:
         launcher.cancel_job(str(self.results), job_id)
+
+    def tidy(self, job_dir: Path) -> None:
+        """Nothing travels: nothing is left half-fetched."""

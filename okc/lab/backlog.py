@@ -12,11 +12,13 @@ import os
 from dataclasses import asdict
 from pathlib import Path
 
+from okc import contract
 from okc.lab.config import Lab
 from okc.lab.ledger import Run
 
-OFFICIAL_LOG = "official.jsonl"  # beside ledger.db: every official result okc record took, one JSON object a line
-PENDING = "unrecorded.txt"  # beside ledger.db: ids of finished jobs the ledger refused, recorded by the next command
+# Beside ledger.db, named in okc.contract (no job id may take them): every official result okc
+# record took, one JSON object a line; the ids of finished jobs the ledger refused, recorded by the next command.
+OFFICIAL_LOG, PENDING = contract.OFFICIAL_LOG, contract.PENDING_FILE
 PENDING_OFFICIAL = "official.jsonl"  # the line in PENDING that says official.jsonl holds a result the ledger refused
 
 

@@ -11,6 +11,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from okc.contract import LEDGER_FILE
 from okc.errors import ConfigError
 from okc.problems import catalog, gpumode
 
@@ -71,7 +72,7 @@ class Lab:
 
     @property
     def ledger_path(self) -> Path:
-        return self.results / "ledger.db"
+        return self.results / LEDGER_FILE
 
     @property
     def pod_file(self) -> Path:

@@ -9,14 +9,13 @@ or the launcher's when the worker wrote no result. Rows are appended, never upda
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from okc.contract import JOB_FILE, LAUNCHER_FILE, RESULT_FILE
+from okc.contract import JOB_FILE, LAUNCHER_FILE, RESULT_FILE, read_json
 from okc.errors import LedgerError
 from okc.lab.ledger import now, transaction
 from okc.reports.tables import Table, table
@@ -92,11 +91,8 @@ def latest_rate(conn: sqlite3.Connection, pod: str) -> PodRate | None:
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+    """A job folder's document, bounded and of the types okc reads (okc.podfiles); {} if not."""
+    return read_json(path) or {}
 
 
 def _seconds(value: Any) -> float | None:

@@ -95,8 +95,9 @@ def open_ledger(path: Path) -> sqlite3.Connection:
     return conn
 
 
-def ledger_error(path: Path, exc: sqlite3.Error) -> LedgerUnusable:
-    """What SQLite's refusal means for the user, in one line, with the way out."""
+def ledger_error(path: Path, exc: sqlite3.Error) -> LedgerError:
+    """What SQLite's refusal means for the user, in one line, with the way out; "damaged" only
+    once SQLite's integrity check fails."""
     text = str(exc)
     if "readonly" in text or "read-only" in text:
         return LedgerUnusable(f"{path} cannot be written ({text}): make it and its folder writable")
@@ -104,7 +105,21 @@ def ledger_error(path: Path, exc: sqlite3.Error) -> LedgerUnusable:
         return LedgerUnusable(f"{path} cannot be written ({text}): free some space")
     if "locked" in text or "busy" in text:
         return LedgerUnusable(f"{path} is locked by another process ({text}): try again once it is done")
+    if sound(path):  # a value SQLite would not take (a wrong type, an integer past 64 bits): the row's fault
+        return LedgerError(f"{path}: the ledger refused a row ({text}); the ledger itself is sound (PRAGMA integrity_check: ok)")
     return LedgerUnusable(f"{path}: the ledger is damaged ({text}); {RECOVER_HINT}")
+
+
+def sound(path: Path) -> bool:
+    """Whether SQLite's own integrity check passes on the ledger at ``path`` (read-only)."""
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
+        try:
+            return [tuple(row) for row in conn.execute("PRAGMA integrity_check")] == [("ok",)]
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return False
 
 
 @contextmanager

@@ -169,14 +169,15 @@ def parse_profile(data: dict) -> Profile:
 
 
 def read_profile(job_dir: Path) -> Profile:
+    from okc import podfiles
     from okc.contract import RESULT_FILE
 
     try:
-        data = json.loads((job_dir / RESULT_FILE).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise JudgeError(f"{job_dir / RESULT_FILE} is missing: the job has not finished") from None
-    except ValueError as exc:
+        data = podfiles.load(job_dir / RESULT_FILE)  # bounded and typed as every result.json is
+    except podfiles.ContractError as exc:
         raise JudgeError(f"{job_dir / RESULT_FILE}: {exc}") from None
+    if data is None:
+        raise JudgeError(f"{job_dir / RESULT_FILE} is missing: the job has not finished")
     if not isinstance(data, dict) or data.get("kind") != "profile":
         raise JudgeError(f"job {job_dir.name} is not a profile job")
     return parse_profile(data)

@@ -10,15 +10,16 @@ sweeps, pod rates) is copied across too; the old file is kept beside the new one
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
 from okc.errors import LedgerError
 from okc.lab.config import Lab
 from okc.lab.backlog import PENDING, PENDING_OFFICIAL, official_log
-from okc.lab.ledger import OFFICIAL_KINDS, Run, ledger, recorded_job_ids, run_from_row, transaction
+from okc.lab.ledger import OFFICIAL_KINDS, TABLES, Run, ledger, recorded_job_ids, run_from_row, sound, transaction
 
 # Tables copied row by row from a damaged database (what job folders cannot make again).
 SALVAGED = ("candidates", "floors", "job_costs", "sweep_rows", "sweep_winners", "official_tables")
@@ -62,14 +63,21 @@ def record_pending(lab: Lab, conn: sqlite3.Connection) -> int:
 
 @dataclass(frozen=True)
 class Rebuilt:
-    kept_as: Path | None  # where the old database went (None: there was none)
+    kept_as: Path | None  # where the old database went (None: there was none, or it stays live)
     jobs: int  # job folders recorded
     official: int  # official results replayed or salvaged
     salvaged: dict[str, int]  # table -> rows copied from the old database
     lost: tuple[str, ...]  # one line per table the old database would not give up
+    fewer: dict[str, tuple[int, int]] = field(default_factory=dict)  # table -> (old, new) rows where the new has fewer
+    beside: Path | None = None  # the rebuilt database, when the sound old one stays live (it had more rows)
 
     @property
     def message(self) -> str:
+        counts = "; ".join(f"{table}: {old} -> {new}" for table, (old, new) in self.fewer.items())
+        if self.beside is not None:
+            return (f"NOT replaced: the ledger passes SQLite's integrity check and the rebuilt one has fewer rows "
+                    f"({counts}); the ledger stays as it is, the rebuilt one is kept as {self.beside}: "
+                    f"compare them, and move it in place by hand if it is the one to keep")
         parts = [f"rebuilt {self.kept_as.parent / 'ledger.db' if self.kept_as else 'the ledger'}: "
                  f"{self.jobs} job(s) from their folders, {self.official} official result(s)"]
         copied = ", ".join(f"{n} {t}" for t, n in self.salvaged.items() if n)
@@ -77,6 +85,8 @@ class Rebuilt:
             parts.append(f"copied from the old file: {copied}")
         if self.kept_as:
             parts.append(f"the old file is kept as {self.kept_as.name}")
+        if counts:
+            parts.append(f"the rebuilt ledger has fewer rows than the old file ({counts}): it was damaged; both are kept")
         parts.extend(self.lost)
         return "; ".join(parts)
 
@@ -200,35 +210,86 @@ def _record_folders(conn: sqlite3.Connection, lab: Lab) -> int:
     return recorded
 
 
+def _counts(path: Path) -> dict[str, int]:
+    """Rows per table that okc can read in the database at ``path`` (runs: those it can parse)."""
+    counts = {}
+    for table in TABLES:
+        rows, _ = _old_rows(path, f"SELECT * FROM {table}")
+        if table == "runs":
+            rows = [row for row in rows if _readable(row)]
+        counts[table] = len(rows)
+    return counts
+
+
+def _readable(row: dict) -> bool:
+    try:
+        run_from_row(row)
+    except LedgerError:
+        return False
+    return True
+
+
+def _remove(path: Path) -> None:
+    for suffix in ("", *SIDE_FILES):
+        path.with_name(path.name + suffix).unlink(missing_ok=True)
+
+
 def rebuild(lab: Lab) -> Rebuilt:
-    """Move the ledger aside and make it again: job folders, official.jsonl, and what the old file still gives.
+    """Make the ledger again: job folders, official.jsonl, and what the old file still gives.
 
     The job folders come first (they are the truth); rows of the old file fill in what no folder
     here makes again (jobs whose folders were not kept, sweeps, pod rates), each exactly once.
+    The new database is made beside the old one and takes its place only once it is whole (a
+    failure leaves the old one live, untouched); a sound old ledger (SQLite's integrity check
+    passes) with more rows than the rebuilt one stays live, the rebuilt one kept beside it.
     """
-    kept = _move_aside(lab.ledger_path)
+    live = lab.ledger_path
+    fresh = live.with_name(f".{live.name}.rebuilding-{os.getpid()}")  # a dot: no job id, no ledger yet
+    old = live if live.exists() else None
+    _remove(fresh)
+    try:
+        made = _make(lab, fresh, old)
+    except BaseException:
+        _remove(fresh)
+        raise
+    before = _counts(old) if old is not None else {}
+    after = _counts(fresh)
+    fewer = {table: (before[table], after[table]) for table in TABLES if after[table] < before.get(table, 0)}
+    if fewer and sound(live):
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+        beside = live.with_name(f"{live.name}.rebuilt-{stamp}-{os.getpid()}")
+        fresh.rename(beside)
+        return Rebuilt(None, made.jobs, made.official, made.salvaged, made.lost, fewer, beside)
+    kept = _move_aside(live)
+    fresh.rename(live)
+    return Rebuilt(kept, made.jobs, made.official, made.salvaged, made.lost, fewer)
+
+
+def _make(lab: Lab, path: Path, old: Path | None) -> Rebuilt:
+    """The rebuilt ledger at ``path``, from the lab's folders and the old database at ``old`` (read only)."""
     salvaged: dict[str, int] = {}
     lost: list[str] = []
 
-    def old(table: str) -> list[dict]:
-        if kept is None:
+    def rows_of(table: str) -> list[dict]:
+        if old is None:
             return []
-        rows, why = _old_rows(kept, f"SELECT * FROM {table} ORDER BY id")
+        rows, why = _old_rows(old, f"SELECT * FROM {table} ORDER BY id")
         if why:
             lost.append(f"{table}: {len(rows)} row(s) read from the old file, the rest unreadable ({why})")
         return rows
 
-    with ledger(lab.ledger_path) as conn:
-        rates = old("pod_rates")  # first: the job folders' cost rows look up their pod's $/h
+    with ledger(path) as conn:
+        rates = rows_of("pod_rates")  # first: the job folders' cost rows look up their pod's $/h
         with transaction(conn):
             salvaged["pod_rates"] = sum(_insert(conn, "pod_rates", row) for row in rates)
         jobs = _record_folders(conn, lab)
-        lab.ledger_path.with_name(PENDING).unlink(missing_ok=True)  # every folder is recorded now
         official = _replay_official(conn, lab)
-        copied_official, salvaged["runs"] = _copy_runs(conn, old("runs"))
+        copied_official, salvaged["runs"] = _copy_runs(conn, rows_of("runs"))
         official += copied_official
         for table in SALVAGED:
-            rows = old(table)
+            rows = rows_of(table)
             with transaction(conn):
                 salvaged[table] = sum(_insert(conn, table, row) for row in rows)
-    return Rebuilt(kept, jobs, official, salvaged, tuple(lost))
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the file alone holds it all: it is renamed next
+    lab.ledger_path.with_name(PENDING).unlink(missing_ok=True)  # every folder is recorded now
+    return Rebuilt(None, jobs, official, salvaged, tuple(lost))

@@ -1,10 +1,13 @@
 """The agent: okc's job launcher and its pod-side helper, standard library only.
 
-On a pod okc sends this file's source together with okc.contract's (``program()``) as
+On a pod okc sends this file's source together with okc.podfiles', okc.contract's and
+okc.launch.launcher's (``program()``) as
 ``python -c PROGRAM VERB ARGS...`` (every word quoted), so it works before the lab was ever
 synced and always matches the local okc. On this machine okc runs it as
 ``python -m okc.launch.agent run ...``: one launcher, one lock, one set of files for both.
-Each verb prints one JSON document. Verbs:
+Each verb prints one JSON document; while it works, every verb but ``run`` writes a newline to
+stderr each :data:`HEARTBEAT_S` (the laptop gives up on a command that shows no life for the
+pod's ssh_timeout_s: a stopped agent, or a server that never started it). Verbs:
 
 - ``apply REMOTE_DIR``: read a sync's tar stream from stdin, staging each file as it
   arrives (memory stays bounded), then delete what the sync says, put each file in place
@@ -31,8 +34,10 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import threading
 from pathlib import Path
 
+from okc import podfiles
 from okc.launch.launcher import Refused, atomic_write, cancel_job, jobs, run, start
 
 SCHEMA_VERSION = 1
@@ -43,6 +48,21 @@ NEVER_SYNCED = (STATE_DIR, "results")
 MAX_CONTROL_BYTES = 256 << 20
 COPY_CHUNK = 1 << 20
 NVIDIA_QUERY = "name,memory.used,memory.total,clocks.sm,utilization.gpu"
+HEARTBEAT_S = 1.0  # how often a verb at work says it lives (okc.pods.ssh's alive_s)
+SILENT_VERBS = ("run",)  # the local foreground launcher: nobody reads its stderr while it runs
+
+
+def heartbeat() -> None:
+    """Say, on stderr, that this process lives: now, and every HEARTBEAT_S until it exits."""
+    def beat() -> None:
+        try:
+            while True:
+                os.write(2, b"\n")
+                threading.Event().wait(HEARTBEAT_S)
+        except OSError:
+            return  # stderr is gone: nobody is listening any more
+
+    threading.Thread(target=beat, name="okc-agent-heartbeat", daemon=True).start()
 
 
 def fail(message: str) -> None:
@@ -183,7 +203,10 @@ def watchdog(remote_dir: str, minutes: str, use: str) -> dict:
                           cwd=remote_dir, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
     if done.returncode != 0:
         fail(f"starting the watchdog failed: {(done.stderr.strip().splitlines() or ['no message'])[-1]}")
-    return json.loads(done.stdout)
+    try:
+        return podfiles.answer(done.stdout, "watchdog")
+    except podfiles.ContractError as exc:
+        fail(f"the watchdog answered something okc cannot read: {exc}")
 
 
 VERBS = {"apply": apply, "start": start, "run": run, "cancel": cancel_job, "jobs": jobs, "status": status,
@@ -196,6 +219,8 @@ def main(argv: list) -> None:
     folder = argv[1] if len(argv) > 1 else ""
     if not os.path.isabs(folder):
         fail(f"the first argument must be an absolute folder, got {folder!r}")
+    if argv[0] not in SILENT_VERBS:
+        heartbeat()
     try:
         answer = VERBS[argv[0]](folder, *argv[2:])
     except Refused as exc:
@@ -215,7 +240,8 @@ def program() -> str:
     from okc import contract
     from okc.launch import launcher
 
-    modules = (("okc.contract", contract), ("okc.launch.launcher", launcher), ("okc.launch.agent", sys.modules[__name__]))
+    modules = (("okc.podfiles", podfiles), ("okc.contract", contract), ("okc.launch.launcher", launcher),
+               ("okc.launch.agent", sys.modules[__name__]))
     sources = {name: Path(module.__file__).read_text(encoding="utf-8") for name, module in modules}
     return (
         "import sys, types\n"

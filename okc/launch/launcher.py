@@ -299,15 +299,15 @@ def job_state(folder: str) -> dict:
     name = os.path.basename(folder)
     exit_path = os.path.join(folder, EXIT_FILE)
     if not os.path.exists(exit_path):
-        marker = read_json(Path(folder) / PID_FILE)
-        if marker is None:
+        if not os.path.exists(os.path.join(folder, PID_FILE)):
             return {"job": name, "state": "not started"}
+        marker = read_json(Path(folder) / PID_FILE) or {}  # malformed: no launcher of ours wrote it
         if launcher_alive(marker):
             return {"job": name, "state": "running", "pid": marker["pid"], "started_at": marker.get("started_at")}
         write_json(Path(folder) / LAUNCHER_FILE, {"returncode": None, "lost": True}, exclusive=True)
         atomic_write(exit_path, b"lost\n")
     with open(exit_path) as handle:
-        text = handle.read().strip()
+        text = handle.read(64).strip()  # a code, none or lost
     launcher = read_json(Path(folder) / LAUNCHER_FILE) or {}
     marker = read_json(Path(folder) / PID_FILE) or {}
     state = "lost" if launcher.get("lost") else "cancelled" if launcher.get("cancelled") else "finished"

@@ -29,6 +29,7 @@ UP_TIMEOUT_S = 600.0  # Runpod can take minutes to place a pod and pull its imag
 API_POLL_S = 1.0  # up's first wait between two reads of the pod; doubled each time ...
 API_POLL_MAX_S = 10.0  # ... up to this (Runpod's default quota is 60 calls a minute)
 SSH_POLL_S = 1.0
+CLEANUP_S = 10.0  # after up's --timeout, the most its stop-again and check calls take together
 PUBLIC_KEYS = ("~/.ssh/id_ed25519.pub", "~/.ssh/id_ecdsa.pub", "~/.ssh/id_rsa.pub")
 SSH_PUBLIC_KEY_TYPES = ("ssh-ed25519", "ssh-rsa", "ecdsa-sha2-", "sk-")
 VOLUME_MOUNT = "/workspace"
@@ -87,6 +88,7 @@ def up(lab, pod: Pod, timeout: float = UP_TIMEOUT_S, on_wait: Callable[[str], No
     A failure once the pod runs stops it again when okc started it; else the error says it bills."""
     began = time.monotonic()
     client = RunpodClient()
+    client.until, client.until_what = began + timeout, f"okc pod up's --timeout {timeout:g} s"  # every call within it
     info = client.get_pod(runpod_id(pod))
     if info.status == TERMINATED:
         raise ConfigError(f"pod {pod.name} (Runpod {info.id}) was terminated; remove it from pod.yaml")
@@ -113,6 +115,7 @@ def _left_running(pod: Pod, client: RunpodClient, pod_id: str, started: bool, ex
     """``exc`` with what became of the pod: stopped again (okc started it), or running and billing."""
     if isinstance(exc, ConfigError) and "was terminated" in str(exc):
         return exc
+    client.until, client.until_what = time.monotonic() + CLEANUP_S, f"okc's {CLEANUP_S:g} s to stop the pod again"
     if started and _stop_quietly(client, pod_id):
         return type(exc)(f"{exc}; okc stopped pod {pod.name} again (no GPU billing): fix that, then okc pod up {pod.name}")
     try:
@@ -152,6 +155,7 @@ def _come_up(lab, pod: Pod, client: RunpodClient, pod_id: str, started: bool, be
     if on_wait is not None:
         on_wait(f"waiting for SSH at {where.hostname}:{where.port}")
     while True:
+        target.timeout = max(1.0, min(pod.ssh_timeout_s, deadline - time.monotonic()))  # one try within --timeout
         try:
             name, key = target.offered_host_key()
             break
@@ -160,6 +164,7 @@ def _come_up(lab, pod: Pod, client: RunpodClient, pod_id: str, started: bool, be
                 raise UnreachableError(f"pod {pod.name}: no SSH server answered at {where.hostname}:{where.port} "
                                        f"within {timeout:g} s ({exc})") from None
             time.sleep(SSH_POLL_S)
+    target.timeout = pod.ssh_timeout_s  # the sync after the wait has its own deadlines
     pinned = _pins(lab).lookup(name)
     state = "no" if not pinned else "yes" if any(fingerprint(k) == fingerprint(key) for k in pinned.values()) else "changed"
     report = UpReport(pod.name, info, started, name, key.get_name(), fingerprint(key), state)

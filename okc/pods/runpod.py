@@ -203,6 +203,8 @@ class RunpodClient:
         self.url = (url or api_url()).rstrip("/")
         self.deadline_s = CALL_DEADLINE_S if deadline_s is None else deadline_s
         self.rate_limit_budget_s = RATE_LIMIT_BUDGET_S if rate_limit_budget_s is None else rate_limit_budget_s
+        self.until: float | None = None  # a time.monotonic() past which no call runs (okc pod up --timeout)
+        self.until_what = ""  # what set it, for the error
 
     def __repr__(self) -> str:  # never the key
         return f"RunpodClient({self.url})"
@@ -213,14 +215,15 @@ class RunpodClient:
         waited, backoff = 0.0, BACKOFF_FIRST_S
         for tries in range(1, RATE_LIMIT_TRIES + 1):
             try:
-                answer = rest.call(method, f"{self.url}{path}", self._key, body, self.deadline_s)
+                answer = rest.call(method, f"{self.url}{path}", self._key, body, self._deadline(where))
             except rest.CallFailed as exc:
                 raise UnreachableError(f"Runpod API unreachable at {self.url} ({exc})") from None
             if answer.status != 429:
                 break
             wait = rest.retry_after_s(answer)
             wait, backoff = (backoff, min(BACKOFF_MAX_S, backoff * 2)) if wait is None else (wait, backoff)
-            if waited + wait > self.rate_limit_budget_s or tries == RATE_LIMIT_TRIES:
+            left = None if self.until is None else self.until - time.monotonic()
+            if waited + wait > self.rate_limit_budget_s or tries == RATE_LIMIT_TRIES or (left is not None and wait > left):
                 raise UnreachableError(f"{where}: rate limited (HTTP 429{_said(answer)}); Runpod asks to wait "
                                        f"{wait:g} s more after {tries} tries in {waited:g} s: try again then")
             time.sleep(wait)
@@ -231,6 +234,15 @@ class RunpodClient:
             return answer.json()
         except ValueError:
             raise UnreachableError(f"{where}: the answer is not JSON (is {self.url} Runpod's API?)") from None
+
+    def _deadline(self, where: str) -> float:
+        """One call's deadline: CALL_DEADLINE_S, or what is left before ``until``."""
+        if self.until is None:
+            return self.deadline_s
+        left = self.until - time.monotonic()
+        if left <= 0:
+            raise UnreachableError(f"{where}: not asked, {self.until_what} is over")
+        return min(self.deadline_s, left)
 
     def list_pods(self) -> list[RunpodPod]:
         answer = self._call("GET", "/pods", "listing pods")

@@ -259,12 +259,15 @@ class SSHTarget:
         cwd: str | None = None,
         on_sent: Callable[[int], None] | None = None,
         what: str | None = None,
+        alive_s: float | None = None,
     ) -> RunResult:
         """Run ``argv`` on the pod (in ``cwd`` below remote_dir if given) and wait for it.
 
         ``timeout`` bounds the command (None: only the pod's liveness). ``stdin`` (bytes, or
         chunks of bytes produced as they are sent) is sent and then closed; ``on_sent(n)`` is
-        told after every chunk of it. ``what`` names the command in errors.
+        told after every chunk of it. ``what`` names the command in errors. ``alive_s``: the
+        command shows it lives (okc's agent beats on stderr every second); it is given up when
+        it has shown nothing for that long, before it starts as after its input: exit 3.
         """
         what = what or f"`{shlex.join([Path(argv[0]).name, *map(str, argv[1:3])])}`"
         command = remote_command(self.pod, argv, cwd)
@@ -274,6 +277,8 @@ class SSHTarget:
         with self.network_errors(what), self.watched(what, None if timeout is None else timeout + DEADLINE_GRACE_S) as watch:
             channel = self._client.get_transport().open_session(timeout=self.timeout)
             try:
+                # A server that answers keepalives but never starts the command is given up too.
+                watch.expect_progress(alive_s or self.timeout * STALL_FACTOR)
                 channel.exec_command(command)
                 watch.kick()
                 watch.expect_progress(self.timeout * STALL_FACTOR)
@@ -285,9 +290,9 @@ class SSHTarget:
                         if on_sent is not None:
                             on_sent(len(piece))
                         if deadline is not None and time.monotonic() > deadline:
-                            raise PodError(f"pod {self.pod.name!r}: {what} did not finish within {timeout:g} s")
+                            raise UnreachableError(f"pod {self.pod.name!r}: {what} did not finish within {timeout:g} s")
                 channel.shutdown_write()
-                watch.expect_progress(None)  # the command may think a while before it answers: its timeout bounds it
+                watch.expect_progress(alive_s)  # None: the command may think a while in silence, its timeout bounds it
                 return self._collect(channel, what, timeout, deadline, watch)
             finally:
                 channel.close()
@@ -314,7 +319,7 @@ class SSHTarget:
             if channel.closed or not channel.get_transport().is_active():
                 raise EOFError("the channel closed before the command reported an exit status")
             if deadline is not None and time.monotonic() > deadline:
-                raise PodError(f"pod {self.pod.name!r}: {what} did not finish within {timeout:g} s")
+                raise UnreachableError(f"pod {self.pod.name!r}: {what} did not finish within {timeout:g} s")
             select.select([fileno], [], [], POLL_S)
         return RunResult(rc=channel.recv_exit_status(), stdout=bytes(stdout), stderr=bytes(stderr))
 

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import okc
+from okc import podfiles
 from okc.errors import ConfigError, PodError
 from okc.launch import agent
 from okc.pods.ssh import SSHTarget
@@ -151,10 +152,10 @@ def remote_manifest(target: SSHTarget) -> dict[str, Entry]:
                 text = handle.read(MAX_MANIFEST_BYTES + 1)
             if len(text) > MAX_MANIFEST_BYTES:
                 return {}  # no lab's manifest is this long: every file is sent again, the next manifest replaces it
-            data = json.loads(text)
+            data = podfiles.parse_object(text, "the remote manifest", MAX_MANIFEST_BYTES)
         except FileNotFoundError:
             return {}
-        except ValueError:
+        except ValueError:  # a ContractError too
             return {}  # unreadable: treat every file as new, the next manifest replaces it
     try:
         return {name: Entry(int(e["size"]), str(e["sha256"])) for name, e in data.get("files", {}).items()}
@@ -269,7 +270,7 @@ def _push(lab, target: SSHTarget, dry_run: bool, progress: Callable[[SyncProgres
 
     timeout = APPLY_TIMEOUT_S + target.transfer_deadline(stream.total)
     result = target.run(agent_argv(target, "apply", target.pod.remote_dir), timeout=timeout, stdin=stream, on_sent=on_sent,
-                        what="the sync upload (okc agent apply)")
+                        what="the sync upload (okc agent apply)", alive_s=target.timeout)
     cache.save()
     if result.rc != 0:
         detail = result.stderr.decode("utf-8", "replace").strip().splitlines()
@@ -295,11 +296,9 @@ def agent_argv(target: SSHTarget, verb: str, *args: str) -> list[str]:
 
 def call_agent(ssh: SSHTarget, verb: str, *args: str) -> dict:
     """Run one agent verb on the pod; its JSON answer."""
-    result = ssh.run(agent_argv(ssh, verb, *args), timeout=AGENT_TIMEOUT_S, what=f"okc agent {verb}").check(f"okc agent {verb}")
+    result = ssh.run(agent_argv(ssh, verb, *args), timeout=AGENT_TIMEOUT_S, what=f"okc agent {verb}",
+                     alive_s=ssh.timeout).check(f"okc agent {verb}")
     try:
-        answer = json.loads(result.stdout)
-    except ValueError:
-        answer = None
-    if not isinstance(answer, dict):
-        raise PodError(f"okc agent {verb} on pod {ssh.pod.name!r} answered something that is not a JSON object")
-    return answer
+        return podfiles.answer(result.stdout, verb, max_bytes=len(result.stdout))  # ssh.run capped the bytes already
+    except podfiles.ContractError as exc:
+        raise PodError(f"okc agent {verb} on pod {ssh.pod.name!r} answered something okc does not read: {exc}") from None

@@ -9,6 +9,7 @@ exit_code last, so an interrupted fetch is simply done again.
 
 from __future__ import annotations
 
+import os
 import stat
 import threading
 from dataclasses import replace
@@ -119,10 +120,28 @@ class PodTarget:
         return states
 
     def state(self, job_id: str) -> JobState:
+        """The agent's account of one job, once its folder on the pod is a folder: one a symlink
+        makes (a loop, or a way out of remote_dir) would be followed for ever."""
         for entry in self.jobs():
             if entry.job == job_id:
+                self._real_folder(remote_job_dir(job_id))
                 return entry
         raise PodError(f"no job {job_id} on pod {self.name!r}")
+
+    def _real_folder(self, folder: str) -> None:
+        with self.ssh.network_errors("looking at a job folder"):
+            try:
+                top = self.ssh.sftp.lstat(self.pod.remote_path(folder))
+            except FileNotFoundError:
+                raise UnsafeRemote(f"the pod has no folder {folder}") from None
+        if not stat.S_ISDIR(top.st_mode or 0):
+            raise UnsafeRemote(f"{folder} on the pod is not a folder (a symlink?)")
+
+    def tidy(self, job_dir: Path) -> None:
+        """Remove the .part files a killed download left in the job's folder here (okc.pods.transfer)."""
+        if job_dir.is_dir() and not job_dir.is_symlink():
+            for folder, subfolders, _ in os.walk(job_dir):
+                remove_stale_parts(Path(folder))
 
     def cancel(self, job_id: str) -> None:
         call_agent(self.ssh, "cancel", self.results, job_id)
@@ -159,13 +178,8 @@ class PodTarget:
         """(path relative to ``folder``, size) of every regular file below it, exit_code last.
         A name that is not plain is skipped with a note; a symlinked job folder is refused."""
         found, pending = [], [("", 0)]
+        self._real_folder(folder)  # a symlink could lead anywhere on the pod
         with self.ssh.network_errors("listing a job folder"):
-            try:
-                top = self.ssh.sftp.lstat(self.pod.remote_path(folder))
-            except FileNotFoundError:
-                raise UnsafeRemote(f"the pod has no folder {folder}") from None
-            if not stat.S_ISDIR(top.st_mode or 0):  # a symlink could lead anywhere on the pod
-                raise UnsafeRemote(f"{folder} on the pod is not a folder (a symlink?)")
             while pending:
                 sub, depth = pending.pop()
                 for attrs in self.ssh.sftp.listdir_attr(self.pod.remote_path(f"{folder}/{sub}" if sub else folder)):

@@ -37,6 +37,7 @@ class Watch:
         self.stall_s: float | None = None
         self.started = self.last = self.progressed = time.monotonic()
         self.fired: str | None = None  # "silence", "stall" or "deadline" once the watch closed the connection
+        self.kicked = False  # the operation ever made progress (a command started, answered, took input)
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name="okc-ssh-watch", daemon=True)
 
@@ -49,6 +50,7 @@ class Watch:
 
     def kick(self) -> None:
         self.last = self.progressed = time.monotonic()
+        self.kicked = True
 
     def expect_progress(self, stall_s: float | None) -> None:
         """From now on, give up after ``stall_s`` without a kick (None: only liveness counts)."""
@@ -56,6 +58,9 @@ class Watch:
         self.stall_s = stall_s
 
     def error(self, pod_name: str, what: str) -> UnreachableError:
+        if self.fired == "stall" and not self.kicked:
+            return UnreachableError(f"pod {pod_name!r}: {what} showed no sign of life for {self.stall_s:g} s although the "
+                                    "connection answers (the pod never started it, or it is stopped)")
         if self.fired == "stall":
             return UnreachableError(f"pod {pod_name!r}: {what} made no progress for {self.stall_s:g} s although the "
                                     "connection answers (the remote process is stopped or hung)")

@@ -23,7 +23,10 @@ showing remote_dir on that mount (a plain /workspace folder on the container dis
 
 Its health (can it stop this pod? the key, the API, the last stop's outcome) is in
 ``.okc/watchdog.json``, which ``ensure`` answers with: okc up/sync/pod status make a
-watchdog that cannot stop its pod an error. Every decision that differs from the previous
+watchdog that cannot stop its pod an error. The health is proven again at every poll (the
+check interval: a key revoked or an API gone since the start is said within one), and a
+record older than :data:`STALE_CHECKS` intervals is itself an error: the watchdog stopped
+checking. Every decision that differs from the previous
 one goes to ``.okc/watchdog.log``, which ``okc pod status`` shows.
 """
 
@@ -64,6 +67,7 @@ RETRY_S = 60.0  # after a failed stop request; and how often a watchdog that can
 RETRY_MAX_S = 600.0  # a Retry-After longer than this is not waited for in one go
 LOG_TAIL_LINES = 12
 TERMINATE_WAIT_S = 5.0
+STALE_CHECKS = 3  # a health record older than this many check intervals (plus a call's deadline) is no proof
 LOG_MAX_BYTES = 1 << 20
 LOG_KEEP_BYTES = 256 << 10
 
@@ -142,8 +146,13 @@ def decide(remote_dir: str, idle_s: float, persistent: bool, started: float, now
     return Decision(True, f"stopping this pod: no okc job or okc use for {idle_s / 60:g} min")
 
 
-def write_health(remote_dir: str, health: dict) -> None:
-    record = {"pid": os.getpid(), "at": time.time(), "problem": None, "error": None, **health}
+def check_interval_s(minutes: float) -> float:
+    """How often a watchdog decides, and proves again that it can stop its pod: a sixth of the idle period."""
+    return min(MAX_POLL_S, max(MIN_POLL_S, minutes * 60.0 / POLLS_PER_PERIOD))
+
+
+def write_health(remote_dir: str, health: dict, check_s: float | None = None) -> None:
+    record = {"pid": os.getpid(), "at": time.time(), "problem": None, "error": None, "check_s": check_s, **health}
     launcher.atomic_write(os.path.join(remote_dir, WATCHDOG_HEALTH), json.dumps(record).encode())
 
 
@@ -182,21 +191,24 @@ def watch(remote_dir: str, minutes: float, mounts_file: str = MOUNTS_FILE) -> in
     except BlockingIOError:
         return 0  # another watchdog is watching this remote_dir
     idle_s = minutes * 60.0
-    poll = min(MAX_POLL_S, max(MIN_POLL_S, idle_s / POLLS_PER_PERIOD))
+    poll = check_interval_s(minutes)
     started = time.time()
     env = pod_environment()
     health = probe(env)
     persistent = on_volume(remote_dir, health.get("volume"), mount_points(mounts_file))
     where = f"the volume at {health['volume']}" if persistent else "the container disk (wiped by a stop)"
-    write_health(remote_dir, {**health, "persistent": persistent})
+    write_health(remote_dir, {**health, "persistent": persistent}, poll)
     log(remote_dir, f"watching (pid {os.getpid()}): stop this pod after {minutes:g} min without okc; remote_dir is on {where}")
     if not health["ok"]:
         log(remote_dir, f"ERROR: this pod cannot stop itself: {health['error']}")
     said, probed = None, time.monotonic()
     while True:
-        if not health["ok"] and not health.get("stop_failed") and time.monotonic() - probed > RETRY_S:  # back up?
-            health, probed = probe(env), time.monotonic()
-            write_health(remote_dir, {**health, "persistent": persistent})
+        if not health.get("stop_failed") and time.monotonic() - probed >= poll:  # still able to stop the pod?
+            was_ok, (health, probed) = health["ok"], (probe(env), time.monotonic())
+            write_health(remote_dir, {**health, "persistent": persistent}, poll)
+            if health["ok"] != was_ok:
+                log(remote_dir, "this pod can stop itself again" if health["ok"]
+                    else f"ERROR: this pod cannot stop itself any more: {health['error']}")
         try:
             decision = decide(remote_dir, idle_s, persistent, started, time.time())
         except Exception as exc:  # a half-written job folder must not end the watch
@@ -211,13 +223,13 @@ def watch(remote_dir: str, minutes: float, mounts_file: str = MOUNTS_FILE) -> in
                 wait = min(RETRY_MAX_S, exc.retry_s) if exc.retry_s is not None else RETRY_S
                 health = {"ok": False, "problem": exc.problem, "error": f"stop failed: {exc}", "persistent": persistent,
                           "stop_failed": True}  # only a stop that works makes it healthy again
-                write_health(remote_dir, health)
+                write_health(remote_dir, health, wait + poll)
                 log(remote_dir, f"stop FAILED: {exc}; trying again in {wait:g} s")
                 said = None
                 time.sleep(wait)
                 continue
             health = {"ok": True, "how": how, "persistent": persistent, "stop_requested": True}
-            write_health(remote_dir, health)
+            write_health(remote_dir, health)  # the last word: no check interval, it is not proven again
             log(remote_dir, f"stop requested through {how}")
             return 0
         time.sleep(poll)
@@ -268,7 +280,7 @@ def ensure(remote_dir: str, minutes: float, active: bool) -> dict:
             alive = process_alive(int(marker["pid"]), marker.get("start"))
         except (OSError, ValueError, KeyError, TypeError):
             marker, alive = {}, False
-        unable = alive and active and (read_health(remote_dir) or {}).get("ok") is False  # a sync: ask again now
+        unable = alive and active and _fresh(read_health(remote_dir) or {}).get("ok") is False  # a sync: ask again now
         if alive and ({k: marker.get(k) for k in wanted} != wanted or unable):
             os.kill(int(marker["pid"]), signal.SIGTERM)
             deadline = time.monotonic() + TERMINATE_WAIT_S
@@ -300,7 +312,7 @@ def _health_of(remote_dir: str, marker: dict) -> dict:
     while True:
         health = read_health(remote_dir)
         if health is not None and health.get("pid") == pid:
-            return health
+            return _fresh(health)
         if not process_alive(pid, marker.get("start")):
             return {"pid": pid, "ok": False, "problem": selfstop.REFUSED,
                     "error": "the watchdog ended without a word (see its log in okc pod status)"}
@@ -308,6 +320,19 @@ def _health_of(remote_dir: str, marker: dict) -> dict:
             return {"pid": pid, "ok": False, "problem": UNREACHABLE,
                     "error": f"the watchdog said nothing about its health within {HEALTH_WAIT_S:g} s"}
         time.sleep(0.05)
+
+
+def _fresh(health: dict) -> dict:
+    """``health`` as it stands now: a record the watchdog has not renewed for STALE_CHECKS intervals proves nothing."""
+    check_s, at = health.get("check_s"), health.get("at")
+    if not isinstance(check_s, (int, float)) or not isinstance(at, (int, float)) or not health.get("ok"):
+        return health
+    age = time.time() - at
+    if age <= STALE_CHECKS * check_s + selfstop.CALL_DEADLINE_S:
+        return {**health, "age_s": round(age, 1)}
+    return {**health, "ok": False, "problem": selfstop.REFUSED, "age_s": round(age, 1),
+            "error": f"the watchdog has not proven it can stop the pod for {age:.0f} s (it checks every {check_s:g} s): "
+                     "it is stuck or gone; okc sync starts it again"}
 
 
 def _spawn(remote_dir: str, minutes: float, wanted: dict) -> dict:

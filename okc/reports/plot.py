@@ -11,13 +11,13 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from okc.contract import PLOTS_DIR  # named there: no job id may take it
 from okc.errors import ConfigError
 from okc.jobs.folder import CPU_LABEL, load_spec
 from okc.lab.config import Lab
 from okc.lab.ledger import Run, ledger, runs
 from okc.reports.report import Report, build_report
 
-PLOTS_DIR = "plots"
 DPI = 120
 HISTORY_SIZE_IN = (11.0, 5.5)
 SHAPES_COLUMNS = 3  # loads per row of the per-shape figure

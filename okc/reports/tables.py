@@ -128,20 +128,31 @@ def cell(value: Any) -> str:
     return str(value)
 
 
+# JSON escapes C0 itself; DEL and C1 (a terminal acts on U+009B as on ESC [) become \u escapes: the same data.
+_JSON_CONTROL = re.compile("[\x7f-\x9f]")
+
+
+def _dumps(value: Any, **options: Any) -> str:
+    text = json.dumps(jsonable(value), ensure_ascii=False, **options)
+    return _JSON_CONTROL.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
+
+
 def to_json(document: Document) -> str:
-    return json.dumps(jsonable(document.data()), indent=2, ensure_ascii=False) + "\n"
+    return _dumps(document.data(), indent=2) + "\n"
 
 
 def to_nl(document: Document) -> str:
-    return "".join(json.dumps(jsonable(r), ensure_ascii=False) + "\n" for r in document.main_records())
+    return "".join(_dumps(r) + "\n" for r in document.main_records())
 
 
 def _csv_value(value: Any) -> Any:
+    from okc.podfiles import escaped
+
     if value is None:
         return ""
     if isinstance(value, (bool, list, tuple, dict)):
-        return json.dumps(jsonable(value), ensure_ascii=False)
-    return value
+        return _dumps(value)
+    return escaped(value) if isinstance(value, str) else value  # a cell is printed: no control character raw
 
 
 def to_csv(document: Document) -> str:
@@ -155,15 +166,17 @@ def to_csv(document: Document) -> str:
 
 
 def to_markdown(document: Document) -> str:
+    from okc.podfiles import escaped
+
     def line(cells: list[str]) -> str:
-        return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+        return "| " + " | ".join(escaped(c).replace("|", "\\|") for c in cells) + " |"
 
     parts = []
     tables = document.for_people
     for t in tables:
         lines = [line([c.header for c in t.columns]), line(["---"] * len(t.columns))]
         lines += [line([c.text(r) for c in t.columns]) for r in t.records]
-        parts.append((f"### {t.title}\n\n" if len(tables) > 1 else "") + "\n".join(lines) + "\n")
+        parts.append((f"### {escaped(t.title)}\n\n" if len(tables) > 1 else "") + "\n".join(lines) + "\n")
     return "\n".join(parts)
 
 
@@ -209,18 +222,19 @@ def to_rich(t: Table, width: int):
     from rich.table import Table as RichTable
     from rich.text import Text
 
-    from okc.incoming import escaped
+    from okc.podfiles import escaped
 
     shown, widths, dropped = fit(t, width)
     caption = t.caption
     if dropped:
         hidden = f"not shown at {width} columns: {', '.join(c.header for c in dropped)} (see --json)"
         caption = f"{caption}; {hidden}" if caption else hidden
-    rich_table = RichTable(title=Text(t.title), caption=Text(caption) if caption else None, header_style="bold")
+    rich_table = RichTable(title=Text(escaped(t.title)), caption=Text(escaped(caption)) if caption else None,
+                           header_style="bold")
     for column, column_width in zip(shown, widths):
         # Text, never markup, control characters escaped: names and reasons come from candidates,
         # pods and config files, and a terminal acts on an ESC that rich passes through.
-        rich_table.add_column(Text(column.header), width=column_width, overflow="fold")
+        rich_table.add_column(Text(escaped(column.header)), width=column_width, overflow="fold")
     for index, record in enumerate(t.records):
         rich_table.add_row(*[Text(escaped(c.text(record))) for c in shown],
                            style="bold yellow" if index in t.highlight else None)

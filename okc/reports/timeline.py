@@ -16,7 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from okc.contract import EXIT_FILE, JOB_FILE, PID_FILE, RESULT_FILE, is_job_id, read_json
+from okc import podfiles
+from okc.contract import EXIT_FILE, JOB_FILE, PID_FILE, RESULT_FILE, is_job_id
 from okc.judge.kinds.trial import CHECK_FILE
 from okc.reports.tables import Document, Table, table
 
@@ -101,9 +102,8 @@ def job_document(read: Read, job_id: str) -> Document:
     """``okc jobs JOB``: the job's facts and where its seconds went."""
     spec, result, pid = read(JOB_FILE) or {}, read(RESULT_FILE), read(PID_FILE) or {}
     timeline = (result or {}).get("timeline") or {}
-    wall = None
-    if result is not None and _number(timeline.get("result")) and _number(pid.get("started_at")):
-        wall = spawn_seconds(result, pid) + timeline["result"]
+    spawn = spawn_seconds(result, pid) if result is not None else None
+    wall = spawn + timeline["result"] if spawn is not None and _number(timeline.get("result")) else None
     candidate = spec.get("candidate") if isinstance(spec.get("candidate"), dict) else {}
     fields = {"job_id": job_id, "kind": spec.get("kind"), "candidate": candidate.get("name"),
               "target": spec.get("target"), "created_at": spec.get("created_at"),
@@ -124,9 +124,7 @@ STEP_SUFFIXES = (".check", ".bench")  # a try job's ledger rows: JOB.check, JOB.
 def job_files(lab, target, job: str) -> tuple[str, Read]:
     """The job ``job`` names (a ledger row's JOB.check or JOB.bench names its try job), and a reader of
     its files: the folder here once the job is home, else the target's (okc.jobs.target.Target)."""
-    import json
-
-    from okc.errors import ConfigError, PodError
+    from okc.errors import ConfigError, JudgeError, PodError
 
     for suffix in STEP_SUFFIXES:
         if job.endswith(suffix) and is_job_id(job[: -len(suffix)]) and not (lab.results / job).is_dir():
@@ -134,25 +132,35 @@ def job_files(lab, target, job: str) -> tuple[str, Read]:
     if not is_job_id(job):
         raise ConfigError(f"not a job id: {job!r}")
     here = lab.results / job
-    if (here / EXIT_FILE).is_file() or (not target.remote and (here / JOB_FILE).is_file()):
-        return job, lambda name: read_json(here / name)
-    target.state(job)  # a clear error for a job the target does not have
 
-    from okc.incoming import MAX_DOCUMENT_BYTES
+    def checked(name: str, data: bytes | None) -> dict[str, Any] | None:
+        try:  # bounded and of the types okc reads (okc.podfiles); else one line, not a traceback
+            return None if data is None else podfiles.check(podfiles.parse_object(data, name), name)
+        except podfiles.ContractError as exc:
+            raise JudgeError(f"job {job}: {exc}") from None
+
+    def local(name: str) -> dict[str, Any] | None:
+        try:
+            data = podfiles.read_bytes(here / name)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise JudgeError(f"job {job}: {name} cannot be read ({exc.strerror or exc})") from None
+        return checked(name, data)
+
+    if (here / EXIT_FILE).is_file() or (not target.remote and (here / JOB_FILE).is_file()):
+        return job, local
+    target.state(job)  # a clear error for a job the target does not have
 
     def remote(name: str) -> dict[str, Any] | None:
         chunks, offset = [], 0
         while chunk := target.read(job, name, offset):
             chunks.append(chunk)
             offset += len(chunk)
-            if offset > MAX_DOCUMENT_BYTES:  # a pod's file okc would parse whole: never read past the cap
+            if offset > podfiles.MAX_DOCUMENT_BYTES:  # a pod's file okc would parse whole: never read past the cap
                 raise PodError(f"{name} of job {job} on {target.name!r} is over okc's cap of "
-                               f"{MAX_DOCUMENT_BYTES} bytes")
-        try:
-            data = json.loads(b"".join(chunks)) if chunks else None
-        except ValueError:
-            return None
-        return data if isinstance(data, dict) else None
+                               f"{podfiles.MAX_DOCUMENT_BYTES} bytes")
+        return checked(name, b"".join(chunks)) if chunks else None
 
     if remote(JOB_FILE) is None:
         raise PodError(f"no job {job} on {target.name!r}")

@@ -38,7 +38,7 @@ from okc.sweeps.experiments import Experiment, Point, emit_winners, load_experim
 from okc.sweeps.fanout import Detached, Slot, run_on, run_tasks, slots_meeting
 from okc.sweeps.record import Recorder
 from okc.sweeps.screen import ScreenStage, batches
-from okc.contract import JobResult, write_json
+from okc.contract import SWEEPS_DIR, JobResult, write_json
 from okc.jobs.folder import create_job
 
 TABLE_FILE = "points.jsonl"
@@ -104,7 +104,7 @@ class RunFolder:
 
 
 def runs_dir(lab, experiment: Experiment) -> Path:
-    return lab.results / "experiments" / experiment.name
+    return lab.results / SWEEPS_DIR / experiment.name
 
 
 def latest_run(lab, experiment: Experiment) -> RunFolder | None:

@@ -1,0 +1,123 @@
+"""Following a running job: its log streamed as it grows, its progress, Ctrl-C and cancel.
+
+Part of the one runner (okc.jobs.runner): every job kind is followed by :func:`follow`, with
+:class:`Watch` holding what differs between kinds.
+"""
+
+from __future__ import annotations
+
+import codecs
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from okc import podfiles
+from okc.contract import LOG_FILE, PROGRESS_FILE
+from okc.errors import JudgeError, PodError
+from okc.jobs.target import Target
+
+STATE_EVERY_S = 5.0  # how often a followed job is checked for having died without an exit code
+CANCEL_WAIT_S = 15.0  # after Ctrl-C, how long the launcher gets to stop a local job and write its files
+
+
+class JobDetached(PodError):
+    """Ctrl-C while following a remote job: we stopped watching, the job did not stop."""
+
+
+def _parse(data: bytes) -> dict | None:
+    """progress.json as the one reader checks it (okc.podfiles); None if it is not that yet."""
+    try:
+        return podfiles.check(podfiles.parse_object(data, PROGRESS_FILE), PROGRESS_FILE)
+    except podfiles.ContractError:
+        return None  # caught mid-rewrite (the next poll reads it whole), or malformed: not shown
+
+
+def _copy_new(target: Target, job_dir: Path, name: str, offset: int) -> int:
+    """Append what a remote job's file gained since ``offset`` to the copy here; the new offset."""
+    while chunk := target.read(job_dir.name, name, offset):
+        with open(job_dir / name, "ab") as handle:
+            handle.write(chunk)
+        offset += len(chunk)
+    return offset
+
+
+@dataclass(frozen=True)
+class Watch:
+    """What a job kind wants while its job runs, beside the log: the runner's per-kind hooks.
+
+    ``grows``: job files (besides the log) a remote job's copy here is kept up to date with;
+    ``on_poll``: called after every look (a screen turns its new screened.jsonl lines into rows);
+    ``stop_on_cancel``: ``cancel`` stops the job on its target and the follow waits for it to end
+    (its files then come home as any finished job's); otherwise ``cancel`` acts as Ctrl-C does.
+    """
+
+    on_log: Callable[[str], None] | None = None
+    on_progress: Callable[[dict], None] | None = None
+    grows: tuple[str, ...] = ()
+    on_poll: Callable[[], None] | None = None
+    stop_on_cancel: bool = False
+
+
+def follow(target: Target, job_dir: Path, on_log: Callable[[str], None] | None = None,
+           on_progress: Callable[[dict], None] | None = None, cancel: threading.Event | None = None,
+           watch: Watch | None = None) -> None:
+    """Stream the job's log (into job_dir/log.txt for a remote job, and to ``on_log``) until it is over.
+
+    Ctrl-C (or ``cancel`` set, from another thread): a local job is stopped (and the interrupt
+    goes on); a remote one keeps running and :class:`JobDetached` says how to come back to it.
+    With ``watch.stop_on_cancel`` a set ``cancel`` stops the job wherever it runs, and this returns
+    once it is over.
+    """
+    watch = watch or Watch(on_log, on_progress)
+    job_id = job_dir.name
+    local_log = job_dir / LOG_FILE
+    offset = local_log.stat().st_size if target.remote and local_log.exists() else 0
+    offsets = dict.fromkeys(watch.grows, 0)
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    last_progress, last_state_check, stopping = None, time.monotonic(), None
+    try:
+        while True:
+            done = target.done(job_id)
+            while chunk := target.read(job_id, LOG_FILE, offset):
+                offset += len(chunk)
+                if target.remote:
+                    with open(local_log, "ab") as handle:
+                        handle.write(chunk)
+                if watch.on_log is not None:
+                    watch.on_log(decoder.decode(chunk))
+            if target.remote:  # a local job writes its files here already
+                offsets = {name: _copy_new(target, job_dir, name, at) for name, at in offsets.items()}
+            if watch.on_poll is not None:
+                watch.on_poll()
+            if done:
+                return
+            if watch.on_progress is not None:
+                progress = target.read(job_id, PROGRESS_FILE, 0)
+                if progress and progress != last_progress and (parsed := _parse(progress)) is not None:
+                    last_progress = progress
+                    watch.on_progress(parsed)
+            if cancel is not None and cancel.is_set():
+                if not watch.stop_on_cancel:
+                    raise KeyboardInterrupt
+                if stopping is None:
+                    target.cancel(job_id)
+                    stopping = time.monotonic()
+                elif time.monotonic() - stopping > CANCEL_WAIT_S:
+                    raise JudgeError(f"job {job_id} on {target.name!r} did not stop within {CANCEL_WAIT_S:g} s")
+            if time.monotonic() - last_state_check > STATE_EVERY_S:
+                last_state_check = time.monotonic()
+                target.state(job_id)  # a launcher gone without an exit code is declared lost here
+            time.sleep(target.poll_s)
+    except KeyboardInterrupt:
+        if target.remote:
+            raise JobDetached(f"detached: job {job_id} keeps running on pod {target.name!r}; "
+                              f"resume with: okc attach {job_id} --on {target.name}") from None
+        target.cancel(job_id)
+        deadline = time.monotonic() + CANCEL_WAIT_S
+        while not target.done(job_id) and time.monotonic() < deadline:
+            time.sleep(target.poll_s)
+        raise
+
+
