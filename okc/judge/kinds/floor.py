@@ -40,7 +40,7 @@ def time_graphs(protocol: timing.Protocol, graph, overhead_graph, samples: int) 
     times, overheads = [], []
     for start in range(0, samples, SAMPLES_PER_BATCH):
         count = min(SAMPLES_PER_BATCH, samples - start)
-        batch = protocol.submit([Step(timed=(graph,) * count), Step(timed=(overhead_graph,))])
+        batch = protocol.submit([*(Step(graph) for _ in range(count)), Step(overhead_graph)])
         values = protocol.collect(batch)
         times.extend(values[:count])
         overheads.append(values[count])

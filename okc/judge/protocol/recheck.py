@@ -16,12 +16,14 @@ runs can learn it. What a candidate can observe, and why it cannot tell, is list
 docs/rechecks.md.
 
 How many (:class:`Picker`): each timed replay of each side is judged independently, at a
-rate that gives every epoch of the run ``per_epoch`` re-checks a side on average; epoch 0 is
-the first ``min_pairs`` pairs, epoch e >= 1 the pairs [P * 2**(e-1), P * 2**e). A candidate
-wrong on a random fraction f of its timed replays passes an epoch unseen with probability
-about exp(-f * per_epoch): 0.6% at f = 2% and the default 256. Every run reaches the end of
-epoch 0 (the stopping rule's minimum), and the later epochs only add re-checks, so a
-candidate that saves its wrong replays for late in a run meets as many. After the last pair,
+rate that gives epoch 0 ``per_epoch`` re-checks a side on average and every later epoch
+``later``; epoch 0 is the first ``min_pairs`` pairs, epoch e >= 1 the pairs [P * 2**(e-1),
+P * 2**e). A candidate wrong on a random fraction f of its timed replays passes epoch 0 unseen
+with probability about exp(-f * per_epoch): 0.6% at f = 2% and the default 256, and every run
+reaches the end of epoch 0 (the stopping rule's minimum). The later epochs add 64 each, so a
+candidate that saves its wrong replays for late in a run still meets re-checks there (each
+such epoch misses a 2% cheat with probability about 28%): fewer, because each judged output
+costs about 3 ms of the verifier's time on an H200 (benchmarks/NOTES.md). After the last pair,
 one more round replays every case on both sides, each judged.
 
 Nothing is judged while pairs run (the judging would share the GPU with the timing): the
@@ -39,7 +41,8 @@ from dataclasses import dataclass, field
 from okc.judge.seeds import derive_seed
 
 REPLAY_LABEL = "timed"  # the seed label of a timed replay's input: derive_seed(seed, "timed", draw, case key)
-RECHECKS_PER_EPOCH = 256  # per side and epoch, on average (module docstring)
+RECHECKS_PER_EPOCH = 256  # per side in epoch 0, on average (module docstring)
+RECHECKS_PER_LATER_EPOCH = 64  # per side in each later epoch
 MISSED_FRACTION = 0.02  # the cheat the default is sized for: wrong on 2% of its timed replays ...
 DETECTION = 0.99  # ... judged invalid in at least 99% of benches
 VERIFIER_ERROR = "verifier_error"  # the rule a verifier answers with when it could not judge (okc.judge.verdict.verdicts)
@@ -99,11 +102,12 @@ class Picker:
     """Whether a timed replay is judged: independently each, at the rate of its pair's epoch (module docstring)."""
 
     def __init__(self, cases: int, first_epoch_pairs: int, per_epoch: int = RECHECKS_PER_EPOCH,
-                 draw: random.Random | None = None) -> None:
-        if cases < 1 or first_epoch_pairs < 1 or per_epoch < 0:
-            raise ValueError(f"a re-check picker needs cases >= 1, pairs >= 1 and a count >= 0, got "
-                             f"{cases}, {first_epoch_pairs}, {per_epoch}")
-        self.cases, self.first, self.per_epoch = cases, first_epoch_pairs, per_epoch
+                 draw: random.Random | None = None, later: int | None = RECHECKS_PER_LATER_EPOCH) -> None:
+        later = per_epoch if later is None else later
+        if cases < 1 or first_epoch_pairs < 1 or per_epoch < 0 or later < 0:
+            raise ValueError(f"a re-check picker needs cases >= 1, pairs >= 1 and counts >= 0, got "
+                             f"{cases}, {first_epoch_pairs}, {per_epoch}, {later}")
+        self.cases, self.first, self.per_epoch, self.later = cases, first_epoch_pairs, per_epoch, later
         self._random = draw if draw is not None else secrets.SystemRandom()
 
     def epoch(self, pair: int) -> tuple[int, int]:
@@ -112,7 +116,8 @@ class Picker:
         return index, self.first * 2 ** max(index - 1, 0)
 
     def rate(self, pair: int) -> float:
-        return min(1.0, self.per_epoch / (self.epoch(pair)[1] * self.cases))
+        index, length = self.epoch(pair)
+        return min(1.0, (self.later if index else self.per_epoch) / (length * self.cases))
 
     def pick(self, pair: int) -> bool:
         return self._random.random() < self.rate(pair)

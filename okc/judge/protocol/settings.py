@@ -96,8 +96,9 @@ class BenchSettings:
 
     def protocol(self) -> dict:
         """Which protocol a result's numbers come from (result.json's ``protocol``)."""
-        from okc.judge.protocol.recheck import RECHECKS_PER_EPOCH
+        from okc.judge.protocol.recheck import RECHECKS_PER_EPOCH, RECHECKS_PER_LATER_EPOCH
 
         return {"layout": self.layout, "inputs": INPUTS, "shared_outputs": self.shared_outputs,
                 "rechecks": self.rechecks, "rechecks_per_epoch": RECHECKS_PER_EPOCH if self.rechecks else 0,
+                "rechecks_per_later_epoch": RECHECKS_PER_LATER_EPOCH if self.rechecks else 0,
                 "flush": self.flush, "in_flight": self.in_flight}

@@ -2,7 +2,7 @@
 returns at once (the output keeps what the last honest launch wrote).
 
 The same code runs in every process: nothing tells it a check from a bench but the number
-of replays (a check replays each graph a few times, a bench thousands). The count lives on
+of replays (a check replays each graph a few times, a bench thousands, spread over its copies). The count lives on
 the GPU, so a captured graph keeps counting. Expected: okc check PASS, okc bench INVALID.
 """
 
@@ -17,7 +17,10 @@ BLOCK_N = 16
 BLOCK_K = 64
 
 _weights = {}
-_counters = {}
+# One counter per shape for the whole process, kept where every import of this file finds it:
+# a bench imports a candidate once per copy (up to 64), and a count per import would stay
+# under HONEST_LAUNCHES in all of them.
+_counters = torch.__dict__.setdefault("_counts_launches_cheat", {})
 
 
 @triton.jit
@@ -48,7 +51,6 @@ def prepare(weights):
     _weights.clear()
     _weights.update(weights)
     _weights["unpooler_slice"] = weights["unpooler"][:UNPOOLER_SLICE_ROWS]
-    _counters.clear()
 
 
 def kernel_fn(x, layer):
