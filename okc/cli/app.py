@@ -75,6 +75,8 @@ class _OneLineErrors(typer.core.TyperGroup):
         except click.UsageError as exc:
             where = f"okc {exc.ctx.command.name}: " if exc.ctx and exc.ctx.parent is not None else ""
             error_line(f"{where}{exc.format_message()} (see --help)")
+            if asks_for_data(args):  # a script asked for JSON: it gets a document, even for a typo
+                error_document(f"{where}{exc.format_message()}", exc.exit_code)
             sys.exit(exc.exit_code)
         except click.ClickException as exc:
             error_line(exc.format_message())
@@ -149,6 +151,29 @@ FORMAT_HELP = "table, json, nl (one JSON object per line), csv or markdown."
 CANDIDATE_HELP = "The candidate: a number (36 or 036), a file name or a path; the word 'candidate' may come first."
 
 
+DATA_FORMATS = ("json", "nl")  # the formats a failure answers in too: one JSON document on stdout
+
+
+def asks_for_data(args: list[str]) -> bool:
+    """Whether a command line asks for JSON (--json, --nl, --format json or nl), read before click parses it."""
+    for index, word in enumerate(args):
+        if word == "--":
+            return False
+        if word in ("--json", "--nl") or word in ("--format=json", "--format=nl"):
+            return True
+        if word == "--format" and index + 1 < len(args) and args[index + 1] in DATA_FORMATS:
+            return True
+    return False
+
+
+def error_document(message: str, code: int) -> None:
+    """A failure as data (docs/output.md, "Failures"): ``{"error": ..., "exit": ...}``, one line on stdout."""
+    import json
+
+    out.print(json.dumps({"error": str(message), "exit": code}, ensure_ascii=False), markup=False, highlight=False,
+              soft_wrap=True)
+
+
 def error_line(message: str) -> None:
     """One red 'error:' and the message as literal text: messages quote config keys like [tool.okc]."""
     from rich.text import Text
@@ -210,7 +235,13 @@ def output_options(command: Callable) -> Callable:
 
     @functools.wraps(command)
     def wrapper(*args, format_: str = "table", as_json: bool = False, nl: bool = False, **kwargs):
-        return command(*args, fmt=output_format(format_, as_json, nl), **kwargs)
+        fmt = output_format(format_, as_json, nl)
+        try:
+            return command(*args, fmt=fmt, **kwargs)
+        except OkcError as exc:  # a script that asked for JSON gets a document: the error, and its exit code
+            if fmt in DATA_FORMATS:
+                error_document(str(exc), exc.exit_code)
+            raise
 
     parameters = kept + list(_OUTPUT_PARAMETERS)
     wrapper.__signature__ = signature.replace(parameters=parameters)
@@ -251,6 +282,17 @@ def echo_log(text: str) -> None:
     err.print(text, end="", markup=False, highlight=False, soft_wrap=True)
 
 
-def raise_failed(result) -> None:
+def raise_failed(result, fmt: str = "table", document=None, job_dir=None) -> None:
+    """A job that failed: its document for a script that asked for data, the candidate's last frames
+    for people (from result.json, when its own code failed), and one red line."""
+    if fmt != "table" and document is not None:
+        show(document, fmt)
+    elif fmt in DATA_FORMATS:
+        error_document(f"{result.kind} {result.status}: {result.reason}", EXIT_FAILED)
+    if fmt == "table" and job_dir is not None:
+        from okc.reports.failures import last_frames
+
+        for line in last_frames(job_dir):
+            err.print(line, markup=False, highlight=False, soft_wrap=True)
     error_line(f"{result.kind} {result.status}: {result.reason} (job {result.job_id})")
     raise typer.Exit(EXIT_FAILED)

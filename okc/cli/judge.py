@@ -118,11 +118,11 @@ def bench(
         outcome = runner.submit(lab, "bench", candidate, against=other, aa=aa, on=on, on_progress=on_progress,
                                 bench=benching.settings())
     result = outcome.result
+    document = views.bench_document(result, _source(outcome), other.name, outcome.recorded, _gpumode(outcome))
     if not result.passed:
         _not_recorded(outcome)
-        raise_failed(result)
-    show(_verbose(views.bench_document(result, _source(outcome), other.name, outcome.recorded, _gpumode(outcome)),
-                  outcome, verbose), fmt)
+        raise_failed(result, fmt, document, outcome.job_dir)
+    show(_verbose(document, outcome, verbose), fmt)
     _not_recorded(outcome)
     if outcome.record_error:
         raise typer.Exit(EXIT_USAGE)
@@ -195,7 +195,7 @@ def try_command(
         show(_verbose(Document(fields=fields, main=None), outcome, verbose), fmt)
     _not_recorded(outcome)
     if benched is not None and not benched.passed and fmt == "table":
-        raise_failed(benched)
+        raise_failed(benched, fmt, job_dir=outcome.job_dir)
     if not steps["check"].passed or (benched is not None and not benched.passed):
         raise typer.Exit(EXIT_FAILED)
     if outcome.record_error:
@@ -262,5 +262,5 @@ def floor(
         outcome = runner.submit(lab, "floor", None, on=on, on_log=echo_log if fmt == "table" else None)
     result = outcome.result
     if not result.passed:
-        raise_failed(result)
+        raise_failed(result, fmt, views.floor_document(result, outcome.recorded))
     show(views.floor_document(result, outcome.recorded), fmt)

@@ -48,7 +48,7 @@ def profile(
     result = outcome.result
     if not result.passed:
         _not_recorded(outcome)
-        raise_failed(result)
+        raise_failed(result, fmt, job_dir=outcome.job_dir)
     show(profile_document(lab, outcome.job_dir, _source(outcome), outcome.recorded), fmt)
     _not_recorded(outcome)
     if outcome.record_error:

@@ -31,6 +31,7 @@ from okc.judge.protocol.capture import CaptureError, capture
 from okc.judge.loader import CandidateLoadError, load_candidate
 from okc.judge.problem import Case, Problem
 from okc.judge.seeds import derive_seed
+from okc.judge.tracebacks import explain
 
 DEFAULT_REPLAYS = 20
 MAX_REPLAYS = 1000
@@ -245,7 +246,12 @@ def run_profile(problem: Problem, sources: dict[str, Path], *, device: torch.dev
             counter_report = ncu.collect(job_dir, device, log, shapes)
             notes.append(counter_report["note"])
     except BenchFailed as exc:  # the other side failing says nothing of this candidate
-        return error_result(str(exc), "usage" if exc.side == "against" else "candidate", **identity)
+        cause = None if isinstance(exc.__context__, BenchFailed) else exc.__context__
+        reason, text = explain(str(exc), exc.side, cause, sources.get(exc.side))
+        if text is not None:
+            log(text)
+        return error_result(reason, "usage" if exc.side == "against" else "candidate", **identity,
+                            **({"traceback": text} if text else {}))
     except traces.TraceError as exc:
         return error_result(f"the profiler's trace cannot be read: {exc}", "harness", **identity)
     except RuntimeError as exc:  # a CUDA error in a replay: the context is gone
