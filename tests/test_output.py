@@ -172,6 +172,16 @@ def test_floor_sweep_and_jobs_match_the_schema():
         assert made.records and [list(r) for r in made.records] == [SCHEMA[f"cost.{made.name}"]] * len(made.records)
 
 
+def test_a_failure_under_json_is_the_documented_error_record(lab):
+    for args in (["report", "999", "--json"], ["bench", "0", "--target", "x", "--json"], ["ledger", "--nl", "--sweep", "no"]):
+        result = invoke(*args)
+        data = json.loads(result.stdout)
+        assert list(data) == SCHEMA["error"] and data["exit"] == result.exit_code == 2, result.output
+    (lab.ledger_path.parent / "ledger.db").write_text("not a database" * 300)
+    data = json.loads(invoke("ledger", "--rebuild", "--json").stdout)
+    assert list(data) == SCHEMA["ledger.rebuild"] and data["lost"] and data["kept_as"]
+
+
 def test_the_ledger_table_fits_80_columns_without_splitting_a_header_word(lab):
     reportdata.add_candidate(lab, "036_a_rather_long_candidate_name")
     reportdata.bench_job(lab, "36")

@@ -208,14 +208,14 @@ def rebuild(lab: Lab) -> Rebuilt:
     """
     kept = _move_aside(lab.ledger_path)
     salvaged: dict[str, int] = {}
-    lost: list[str] = []
+    lost: dict[str, list[tuple[str, int]]] = {}  # why the old file stopped -> (table, rows it gave first)
 
     def old(table: str) -> list[dict]:
         if kept is None:
             return []
         rows, why = _old_rows(kept, f"SELECT * FROM {table} ORDER BY id")
         if why:
-            lost.append(f"{table}: {len(rows)} row(s) read from the old file, the rest unreadable ({why})")
+            lost.setdefault(why, []).append((table, len(rows)))
         return rows
 
     with ledger(lab.ledger_path) as conn:
@@ -231,4 +231,17 @@ def rebuild(lab: Lab) -> Rebuilt:
             rows = old(table)
             with transaction(conn):
                 salvaged[table] = sum(_insert(conn, table, row) for row in rows)
-    return Rebuilt(kept, jobs, official, salvaged, tuple(lost))
+    return Rebuilt(kept, jobs, official, salvaged, tuple(_lost_lines(lost)))
+
+
+def _lost_lines(lost: dict[str, list[tuple[str, int]]]) -> list[str]:
+    """One line per reason the old file gave up, not one per table: a file that is not a database at all
+    says so once."""
+    lines = []
+    for why, tables in lost.items():
+        if not any(n for _, n in tables):
+            lines.append(f"nothing could be read from the old file ({why[:120]})")
+        else:
+            read = ", ".join(f"{n} {table}" for table, n in tables)
+            lines.append(f"the old file gave up part way ({why[:120]}): read first {read}")
+    return lines
