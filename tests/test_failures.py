@@ -7,6 +7,7 @@ the log; a command asked for JSON answers with a JSON document when it fails too
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -173,3 +174,148 @@ def test_cost_csv_and_nl_carry_every_table(tiny):
     rows = invoke("cost", "--format", "csv").stdout.splitlines()
     assert rows[0].startswith("table,") and {"day", "pod"} <= set(rows[0].split(","))
     assert {row.split(",")[0] for row in rows[1:]} == tables
+
+
+# -- 2: a lab that cannot be written is not a damaged one, and loses nothing -----------------------
+
+
+def _writes(folder: Path) -> bool:
+    try:
+        (folder / ".probe").write_text("x")
+    except OSError:
+        return False
+    (folder / ".probe").unlink()
+    return True
+
+
+def _set_read_only(folder: Path, on: bool) -> None:
+    """results/ and everything in it read-only (chmod; as root, which chmod does not stop, chattr +i)."""
+    import shutil
+    import subprocess
+
+    paths = [folder, *folder.rglob("*")]
+    if os.geteuid() != 0:
+        for path in paths:
+            mode = path.stat().st_mode
+            path.chmod(mode & ~0o222 if on else mode | 0o200)
+        return
+    if shutil.which("chattr") is None or subprocess.run(["chattr", "-R", "+i" if on else "-i", folder],
+                                                        capture_output=True).returncode:
+        pytest.skip("running as root without a working chattr +i: nothing here can make a folder read-only")
+
+
+@pytest.fixture
+def read_only(tiny):
+    """Make the tiny lab's results/ read-only with ``read_only(True)``; always writable again afterwards."""
+    folder = tiny / "results"
+    state = {"on": False}
+
+    def switch(on: bool) -> None:
+        _set_read_only(folder, on)
+        state["on"] = on
+        assert _writes(folder) is not on
+
+    yield switch
+    if state["on"]:
+        _set_read_only(folder, False)
+
+
+def _rows(root: Path) -> list[tuple]:
+    from okc.lab.ledger import open_ledger, runs
+
+    with open_ledger(root / "results" / "ledger.db") as conn:
+        return sorted((r.kind, r.job_id, r.official_job) for r in runs(conn))
+
+
+def _one_line(result, code: int) -> str:
+    text = result.output.strip()
+    assert result.exit_code == code and len(text.splitlines()) == 1 and "Traceback" not in text, result.output
+    return text
+
+
+OFFICIAL = ("record", "001", "--official", "scored", "--score", "1.2", "--ci", "1.1:1.3", "--job")
+
+
+def test_a_read_only_results_folder_is_unwritable_not_damaged_and_loses_nothing(tiny, read_only):
+    assert invoke("check", "001", "--quick").exit_code == 0
+    assert invoke(*OFFICIAL, "off0").exit_code == 0
+    before = _rows(tiny)
+    read_only(True)
+    shown = invoke("ledger", "--json")  # a lab that cannot be written is still read
+    assert shown.exit_code == 0 and [r["official_scored_job"] for r in json.loads(shown.stdout)] == [None, "off0"]
+    assert invoke("jobs", "--on", "local").exit_code == 0 and invoke("cost").exit_code == 0
+    assert "cannot write" in _one_line(invoke("plot"), 2) and "make it writable" in invoke("plot").output
+    assert "damaged" not in _one_line(invoke("ledger", "--rebuild"), 2)
+    recorded = _one_line(invoke(*OFFICIAL, "ro1"), 2)
+    assert "official job ro1 is NOT recorded" in recorded and "kept" not in recorded, recorded
+    for args in (("check", "001", "--quick"), ("bench", "001", "--max-pairs", "60")):
+        assert "cannot hold job folders" in _one_line(invoke(*args), 2)
+    read_only(False)
+    assert _rows(tiny) == before  # nothing lost, nothing half-written
+    assert invoke(*OFFICIAL, "ro1").exit_code == 0  # what it said to do works
+    assert ("official-scored", None, "ro1") in _rows(tiny)
+
+
+@pytest.mark.parametrize("command", [("check", "001", "--quick"), ("bench", "001", "--max-pairs", "60")])
+def test_a_results_folder_made_read_only_during_a_job_keeps_the_verdict_and_says_how_to_record_it(
+        tiny, read_only, monkeypatch, command):
+    from okc.jobs import runner
+
+    real = runner.execute
+
+    def then_read_only(*args, **kwargs):
+        result = real(*args, **kwargs)
+        read_only(True)
+        return result
+
+    monkeypatch.setattr(runner, "execute", then_read_only)
+    result = invoke(*command)
+    assert result.exit_code == 2, result.output
+    last = result.stderr.strip().splitlines()[-1]
+    job = last.split("job ", 1)[1].split(" ", 1)[0]
+    assert "is not in the ledger" in last and "cannot be written" in last and "damaged" not in last.replace(
+        "nothing in it is damaged", ""), last
+    assert "once the ledger can be written again" in last and f"okc pull --on local {job}" in last
+    assert ("PASS 001_matmul" if command[0] == "check" else "score ") in result.stdout
+    read_only(False)
+    assert invoke("pull", "--on", "local", job).exit_code == 0
+    assert [r for r in _rows(tiny) if r[1] == job] == [(command[0], job, None)]
+
+
+def test_a_locked_ledger_is_said_to_be_locked(tiny, monkeypatch):
+    import sqlite3
+
+    from okc.lab import ledger
+
+    assert invoke("ledger").exit_code == 0
+    monkeypatch.setattr(ledger, "BUSY_TIMEOUT_S", 0.1)
+    holder = sqlite3.connect(tiny / "results" / "ledger.db", isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        line = _one_line(invoke(*OFFICIAL, "lock1"), 2)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert "is locked by another process" in line and "damaged" not in line, line
+
+
+def test_sqlite_refusals_are_worded_by_their_cause(tmp_path):
+    import sqlite3
+
+    from okc.lab.ledger import ledger_error
+
+    path = tmp_path / "ledger.db"
+    path.write_bytes(b"")
+
+    def refusal(code: int, text: str) -> str:
+        exc = sqlite3.OperationalError(text)
+        exc.sqlite_errorcode = code
+        return str(ledger_error(path, exc))
+
+    assert "is locked by another process" in refusal(5, "database is locked")
+    assert "the disk is full" in refusal(13, "database or disk is full") and "free some space" in refusal(13, "full")
+    assert "cannot be written" in refusal(8, "attempt to write a readonly database")
+    assert "the ledger is damaged" in refusal(11, "database disk image is malformed")
+    assert "damaged" not in refusal(14, "unable to open database file")  # the folder is writable here: not a read-only disk
+    (tmp_path / "folder.db").mkdir()
+    assert "is a folder" in str(ledger_error(tmp_path / "folder.db", sqlite3.OperationalError("unable to open database file")))

@@ -35,6 +35,9 @@ def invoke(*args):
 
 def one_line(result, code: int, *words: str) -> str:
     text = result.output.strip()
+    if result.stdout.startswith('{"error"'):  # --json: the error's document on stdout, its one line on stderr
+        assert json.loads(result.stdout)["exit"] == code
+        text = result.stderr.strip()
     assert result.exit_code == code, result.output
     assert len(text.splitlines()) == 1, text
     assert "Traceback" not in text

@@ -75,7 +75,8 @@ class _OneLineErrors(typer.core.TyperGroup):
         except click.UsageError as exc:
             where = f"okc {exc.ctx.command.name}: " if exc.ctx and exc.ctx.parent is not None else ""
             error_line(f"{where}{exc.format_message()} (see --help)")
-            if asks_for_data(args):  # a script asked for JSON: it gets a document, even for a typo
+            takes_json = exc.ctx is not None and any("--json" in getattr(p, "opts", ()) for p in exc.ctx.command.params)
+            if takes_json and asks_for_data(args):  # a script asked for JSON: it gets a document, even for a typo
                 error_document(f"{where}{exc.format_message()}", exc.exit_code)
             sys.exit(exc.exit_code)
         except click.ClickException as exc:
@@ -191,10 +192,11 @@ def handles_errors(command: Callable) -> Callable:
         except OkcError as exc:
             error_line(str(exc))
             raise typer.Exit(exc.exit_code) from None
-        except OSError as exc:  # the output itself failed (a full disk, a closed pipe): said once, on stderr
-            if exc.errno not in (errno.ENOSPC, errno.EPIPE, errno.EDQUOT, errno.EROFS, errno.EIO):
+        except OSError as exc:  # the output itself failed (a full disk, a closed pipe, a read-only folder): said once
+            if exc.errno not in (errno.ENOSPC, errno.EPIPE, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EACCES, errno.EPERM):
                 raise
-            error_line(f"cannot write: {exc.strerror or exc}" + (f" ({exc.filename})" if exc.filename else ""))
+            fix = "; make it writable" if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM) else ""
+            error_line(f"cannot write: {exc.strerror or exc}" + (f" ({exc.filename})" if exc.filename else "") + fix)
             raise typer.Exit(EXIT_USAGE) from None
 
     return wrapper

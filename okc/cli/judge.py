@@ -36,8 +36,10 @@ def _not_recorded(outcome) -> None:
     if outcome.record_error:
         job = outcome.job_dir.name
         later = f"{outcome.record_later}, or " if outcome.record_later else ""
+        # A ledger that cannot be written is mended by making it writable, not by a rebuild.
+        mended = "the ledger is mended" if "the ledger is damaged" in outcome.record_error else "the ledger can be written again"
         error_line(f"job {job} is not in the ledger: {outcome.record_error}; its folder keeps the result, and "
-                   f"once the ledger is mended {later}`okc pull --on local {job}` records it")
+                   f"once {mended} {later}`okc pull --on local {job}` records it")
 
 
 @app.command()
