@@ -138,7 +138,7 @@ def test_report_of_a_named_job(benched, lab):
         (["report", "--job", "20260101-000000-bench-abcdef"], "no finished job at"),
         (["report", "--job", "../elsewhere"], "--job takes a job id"),
         (["report"], "name a candidate"),
-        (["report", "77"], "no finished bench of candidate 077"),
+        (["report", "77"], "no candidate 077 in "),
     ],
 )
 def test_missing_bench_is_a_clear_error(lab, args, message):

@@ -73,7 +73,7 @@ class _OneLineErrors(typer.core.TyperGroup):
             exc.show()
             sys.exit(exc.exit_code)
         except click.UsageError as exc:
-            where = f"okc {exc.ctx.command.name}: " if exc.ctx and exc.ctx.parent is not None else ""
+            where = f"okc {_command_words(exc.ctx)}: " if exc.ctx and exc.ctx.parent is not None else ""
             error_line(f"{where}{exc.format_message()} (see --help)")
             takes_json = exc.ctx is not None and any("--json" in getattr(p, "opts", ()) for p in exc.ctx.command.params)
             if takes_json and asks_for_data(args):  # a script asked for JSON: it gets a document, even for a typo
@@ -89,6 +89,15 @@ class _OneLineErrors(typer.core.TyperGroup):
             error_line(str(exc))
             sys.exit(exc.exit_code)
         sys.exit(code if isinstance(code, int) else 0)
+
+
+def _command_words(ctx) -> str:
+    """The words a user typed to reach ``ctx``'s command, below okc: 'bench', 'pod create'."""
+    words = []
+    while ctx.parent is not None:
+        words.append(ctx.command.name)
+        ctx = ctx.parent
+    return " ".join(reversed(words))
 
 
 def _show_completion(shell: str, prog_name: str) -> None:

@@ -41,7 +41,7 @@ def profile(
     candidate = candidates.resolve(lab.candidates, candidate_ref(words))
     other = candidates.resolve(lab.candidates, lab.baseline if against in (None, "baseline") else against)
     cases = profiling.cases(lab.problem)
-    options.preflight(lab, on)
+    options.preflight(lab, on, kind="profile")
     with err.status(f"profiling {candidate.name} against {other.name} ..."):
         outcome = runner.submit(lab, "profile", candidate, against=other, on=on, cases=cases,
                                 profile=profiling.settings(), on_log=echo_log if fmt == "table" else None)

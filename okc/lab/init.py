@@ -44,7 +44,7 @@ class Starter:
 
 STARTERS = {
     "muse_bf16_proj": Starter("matmul.py", "okc check 000 --quick"),  # the judge's full check takes 13 min on a CPU
-    "tiny_matvec": Starter("matmul.py", "okc check 000"),
+    "tiny_matvec": Starter("matmul.py", "okc check 001"),  # the tour's first line (README, "Try it on a laptop")
 }
 DEFAULT_PROBLEM = "muse_bf16_proj"
 GPUMODE_FIRST_CHECK = "okc check 001"  # the folder's own submission.py
@@ -183,9 +183,12 @@ class _Writes:
                 path.unlink(missing_ok=True)
 
 
-def init_lab(root: Path, problem: str = DEFAULT_PROBLEM, gpumode: Path | None = None) -> Created:
+def init_lab(root: str | Path, problem: str = DEFAULT_PROBLEM, gpumode: Path | None = None) -> Created:
     """Make a new lab of ``problem`` (or of the GPU MODE folder ``gpumode``) at ``root`` (created if need be);
     ConfigError before any write if it cannot."""
+    if not str(root).strip():  # Path('') is '.': an empty word would quietly mean the current folder
+        raise ConfigError(f"okc init {str(root)!r}: the folder is empty; name one (okc init . for this folder); "
+                          "nothing written")
     if gpumode is not None:
         if problem != DEFAULT_PROBLEM:
             raise ConfigError(f"--problem {problem} and --gpumode {gpumode}: a lab judges one problem; give one of them")
