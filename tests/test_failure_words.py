@@ -5,6 +5,7 @@ Each test is one class of misleading message the issue lists; each runs the CLI 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -93,3 +94,46 @@ def test_stopping_an_ssh_only_pod_says_it_has_no_runpod_id(tiny, monkeypatch):
 def test_a_subcommands_usage_error_names_it_as_typed(tiny):
     line = one_line(invoke("pod", "create", "x", "--volume-gb", "5"), 2)
     assert line.startswith("error: okc pod create: ") and "--volume-gb" in line, line
+
+
+def test_a_job_stopped_by_a_signal_shows_the_signal_not_a_negative_code():
+    from okc.contract import JobState
+    from okc.pods.views import jobs_document
+    from okc.reports.tables import to_json, to_markdown
+
+    document = jobs_document([(JobState("j", "finished", exit_code=-15, started_at=0.0), False),
+                              (JobState("k", "finished", exit_code=1, started_at=0.0), True)], "local")
+    shown = to_markdown(document)
+    assert "stopped by SIGTERM (as Ctrl-C stops a job)" in shown and "-15" not in shown, shown
+    assert "| 1 |" in shown
+    assert [r["exit_code"] for r in json.loads(to_json(document))] == [-15, 1]  # scripts keep the number
+
+
+def test_a_bench_that_waits_for_the_job_slot_says_so(tiny):
+    import fcntl
+    import threading
+
+    from okc.jobs.target import local_locks
+    from okc.launch import launcher
+
+    lock = local_locks() / "gpu0.lock"  # under the test's own HOME
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a+") as held:
+        held.write("other-job pid 1\n")
+        held.flush()
+        fcntl.flock(held, fcntl.LOCK_EX)  # another job holds the one slot; it lets go in a moment
+        threading.Timer(3.0, fcntl.flock, (held, fcntl.LOCK_UN)).start()
+        result = invoke("bench", "001", "--max-pairs", "60")
+    assert result.exit_code == 0, result.output
+    assert launcher.waiting_line("other-job") in result.stderr, result.stderr
+
+
+def test_the_bench_tables_columns_are_explained_and_fit_80_columns(tiny):
+    result = invoke("bench", "001", "--max-pairs", "60")
+    assert result.exit_code == 0, result.output
+    shown = " ".join(result.stdout.split())  # the caption wraps at the table's width
+    assert "gap µs: candidate µs minus the floor, the time still on the table" in shown, result.stdout
+    assert "ratio: baseline µs / candidate µs (above 1: faster)" in shown
+    header = next(line for line in result.stdout.splitlines() if "load" in line and "layer" in line)
+    assert "gap µs" in header and "far" in header  # one header line, not a word per line
+    assert max(len(line) for line in result.stdout.splitlines() if line[:1] in "┏┃┡│└") <= 80  # the tables'

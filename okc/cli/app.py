@@ -293,6 +293,20 @@ def echo_log(text: str) -> None:
     err.print(text, end="", markup=False, highlight=False, soft_wrap=True)
 
 
+class echo_okc_lines:
+    """An ``on_log`` for a command whose job's log is not shown (bench): okc's own lines in it
+    (``okc: waiting for a GPU ...``, a CPU note) still are, whole, as a check shows them."""
+
+    def __init__(self) -> None:
+        self.pending = ""
+
+    def __call__(self, text: str) -> None:
+        *lines, self.pending = (self.pending + text).split("\n")
+        for line in lines:
+            if line.startswith("okc: "):
+                err.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
 def raise_failed(result, fmt: str = "table", document=None, job_dir=None) -> None:
     """A job that failed: its document for a script that asked for data, the candidate's last frames
     for people (from result.json, when its own code failed), and one red line."""

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from okc.cli.app import (
-    CANDIDATE_HELP, app, candidate_ref, echo_log, err, error_line, handles_errors, load_lab, output_options,
+    CANDIDATE_HELP, app, candidate_ref, echo_log, echo_okc_lines, err, error_line, handles_errors, load_lab, output_options,
     raise_failed, show,
 )
 from okc.errors import EXIT_FAILED, EXIT_USAGE
@@ -118,7 +118,7 @@ def bench(
     options.preflight(lab, on, kind="bench")
     with _bench_progress(target) as on_progress:
         outcome = runner.submit(lab, "bench", candidate, against=other, aa=aa, on=on, on_progress=on_progress,
-                                bench=benching.settings())
+                                on_log=echo_okc_lines() if fmt == "table" else None, bench=benching.settings())
     result = outcome.result
     document = views.bench_document(result, _source(outcome), other.name, outcome.recorded, _gpumode(outcome))
     if not result.passed:
