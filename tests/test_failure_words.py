@@ -137,3 +137,17 @@ def test_the_bench_tables_columns_are_explained_and_fit_80_columns(tiny):
     header = next(line for line in result.stdout.splitlines() if "load" in line and "layer" in line)
     assert "gap µs" in header and "far" in header  # one header line, not a word per line
     assert max(len(line) for line in result.stdout.splitlines() if line[:1] in "┏┃┡│└") <= 80  # the tables'
+
+
+def test_cost_of_cpu_jobs_does_not_say_gpu_hours(tiny):
+    assert invoke("check", "001", "--quick").exit_code == 0
+    shown = invoke("cost")
+    assert shown.exit_code == 0 and "GPU hours" not in shown.stdout and "job hours" in shown.stdout, shown.stdout
+    assert "on the CPU where there was none" in " ".join(shown.stdout.split())
+
+
+def test_profile_shows_no_torch_profiler_noise(tiny):
+    result = invoke("profile", "001")
+    assert result.exit_code == 0, result.output
+    log = next((tiny / "results").glob("*-profile-*")) / "log.txt"
+    assert "USDT" not in result.output and "profiler_start" not in log.read_text(), result.output

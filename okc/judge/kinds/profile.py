@@ -16,6 +16,7 @@ activity instead: eager calls, aten ops by self time, no graph and no flush.
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import Callable
@@ -45,6 +46,9 @@ NEEDS_CUDA = ("okc profile needs a CUDA GPU for this problem; this machine has n
               "Run it on a pod: okc profile NNN --on POD")
 
 Log = Callable[[str], None]
+# Kineto (torch.profiler's tracer) writes "USDT: ... profiler_start/stop" to stderr at every profile at
+# its top level (5); above it, nothing. Read when profiling starts; a KINETO_LOG_LEVEL already set wins.
+KINETO_QUIET = "6"
 
 
 def settings_from(options: dict) -> tuple[int, bool]:
@@ -164,6 +168,7 @@ class Profiler:
         for side in SIDES:  # one unprofiled call each: the first replay after a capture is slow
             self._call_untraced(side, index)
         self._replay = 0
+        os.environ.setdefault("KINETO_LOG_LEVEL", KINETO_QUIET)  # the log shows okc's lines, not torch's noise
         with profile(activities=[activity]) as prof:
             for pair in range(self.replays):
                 for side in order(pair):
