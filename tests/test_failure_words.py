@@ -151,3 +151,46 @@ def test_profile_shows_no_torch_profiler_noise(tiny):
     assert result.exit_code == 0, result.output
     log = next((tiny / "results").glob("*-profile-*")) / "log.txt"
     assert "USDT" not in result.output and "profiler_start" not in log.read_text(), result.output
+
+
+def test_bench_takes_seed_and_device_as_check_does(tiny):
+    result = invoke("bench", "001", "--max-pairs", "60", "--seed", "12345", "--device", "cpu", "--json")
+    data = json.loads(result.stdout)
+    assert result.exit_code == 0 and data["seed"] == 12345 and data["device"] == "cpu", result.output
+    assert "--seed must be from 0" in one_line(invoke("bench", "001", "--seed", "-1"), 2)
+
+
+def _options(command):
+    import click
+
+    return [p for p in command.params if isinstance(p, click.Option)], getattr(command, "commands", {})
+
+
+def test_help_says_nnn_for_emit_and_every_on_names_its_default():
+    import typer.main
+
+    group = typer.main.get_command(app)
+    pending, seen = [group], 0
+    while pending:
+        options, children = _options(pending.pop())
+        pending += list(children.values())
+        for option in options:
+            if "--on" in option.opts:
+                seen += 1
+                assert "(default: pod.yaml's default pod" in option.help, option.help
+    assert seen >= 10
+    sweep = invoke("sweep", "--help").output
+    assert "--emit NNN" in sweep and "--emit INTEGER" not in sweep
+
+
+def test_a_sweep_shows_each_points_parameters_and_says_when_none_beats_the_baseline(tiny):
+    data = json.loads(invoke("sweep", "tiny_demo", "--json").stdout)
+    assert {json.dumps(w["params"], sort_keys=True) for w in data["winners"]} <= {
+        '{"CHUNK": 8, "UPCAST": false}', '{"CHUNK": 96, "UPCAST": false}'}, data["winners"]
+    shown = invoke("sweep", "tiny_demo", "--emit", "50")  # the finished run again: the same numbers, emitted
+    assert shown.exit_code == 0 and f"run {data['run_id']} is finished" in shown.output, shown.output
+    text = " ".join(shown.output.split())
+    assert "CHUNK=" in text and "below 1 the point is slower than the baseline" in text
+    slower = all(w["speedup"] <= 1 for w in data["winners"])
+    said = "no point beats the baseline on any shape" in text and "050_tiny_demo.py will bench slower" in text
+    assert said is slower, text  # the tour's points are 2-3x slower on a CPU: said so, and only then

@@ -154,6 +154,7 @@ def test_floor_sweep_and_jobs_match_the_schema():
     data = json.loads(to_json(views.floor_document(floor, True)))
     assert_schema(data["sizes"], "floor.sizes")
     sweep = SimpleNamespace(run=SimpleNamespace(run_id="r1"), points=3, emitted=None, failed={"p3": "check: fail"},
+                            params={"p1": {"BLOCK": 64}},
                             winners={"o/m=1": {"point": "p1", "time_us": 5.1, "ci": [5.0, 5.2], "speedup": 1.2,
                                                "speedup_ci": [1.1, 1.3], "job": "j1"}})
     data = json.loads(to_json(sweep_document(sweep)))
@@ -223,7 +224,7 @@ def test_a_table_cell_with_markup_is_shown_literally():
     from okc.reports.tables import render
     from okc.sweeps.view import sweep_document
 
-    sweep = SimpleNamespace(run=SimpleNamespace(run_id="r1"), points=1, emitted=None, winners={},
+    sweep = SimpleNamespace(run=SimpleNamespace(run_id="r1"), points=1, emitted=None, winners={}, params={},
                             failed={"p[/x]": "check: error: RuntimeError('[/x] [bold]no[/bold]')"})
     console = Console(width=80, record=True)
     for item in render(sweep_document(sweep), "table"):

@@ -158,6 +158,7 @@ out = _LazyConsole()
 err = _LazyConsole(stderr=True)
 
 FORMAT_HELP = "table, json, nl (one JSON object per line), csv or markdown."
+ON_HELP = "Pod from pod.yaml, or 'local' (default: pod.yaml's default pod, else this machine)."
 CANDIDATE_HELP = "The candidate: a number (36 or 036), a file name or a path; the word 'candidate' may come first."
 
 

@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from okc.cli.app import (
-    CANDIDATE_HELP, app, candidate_ref, echo_log, err, handles_errors, load_lab, output_options, raise_failed, show,
+    CANDIDATE_HELP, ON_HELP, app, candidate_ref, echo_log, err, handles_errors, load_lab, output_options, raise_failed, show,
 )
 from okc.errors import EXIT_USAGE
 from okc.jobs.options import PROFILE_REPLAYS
@@ -19,7 +19,7 @@ from okc.jobs.options import PROFILE_REPLAYS
 def profile(
     words: list[str] = typer.Argument(..., help=CANDIDATE_HELP, metavar="[candidate] NNN"),
     against: Optional[str] = typer.Option(None, "--against", help="'baseline' (the lab's, the default) or another candidate."),
-    on: Optional[str] = typer.Option(None, "--on", help="Pod from pod.yaml, or 'local'."),
+    on: Optional[str] = typer.Option(None, "--on", help=ON_HELP),
     shapes: Optional[str] = typer.Option(None, "--shapes", help="Only these scored shapes or loads, comma-separated (e.g. router/m=8,decode1)."),
     replays: int = typer.Option(PROFILE_REPLAYS, "--replays", help="Profiled replays of each side's graph per shape."),
     counters: bool = typer.Option(False, "--counters", help="Add Nsight Compute metrics where the machine allows counters."),

@@ -235,6 +235,8 @@ def preflight(lab: Lab, on: str | None, options: CheckOptions | None = None, kin
     local = runs_here(lab, on)
     from okc.lab.gpumode import check_lab_problem
 
+    from okc.problems import catalog
+
     gpumode_task = check_lab_problem(lab)  # a malformed task.yml is one line, before any job exists
     if gpumode_task is not None and options is not None and options.cases:
         known = [f"test.{i}" for i in range(len(gpumode_task.tests))]
@@ -244,6 +246,10 @@ def preflight(lab: Lab, on: str | None, options: CheckOptions | None = None, kin
         raise ConfigError(f"[tool.okc] problem {lab.problem!r}: no such module here")
     if local:
         needs_here(lab, kind)
+    shapes = catalog.shapes_of(lab.problem)
+    if kind == "bench" and options is not None and options.device == "cpu" and shapes is not None \
+            and "cpu" not in shapes.bench_devices:
+        raise ConfigError(f"--device cpu: {lab.problem}'s bench needs a CUDA GPU (its timing is the judge's)")
     if options is not None:
         check_cases(lab.problem, options.cases, options.max_m)
         if options.device == "cuda" and local and not cuda_here():
