@@ -194,3 +194,9 @@ def test_a_sweep_shows_each_points_parameters_and_says_when_none_beats_the_basel
     slower = all(w["speedup"] <= 1 for w in data["winners"])
     said = "no point beats the baseline on any shape" in text and "050_tiny_demo.py will bench slower" in text
     assert said is slower, text  # the tour's points are 2-3x slower on a CPU: said so, and only then
+
+
+def test_the_readme_a_sweep_template_points_to_is_in_the_lab(tiny):
+    template = (tiny / "experiments" / "templates" / "tiny_chunks.py").read_text()
+    assert "see experiments/README.md" in template
+    assert "PARAMS_BY_SHAPE" in (tiny / "experiments" / "README.md").read_text()

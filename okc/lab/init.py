@@ -32,6 +32,7 @@ PROBLEMS = Path(okc.__file__).parent / "problems"
 PYPROJECT = "pyproject.toml"
 GITIGNORE = ".gitignore"
 SWEEPS = "sweeps"  # a problem's example sweeps: <problem>/sweeps/NAME.yaml and their templates
+SWEEPS_README = "experiments-README.md"  # a new lab's experiments/README.md (this repo's own is the same file)
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,8 @@ def lab_files(problem: str) -> dict[str, bytes]:
     for path in sorted((folder / SWEEPS).rglob("*")):
         if path.is_file() and "__pycache__" not in path.parts:
             files[f"experiments/{path.relative_to(folder / SWEEPS).as_posix()}"] = path.read_bytes()
+    # the convention every template's docstring points to (see experiments/README.md), in every lab
+    files["experiments/README.md"] = (SKELETON / SWEEPS_README).read_bytes()
     files["pod.yaml.example"] = (SKELETON / "pod.yaml.example").read_bytes()
     return files
 
