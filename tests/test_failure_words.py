@@ -200,3 +200,24 @@ def test_the_readme_a_sweep_template_points_to_is_in_the_lab(tiny):
     template = (tiny / "experiments" / "templates" / "tiny_chunks.py").read_text()
     assert "see experiments/README.md" in template
     assert "PARAMS_BY_SHAPE" in (tiny / "experiments" / "README.md").read_text()
+
+
+def test_an_ssh_host_without_sftp_is_said_to_lack_it(tiny, tmp_path, monkeypatch):
+    import yaml
+    from sshd import running_sshd, sshd_binary
+
+    from okc.pods.hostkeys import KNOWN_HOSTS_ENV, HostKeyPins
+
+    if sshd_binary() is None:
+        pytest.skip("OpenSSH server (sshd) is not installed: apt-get install -y openssh-server")
+    folder = tmp_path / "nosftp"
+    folder.mkdir()
+    with running_sshd(folder, sshd_binary(), sftp=False) as server:
+        (tiny / "pod.yaml").write_text(yaml.safe_dump({"pods": {"bare": server.pod_settings(tmp_path / "remote")}}))
+        monkeypatch.setenv(KNOWN_HOSTS_ENV, str(tmp_path / "known_hosts"))
+        HostKeyPins(tmp_path / "known_hosts").pin("pod/bare", server.host_key_public)
+        line = one_line(invoke("sync", "--on", "bare"), 2)
+    assert "its SSH server offers no SFTP" in line and "Subsystem sftp internal-sftp" in line, line
+    assert "connection lost" not in line
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    assert "SFTP" in readme
