@@ -178,6 +178,8 @@ def test_help_says_nnn_for_emit_and_every_on_names_its_default():
             if "--on" in option.opts:
                 seen += 1
                 assert "(default: pod.yaml's default pod" in option.help, option.help
+            if option.default is None and not option.is_flag:  # click shows no default: the words must say it
+                assert "the default)" not in option.help, option.help  # said one way: "(default: ...)"
     assert seen >= 10
     sweep = invoke("sweep", "--help").output
     assert "--emit NNN" in sweep and "--emit INTEGER" not in sweep

@@ -85,7 +85,7 @@ def check(
 @output_options
 def bench(
     words: list[str] = typer.Argument(..., help=CANDIDATE_HELP, metavar="[candidate] NNN"),
-    against: Optional[str] = typer.Option(None, "--against", help="'baseline' (the lab's, the default) or another candidate."),
+    against: Optional[str] = typer.Option(None, "--against", help="'baseline' or another candidate (default: the lab's baseline)."),
     aa: bool = typer.Option(False, "--aa", help="A/A: the candidate against a second capture of itself (000: the noise floor)."),
     on: Optional[str] = typer.Option(None, "--on", help=ON_HELP),
     target: float = typer.Option(0.005, "--target", help="Stop when the score's CI half-width is under this (0.005 = ±0.5%)."),

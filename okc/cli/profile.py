@@ -18,7 +18,7 @@ from okc.jobs.options import PROFILE_REPLAYS
 @output_options
 def profile(
     words: list[str] = typer.Argument(..., help=CANDIDATE_HELP, metavar="[candidate] NNN"),
-    against: Optional[str] = typer.Option(None, "--against", help="'baseline' (the lab's, the default) or another candidate."),
+    against: Optional[str] = typer.Option(None, "--against", help="'baseline' or another candidate (default: the lab's baseline)."),
     on: Optional[str] = typer.Option(None, "--on", help=ON_HELP),
     shapes: Optional[str] = typer.Option(None, "--shapes", help="Only these scored shapes or loads, comma-separated (e.g. router/m=8,decode1)."),
     replays: int = typer.Option(PROFILE_REPLAYS, "--replays", help="Profiled replays of each side's graph per shape."),
