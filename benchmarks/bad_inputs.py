@@ -55,6 +55,7 @@ class Outcome:
     left_jobs: int
     output: str = field(repr=False, default="")
     seconds: float = 0.0
+    no_json: bool = False  # asked for JSON (--json) and stdout is not one JSON document
 
     @property
     def bad(self) -> list[str]:
@@ -67,6 +68,8 @@ class Outcome:
             why.append(f"{self.lines} lines")
         if self.code == 2 and self.left_jobs:
             why.append(f"{self.left_jobs} job folder(s) left")
+        if self.no_json:
+            why.append("--json without a JSON document")
         return why
 
 
@@ -248,6 +251,29 @@ CASES: list[Case] = [
     Case("22 an unknown setting", ("ledger",), settings('colour = "red"')),
     Case("22 pyproject.toml not TOML", ("ledger",), write("pyproject.toml", "[tool.okc\n")),
     Case("22 candidates folder gone", ("ledger",), lambda root: shutil.rmtree(root / "candidates")),
+    # issue 34: a candidate's own failure is exit 1 with its line; refusals before any trace; true words
+    Case("34 check: raises at import", ("check", "010", "--quick"),
+         write("candidates/010_raises.py", "def f():\n    raise RuntimeError('boom')\n\nf()\n"), codes=(1,)),
+    Case("34 check: an empty file", ("check", "012", "--quick"), write("candidates/012_empty.py", ""), codes=(1,)),
+    Case("34 check: no kernel_fn", ("check", "013", "--quick"),
+         write("candidates/013_nokfn.py", "def prepare(weights):\n    pass\n"), codes=(1,)),
+    Case("34 check: os._exit at import", ("check", "014", "--quick"),
+         write("candidates/014_exit.py", "import os\nos._exit(0)\n"), codes=(1,)),
+    Case("34 bench --json of a failing candidate", ("bench", "010", "--json"),
+         write("candidates/010_raises.py", "raise RuntimeError('boom')\n"), codes=(1,)),
+    Case("34 profile --json of a failing candidate", ("profile", "010", "--json"),
+         write("candidates/010_raises.py", "raise RuntimeError('boom')\n"), codes=(1,)),
+    Case("34 muse profile on a CPU", ("profile", "001"), problem="muse_bf16_proj"),
+    Case("34 init ''", ("init", "")),
+    Case("34 report 999", ("report", "999")),
+    Case("34 --quick --cases proj/m=500", ("check", "001", "--quick", "--cases", "proj/m=500")),
+    Case("34 --cases ,", ("check", "001", "--cases", ",")),
+    Case("34 pod stop an SSH-only pod", ("pod", "stop", "lo"),
+         write("pod.yaml", "pods:\n  lo: {host: 127.0.0.1, port: 22, user: root, remote_dir: /tmp/okc}\n")),
+    Case("34 sync without pod.yaml", ("sync",)),
+    Case("34 pod status without pod.yaml", ("pod", "status")),
+    Case("34 pod up without pod.yaml", ("pod", "up", "h200")),
+    Case("34 pod create --volume-gb 5", ("pod", "create", "x", "--volume-gb", "5")),
 ]
 
 
@@ -279,6 +305,21 @@ def job_count(root: Path) -> int:
     return sum(1 for p in results.iterdir() if p.is_dir() and p.name[:8].isdigit())
 
 
+def okc_traceback(output: str) -> bool:
+    """A traceback through okc's own code. A candidate's traceback (its own frames, which okc shows
+    since issue 34) is the answer, not a crash."""
+    return "Traceback" in output and f'File "{REPO / "okc"}' in output
+
+
+def json_document(stdout: str):
+    import json
+
+    try:
+        return json.loads(stdout)
+    except ValueError:
+        return None
+
+
 def run_case(case: Case) -> Outcome:
     with tempfile.TemporaryDirectory(prefix="okc-bad-") as tmp:
         root = make_lab(Path(tmp), case.problem)
@@ -290,6 +331,7 @@ def run_case(case: Case) -> Outcome:
                 case.setup(root)
             before = job_count(root)
             started = time.monotonic()
+            no_json = False
             if case.dev_full:
                 with open("/dev/full", "w") as full:
                     done = subprocess.run([sys.executable, "-m", "okc", *case.args], stdout=full,
@@ -304,10 +346,16 @@ def run_case(case: Case) -> Outcome:
                 escaped = result.exception is not None and not isinstance(result.exception, SystemExit)
                 if escaped:
                     output += "".join(traceback.format_exception(result.exception))
-                escaped = escaped or "Traceback" in output
+                escaped = escaped or okc_traceback(output)
+                document = json_document(result.stdout)
+                if document is not None:  # a script's answer (issue 34): the document, and one red line on stderr
+                    output = result.stderr
+                # two formats at once choose none: then the red line alone is the answer
+                one_format = not {"--nl", "--csv", "--format", "--markdown"} & set(case.args)
+                no_json = "--json" in case.args and one_format and document is None
             seconds = time.monotonic() - started
             return Outcome(case, code, escaped, len(output.strip().splitlines()), job_count(root) - before,
-                           output, seconds)
+                           output, seconds, no_json)
         finally:
             os.chdir(old_cwd)
 

@@ -74,7 +74,9 @@ class Worker:
         return at
 
     def phase(self, name: str, **info) -> None:
-        write_json(self.job_dir / PHASE_FILE, {"phase": name, **info, "at_s": self.mark(name)})
+        # log_at: where the log stood when the phase began; a process that dies without a result is
+        # then described by what was printed during its phase (the candidate's words), never okc's earlier lines.
+        write_json(self.job_dir / PHASE_FILE, {"phase": name, **info, "at_s": self.mark(name), "log_at": _log_offset()})
         if name.rpartition(".")[2] == "prepare":  # a try job's steps name theirs "check.prepare", "bench.prepare"
             self._deadline.arm(self.job.prepare_timeout_s, self._prepare_expired, self.job.prepare_timeout_s)
         else:
@@ -161,6 +163,18 @@ class Worker:
         self._deadline.disarm()
         self.phase("done")
         self.finish(fields)
+
+
+def _log_offset() -> int | None:
+    """The size of the log (this process's stdout) now, or None when stdout is not a file."""
+    import stat
+
+    sys.stdout.flush()
+    try:
+        info = os.fstat(sys.stdout.fileno())
+    except (OSError, ValueError):
+        return None
+    return info.st_size if stat.S_ISREG(info.st_mode) else None
 
 
 def resolve_device(requested: str):

@@ -104,8 +104,9 @@ def _wait_ready(server: SSHServer) -> None:
 
 
 @contextlib.contextmanager
-def running_sshd(folder: Path, binary: str) -> Iterator[SSHServer]:
-    """Start sshd with fresh keys under ``folder``; stop it on exit (also used by benchmarks)."""
+def running_sshd(folder: Path, binary: str, sftp: bool = True) -> Iterator[SSHServer]:
+    """Start sshd with fresh keys under ``folder`` (``sftp=False``: without its SFTP subsystem);
+    stop it on exit (also used by benchmarks)."""
     host_key, client_key = folder / "host_ed25519", folder / "client_ed25519"
     write_ed25519(host_key)
     (folder / "authorized_keys").write_text(write_ed25519(client_key) + "\n")
@@ -125,7 +126,7 @@ def running_sshd(folder: Path, binary: str) -> Iterator[SSHServer]:
         "KbdInteractiveAuthentication no",
         "PubkeyAuthentication yes",
         "PermitRootLogin prohibit-password",
-        "Subsystem sftp internal-sftp",
+        *(["Subsystem sftp internal-sftp"] if sftp else []),
         "MaxSessions 50",
         "MaxStartups 50",
         "LogLevel ERROR",

@@ -35,6 +35,9 @@ def invoke(*args):
 
 def one_line(result, code: int, *words: str) -> str:
     text = result.output.strip()
+    if result.stdout.startswith('{"error"'):  # --json: the error's document on stdout, its one line on stderr
+        assert json.loads(result.stdout)["exit"] == code
+        text = result.stderr.strip()
     assert result.exit_code == code, result.output
     assert len(text.splitlines()) == 1, text
     assert "Traceback" not in text
@@ -198,8 +201,8 @@ def test_4_a_hand_edited_row_is_one_line_naming_it(tiny):
 
 
 @pytest.mark.skipif(not NO_GPU, reason="this machine has an NVIDIA driver")
-@pytest.mark.parametrize("args", [["bench", "001"], ["bench", "000", "--aa"], ["floor"]])
-def test_5_the_default_lab_refuses_a_bench_or_floor_on_a_cpu(muse, args):
+@pytest.mark.parametrize("args", [["bench", "001"], ["bench", "000", "--aa"], ["floor"], ["profile", "001"]])
+def test_5_the_default_lab_refuses_a_bench_floor_or_profile_on_a_cpu(muse, args):
     one_line(invoke(*args), 2, "needs a CUDA GPU and this machine has none", "--on POD")
     assert not (muse / "results").exists() or list((muse / "results").iterdir()) == []
 

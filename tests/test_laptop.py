@@ -54,7 +54,8 @@ def test_init_makes_a_lab_with_the_problems_baseline_a_second_candidate_and_its_
     assert (root / "candidates" / "000_baseline.py").read_bytes() == (source / "baseline.py").read_bytes()
     assert (root / "candidates" / "001_matmul.py").read_bytes() == (source / "solutions/correct/matmul.py").read_bytes()
     sweeps = {p.relative_to(source / "sweeps") for p in (source / "sweeps").rglob("*") if p.is_file()}
-    assert sweeps and {p.relative_to(root / "experiments") for p in (root / "experiments").rglob("*") if p.is_file()} == sweeps
+    made = {p.relative_to(root / "experiments") for p in (root / "experiments").rglob("*") if p.is_file()}
+    assert sweeps and made == sweeps | {Path("README.md")}  # the sweeps' convention, which templates point to
     # okc reads only pod.yaml: the example leaves the lab on this machine.
     assert not (root / "pod.yaml").exists() and "# default: h200" in (root / "pod.yaml.example").read_text()
     assert "results/" in (root / ".gitignore").read_text().splitlines()
@@ -114,6 +115,10 @@ def test_the_repos_example_sweeps_are_the_problems_own():
         sweeps = PROBLEMS / problem / "sweeps"
         for path in (p for p in sweeps.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
             assert (REPO / "experiments" / path.relative_to(sweeps)).read_bytes() == path.read_bytes(), path
+    from okc.lab.init import SKELETON, SWEEPS_README
+
+    readme = SKELETON / SWEEPS_README
+    assert (REPO / "experiments" / "README.md").read_bytes() == readme.read_bytes()  # a new lab's copy is this one
 
 
 # -- the CPU bench ---------------------------------------------------------------------

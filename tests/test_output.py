@@ -154,6 +154,7 @@ def test_floor_sweep_and_jobs_match_the_schema():
     data = json.loads(to_json(views.floor_document(floor, True)))
     assert_schema(data["sizes"], "floor.sizes")
     sweep = SimpleNamespace(run=SimpleNamespace(run_id="r1"), points=3, emitted=None, failed={"p3": "check: fail"},
+                            params={"p1": {"BLOCK": 64}},
                             winners={"o/m=1": {"point": "p1", "time_us": 5.1, "ci": [5.0, 5.2], "speedup": 1.2,
                                                "speedup_ci": [1.1, 1.3], "job": "j1"}})
     data = json.loads(to_json(sweep_document(sweep)))
@@ -170,6 +171,16 @@ def test_floor_sweep_and_jobs_match_the_schema():
     costs = [JobCost("j1", "check", "h200", 1800.0, 4.0, 36, "036_x", "2026-01-01T10:00:00+00:00")]
     for made in cost_tables(costs, [Session("h200", "2026-01-01T09:00:00+00:00", 7200.0, 4.0)]):
         assert made.records and [list(r) for r in made.records] == [SCHEMA[f"cost.{made.name}"]] * len(made.records)
+
+
+def test_a_failure_under_json_is_the_documented_error_record(lab):
+    for args in (["report", "999", "--json"], ["bench", "0", "--target", "x", "--json"], ["ledger", "--nl", "--sweep", "no"]):
+        result = invoke(*args)
+        data = json.loads(result.stdout)
+        assert list(data) == SCHEMA["error"] and data["exit"] == result.exit_code == 2, result.output
+    (lab.ledger_path.parent / "ledger.db").write_text("not a database" * 300)
+    data = json.loads(invoke("ledger", "--rebuild", "--json").stdout)
+    assert list(data) == SCHEMA["ledger.rebuild"] and data["lost"] and data["kept_as"]
 
 
 def test_the_ledger_table_fits_80_columns_without_splitting_a_header_word(lab):
@@ -213,7 +224,7 @@ def test_a_table_cell_with_markup_is_shown_literally():
     from okc.reports.tables import render
     from okc.sweeps.view import sweep_document
 
-    sweep = SimpleNamespace(run=SimpleNamespace(run_id="r1"), points=1, emitted=None, winners={},
+    sweep = SimpleNamespace(run=SimpleNamespace(run_id="r1"), points=1, emitted=None, winners={}, params={},
                             failed={"p[/x]": "check: error: RuntimeError('[/x] [bold]no[/bold]')"})
     console = Console(width=80, record=True)
     for item in render(sweep_document(sweep), "table"):

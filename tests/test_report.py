@@ -60,7 +60,7 @@ def test_markdown_report_without_a_floor_row_by_row(benched):
     shapes = tables["per shape (medians, fixed replay cost subtracted)"]
     wanted, loads = expected_shapes()
     assert len(shapes) == 30
-    assert list(shapes[0]) == SHAPE_COLUMNS + ["on the table µs", "far"]
+    assert list(shapes[0]) == SHAPE_COLUMNS + ["gap µs", "far"]
     for row, want in zip(shapes, wanted):  # the latest bench, in the job's order
         assert (row["load"], row["layer"], int(row["m"])) == (want["load"], want["layer"], want["m"])
         assert (int(row["N"]), int(row["K"])) == (want["n"], want["k"])
@@ -138,7 +138,7 @@ def test_report_of_a_named_job(benched, lab):
         (["report", "--job", "20260101-000000-bench-abcdef"], "no finished job at"),
         (["report", "--job", "../elsewhere"], "--job takes a job id"),
         (["report"], "name a candidate"),
-        (["report", "77"], "no finished bench of candidate 077"),
+        (["report", "77"], "no candidate 077 in "),
     ],
 )
 def test_missing_bench_is_a_clear_error(lab, args, message):

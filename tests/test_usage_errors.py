@@ -51,7 +51,7 @@ def assert_refused(result, lab_root, message):
         (["bench", "000", "--aa", "--against", "baseline"], "it cannot also be --against baseline"),
         (["check", "000", "--cases", "nope/m=1"], "unknown case(s) nope/m=1: muse_bf16_proj cases are LAYER/m=M"),
         (["check", "000", "--cases", "o/m=1,router/m=3"], "unknown case(s) router/m=3"),
-        (["check", "000", "--cases", "o/m=512", "--quick"], "cases with m <= 16"),
+        (["check", "000", "--cases", "o/m=512", "--quick"], "--quick checks m <= 16 only"),
         (["check", "000", "--cases", ","], "--cases names cases separated by commas"),
         (["check", "000", "--seed", "-1"], "--seed must be from 0 to 2**63 - 1"),
         (["check", "000", "--seed", str(2**63)], "--seed must be from 0"),

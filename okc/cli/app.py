@@ -73,8 +73,11 @@ class _OneLineErrors(typer.core.TyperGroup):
             exc.show()
             sys.exit(exc.exit_code)
         except click.UsageError as exc:
-            where = f"okc {exc.ctx.command.name}: " if exc.ctx and exc.ctx.parent is not None else ""
+            where = f"okc {_command_words(exc.ctx)}: " if exc.ctx and exc.ctx.parent is not None else ""
             error_line(f"{where}{exc.format_message()} (see --help)")
+            takes_json = exc.ctx is not None and any("--json" in getattr(p, "opts", ()) for p in exc.ctx.command.params)
+            if takes_json and asks_for_data(args):  # a script asked for JSON: it gets a document, even for a typo
+                error_document(f"{where}{exc.format_message()}", exc.exit_code)
             sys.exit(exc.exit_code)
         except click.ClickException as exc:
             error_line(exc.format_message())
@@ -86,6 +89,15 @@ class _OneLineErrors(typer.core.TyperGroup):
             error_line(str(exc))
             sys.exit(exc.exit_code)
         sys.exit(code if isinstance(code, int) else 0)
+
+
+def _command_words(ctx) -> str:
+    """The words a user typed to reach ``ctx``'s command, below okc: 'bench', 'pod create'."""
+    words = []
+    while ctx.parent is not None:
+        words.append(ctx.command.name)
+        ctx = ctx.parent
+    return " ".join(reversed(words))
 
 
 def _show_completion(shell: str, prog_name: str) -> None:
@@ -156,7 +168,31 @@ out = _LazyConsole()
 err = _LazyConsole(stderr=True)
 
 FORMAT_HELP = "table, json, nl (one JSON object per line), csv or markdown."
+ON_HELP = "Pod from pod.yaml, or 'local' (default: pod.yaml's default pod, else this machine)."
 CANDIDATE_HELP = "The candidate: a number (36 or 036), a file name or a path; the word 'candidate' may come first."
+
+
+DATA_FORMATS = ("json", "nl")  # the formats a failure answers in too: one JSON document on stdout
+
+
+def asks_for_data(args: list[str]) -> bool:
+    """Whether a command line asks for JSON (--json, --nl, --format json or nl), read before click parses it."""
+    for index, word in enumerate(args):
+        if word == "--":
+            return False
+        if word in ("--json", "--nl") or word in ("--format=json", "--format=nl"):
+            return True
+        if word == "--format" and index + 1 < len(args) and args[index + 1] in DATA_FORMATS:
+            return True
+    return False
+
+
+def error_document(message: str, code: int) -> None:
+    """A failure as data (docs/output.md, "Failures"): ``{"error": ..., "exit": ...}``, one line on stdout."""
+    import json
+
+    out.print(json.dumps({"error": str(message), "exit": code}, ensure_ascii=False), markup=False, highlight=False,
+              soft_wrap=True)
 
 
 def error_line(message: str) -> None:
@@ -178,10 +214,11 @@ def handles_errors(command: Callable) -> Callable:
         except OkcError as exc:
             error_line(str(exc))
             raise typer.Exit(exc.exit_code) from None
-        except OSError as exc:  # the output itself failed (a full disk, a closed pipe): said once, on stderr
-            if exc.errno not in (errno.ENOSPC, errno.EPIPE, errno.EDQUOT, errno.EROFS, errno.EIO):
+        except OSError as exc:  # the output itself failed (a full disk, a closed pipe, a read-only folder): said once
+            if exc.errno not in (errno.ENOSPC, errno.EPIPE, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EACCES, errno.EPERM):
                 raise
-            error_line(f"cannot write: {exc.strerror or exc}" + (f" ({exc.filename})" if exc.filename else ""))
+            fix = "; make it writable" if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM) else ""
+            error_line(f"cannot write: {exc.strerror or exc}" + (f" ({exc.filename})" if exc.filename else "") + fix)
             raise typer.Exit(EXIT_USAGE) from None
 
     return wrapper
@@ -222,7 +259,13 @@ def output_options(command: Callable) -> Callable:
 
     @functools.wraps(command)
     def wrapper(*args, format_: str = "table", as_json: bool = False, nl: bool = False, **kwargs):
-        return command(*args, fmt=output_format(format_, as_json, nl), **kwargs)
+        fmt = output_format(format_, as_json, nl)
+        try:
+            return command(*args, fmt=fmt, **kwargs)
+        except OkcError as exc:  # a script that asked for JSON gets a document: the error, and its exit code
+            if fmt in DATA_FORMATS:
+                error_document(str(exc), exc.exit_code)
+            raise
 
     parameters = kept + list(_OUTPUT_PARAMETERS)
     wrapper.__signature__ = signature.replace(parameters=parameters)
@@ -264,6 +307,31 @@ def echo_log(text: str) -> None:
     err.print(text, end="", markup=False, highlight=False, emoji=False, soft_wrap=True)
 
 
-def raise_failed(result) -> None:
+class echo_okc_lines:
+    """An ``on_log`` for a command whose job's log is not shown (bench): okc's own lines in it
+    (``okc: waiting for a GPU ...``, a CPU note) still are, whole, as a check shows them."""
+
+    def __init__(self) -> None:
+        self.pending = ""
+
+    def __call__(self, text: str) -> None:
+        *lines, self.pending = (self.pending + text).split("\n")
+        for line in lines:
+            if line.startswith("okc: "):
+                err.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def raise_failed(result, fmt: str = "table", document=None, job_dir=None) -> None:
+    """A job that failed: its document for a script that asked for data, the candidate's last frames
+    for people (from result.json, when its own code failed), and one red line."""
+    if fmt != "table" and document is not None:
+        show(document, fmt)
+    elif fmt in DATA_FORMATS:
+        error_document(f"{result.kind} {result.status}: {result.reason}", EXIT_FAILED)
+    if fmt == "table" and job_dir is not None:
+        from okc.reports.failures import last_frames
+
+        for line in last_frames(job_dir):
+            err.print(line, markup=False, highlight=False, soft_wrap=True)
     error_line(f"{result.kind} {result.status}: {result.reason} (job {result.job_id})")
     raise typer.Exit(EXIT_FAILED)

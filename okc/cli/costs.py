@@ -9,12 +9,12 @@ from okc.cli.app import app, handles_errors, load_lab, output_options, show
 @handles_errors
 @output_options
 def cost(fmt: str = "table") -> None:
-    """GPU hours and dollars per candidate, per day and per pod; a running Runpod pod's idle hours.
+    """Job hours (GPU, or CPU without one) and dollars per candidate, day and pod; a running Runpod pod's idle hours.
 
     Example: okc cost --json
     """
     from okc.pods import lifecycle
-    from okc.reports.tables import Document
+    from okc.reports.tables import EVERY, Document
 
     tables, notes = lifecycle.cost_report(load_lab())
-    show(Document(tables=tuple(tables), lines=tuple(notes)), fmt)
+    show(Document(tables=tuple(tables), lines=tuple(notes), main=EVERY), fmt)

@@ -8,8 +8,8 @@ from typing import Optional
 import typer
 
 from okc.cli.app import (
-    CANDIDATE_HELP, app, candidate_ref, echo_log, err, error_line, handles_errors, load_lab, output_options,
-    raise_failed, show,
+    CANDIDATE_HELP, ON_HELP, app, candidate_ref, echo_log, echo_okc_lines, err, error_line, handles_errors, load_lab,
+    output_options, raise_failed, show,
 )
 from okc.errors import EXIT_FAILED, EXIT_USAGE
 from okc.jobs.options import QUICK_MAX_M
@@ -36,8 +36,10 @@ def _not_recorded(outcome) -> None:
     if outcome.record_error:
         job = outcome.job_dir.name
         later = f"{outcome.record_later}, or " if outcome.record_later else ""
+        # A ledger that cannot be written is mended by making it writable, not by a rebuild.
+        mended = "the ledger is mended" if "the ledger is damaged" in outcome.record_error else "the ledger can be written again"
         error_line(f"job {job} is not in the ledger: {outcome.record_error}; its folder keeps the result, and "
-                   f"once the ledger is mended {later}`okc pull --on local {job}` records it")
+                   f"once {mended} {later}`okc pull --on local {job}` records it")
 
 
 @app.command()
@@ -45,7 +47,7 @@ def _not_recorded(outcome) -> None:
 @output_options
 def check(
     words: list[str] = typer.Argument(..., help=CANDIDATE_HELP, metavar="[candidate] NNN"),
-    on: Optional[str] = typer.Option(None, "--on", help="Pod from pod.yaml, or 'local'."),
+    on: Optional[str] = typer.Option(None, "--on", help=ON_HELP),
     device: str = typer.Option("auto", help="auto, cuda or cpu (local target)."),
     seed: Optional[int] = typer.Option(None, help="Reuse a recorded seed instead of a fresh one."),
     cases: Optional[str] = typer.Option(None, help="Only these cases, comma-separated (e.g. router/m=8,o/m=1)."),
@@ -83,14 +85,16 @@ def check(
 @output_options
 def bench(
     words: list[str] = typer.Argument(..., help=CANDIDATE_HELP, metavar="[candidate] NNN"),
-    against: Optional[str] = typer.Option(None, "--against", help="'baseline' (the lab's, the default) or another candidate."),
+    against: Optional[str] = typer.Option(None, "--against", help="'baseline' or another candidate (default: the lab's baseline)."),
     aa: bool = typer.Option(False, "--aa", help="A/A: the candidate against a second capture of itself (000: the noise floor)."),
-    on: Optional[str] = typer.Option(None, "--on", help="Pod from pod.yaml, or 'local'."),
+    on: Optional[str] = typer.Option(None, "--on", help=ON_HELP),
     target: float = typer.Option(0.005, "--target", help="Stop when the score's CI half-width is under this (0.005 = ±0.5%)."),
     min_pairs: int = typer.Option(50, "--min-pairs", help="Pairs before the stopping rule is consulted."),
     max_pairs: int = typer.Option(2000, "--max-pairs", help="Cap on pairs."),
     overhead_us: Optional[float] = typer.Option(None, "--overhead-us", help="Fixed replay cost to subtract (default: the judge's)."),
     solo: bool = typer.Option(False, "--solo", help="Time each side alone (blocks of its own replays; same graphs, flush, inputs)."),
+    device: str = typer.Option("auto", help="auto, cuda or cpu (local target)."),
+    seed: Optional[int] = typer.Option(None, help="Reuse a recorded seed (inputs and weights) instead of a fresh one."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help=VERBOSE_HELP),
     fmt: str = "table",
 ) -> None:
@@ -103,6 +107,7 @@ def bench(
     from okc.reports import views
 
     benching = options.BenchOptions(target, min_pairs, max_pairs, overhead_us, aa, against, solo)
+    running = options.CheckOptions.parse(device, seed)  # where and with which seed, as a check takes them
     lab = load_lab()
     candidate = candidates.resolve(lab.candidates, candidate_ref(words))
     # A/A: the named candidate against a second capture of itself (`okc bench 000 --aa` is the noise floor).
@@ -113,16 +118,17 @@ def bench(
 
         raise ConfigError(f"{candidate.name} would be benched against itself; that is an A/A run: "
                           f"okc bench {candidate.label} --aa")
-    options.preflight(lab, on, kind="bench")
+    options.preflight(lab, on, running, kind="bench")
     with _bench_progress(target) as on_progress:
         outcome = runner.submit(lab, "bench", candidate, against=other, aa=aa, on=on, on_progress=on_progress,
-                                bench=benching.settings())
+                                on_log=echo_okc_lines() if fmt == "table" else None, bench=benching.settings(),
+                                device=running.device, seed=running.seed)
     result = outcome.result
+    document = views.bench_document(result, _source(outcome), other.name, outcome.recorded, _gpumode(outcome))
     if not result.passed:
         _not_recorded(outcome)
-        raise_failed(result)
-    show(_verbose(views.bench_document(result, _source(outcome), other.name, outcome.recorded, _gpumode(outcome)),
-                  outcome, verbose), fmt)
+        raise_failed(result, fmt, document, outcome.job_dir)
+    show(_verbose(document, outcome, verbose), fmt)
     _not_recorded(outcome)
     if outcome.record_error:
         raise typer.Exit(EXIT_USAGE)
@@ -140,7 +146,7 @@ def _gpumode(outcome) -> dict | None:
 @output_options
 def try_command(
     words: list[str] = typer.Argument(..., help=CANDIDATE_HELP, metavar="[candidate] NNN"),
-    on: Optional[str] = typer.Option(None, "--on", help="Pod from pod.yaml, or 'local'."),
+    on: Optional[str] = typer.Option(None, "--on", help=ON_HELP),
     device: str = typer.Option("auto", help="auto, cuda or cpu (local target)."),
     seed: Optional[int] = typer.Option(None, help="Reuse a recorded seed instead of a fresh one."),
     quick: bool = typer.Option(False, "--quick", help=f"Check one weight set and m <= {QUICK_MAX_M} only (the bench is whole)."),
@@ -190,7 +196,7 @@ def try_command(
         show(_verbose(Document(fields=fields, main=None), outcome, verbose), fmt)
     _not_recorded(outcome)
     if benched is not None and not benched.passed and fmt == "table":
-        raise_failed(benched)
+        raise_failed(benched, fmt, job_dir=outcome.job_dir)
     if not steps["check"].passed or (benched is not None and not benched.passed):
         raise typer.Exit(EXIT_FAILED)
     if outcome.record_error:
@@ -241,7 +247,7 @@ class _bench_progress:
 @handles_errors
 @output_options
 def floor(
-    on: Optional[str] = typer.Option(None, "--on", help="Pod from pod.yaml, or 'local'."),
+    on: Optional[str] = typer.Option(None, "--on", help=ON_HELP),
     fmt: str = "table",
 ) -> None:
     """Measure the GPU's practical memory-read floor (cold L2) at each layer's size; stored per GPU.
@@ -257,5 +263,5 @@ def floor(
         outcome = runner.submit(lab, "floor", None, on=on, on_log=echo_log if fmt == "table" else None)
     result = outcome.result
     if not result.passed:
-        raise_failed(result)
+        raise_failed(result, fmt, views.floor_document(result, outcome.recorded))
     show(views.floor_document(result, outcome.recorded), fmt)

@@ -14,7 +14,7 @@ PROBLEM_HELP = "tiny_matvec (sized for a laptop CPU: check, bench, sweep run the
 @app.command()
 @handles_errors
 def init(
-    folder: Path = typer.Argument(..., help="Where the lab goes: a new or empty folder, or a project without a lab."),
+    folder: str = typer.Argument(..., help="Where the lab goes: a new or empty folder, or a project without a lab."),
     problem: str = typer.Option("muse_bf16_proj", "--problem", help=PROBLEM_HELP),
     gpumode: Path = typer.Option(None, "--gpumode", help="A GPU MODE problem folder (task.yml, reference.py, ...): "
                                  "the lab judges its submissions."),

@@ -39,7 +39,16 @@ def ledger(
     if rebuild:
         from okc.lab.recovery import rebuild as rebuild_ledger
 
-        out.print(rebuild_ledger(lab).message, markup=False, soft_wrap=True)
+        rebuilt = rebuild_ledger(lab)
+        if fmt in ("table", "markdown"):
+            out.print(rebuilt.message, markup=False, soft_wrap=True)
+            return
+        from okc.reports.tables import Document
+
+        fields = {"ledger": str(lab.ledger_path), "kept_as": str(rebuilt.kept_as) if rebuilt.kept_as else None,
+                  "jobs": rebuilt.jobs, "official": rebuilt.official, "salvaged": rebuilt.salvaged,
+                  "lost": list(rebuilt.lost)}
+        show(Document(fields=fields, main=None), fmt)
         return
     if sweep is not None:
         document = ledger_views.sweep_document(lab, sweep)

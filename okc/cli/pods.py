@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from okc.cli.app import app, echo_log, err, handles_errors, load_lab, out, output_options, pod_app, show
+from okc.cli.app import ON_HELP, app, echo_log, err, handles_errors, load_lab, out, output_options, pod_app, show
 from okc.errors import EXIT_FAILED, EXIT_USAGE, ConfigError
 
 # ---------------------------------------------------------------------------------------
@@ -23,7 +23,7 @@ def _pod(on: Optional[str]):
 @app.command()
 @handles_errors
 def sync(
-    on: Optional[str] = typer.Option(None, "--on", help="Pod from pod.yaml (default: its default pod)."),
+    on: Optional[str] = typer.Option(None, "--on", help="Pod from pod.yaml (default: pod.yaml's default pod)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="List what would change; send nothing."),
 ) -> None:
     """Push candidates/, experiments/ and the okc package to the pod; only changes travel.
@@ -65,7 +65,7 @@ def sync(
 @handles_errors
 @output_options
 def pod_status(
-    name: Optional[str] = typer.Argument(None, help="Pod from pod.yaml (default: its default pod)."),
+    name: Optional[str] = typer.Argument(None, help="Pod from pod.yaml (default: pod.yaml's default pod)."),
     fmt: str = "table",
 ) -> None:
     """Is the pod reachable; its GPU, memory, SM clock, utilisation, running okc jobs and free disk.
@@ -275,7 +275,7 @@ def _say_result(outcome) -> None:
 @output_options
 def jobs_command(
     job: Optional[str] = typer.Argument(None, help="One job (see okc jobs): its facts and where its seconds went."),
-    on: Optional[str] = typer.Option(None, "--on", help="Pod from pod.yaml, or 'local' (default: the default pod)."),
+    on: Optional[str] = typer.Option(None, "--on", help=ON_HELP),
     fmt: str = "table",
 ) -> None:
     """Jobs on the target, running and finished, and whether each is home and recorded; or one job.
@@ -302,7 +302,7 @@ def jobs_command(
 @handles_errors
 def attach(
     job: str = typer.Argument(..., help="The job id (see okc jobs)."),
-    on: Optional[str] = typer.Option(None, "--on", help="Pod from pod.yaml, or 'local' (default: the default pod)."),
+    on: Optional[str] = typer.Option(None, "--on", help=ON_HELP),
 ) -> None:
     """Resume streaming a job's log from where it stopped; bring it home and record it when done.
 
@@ -321,7 +321,7 @@ def attach(
 @handles_errors
 def logs(
     job: str = typer.Argument(..., help="The job id (see okc jobs)."),
-    on: Optional[str] = typer.Option(None, "--on", help="Pod from pod.yaml, or 'local' (default: the default pod)."),
+    on: Optional[str] = typer.Option(None, "--on", help=ON_HELP),
 ) -> None:
     """Print a job's log as it is now.
 
@@ -338,7 +338,7 @@ def logs(
 @handles_errors
 def pull(
     job: Optional[str] = typer.Argument(None, help="One job id; default: every finished job not recorded yet."),
-    on: Optional[str] = typer.Option(None, "--on", help="Pod from pod.yaml, or 'local' (default: the default pod)."),
+    on: Optional[str] = typer.Option(None, "--on", help=ON_HELP),
 ) -> None:
     """Bring finished jobs home into results/ and record each in the ledger as it arrives (once, however often run).
 

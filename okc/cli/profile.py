@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from okc.cli.app import (
-    CANDIDATE_HELP, app, candidate_ref, echo_log, err, handles_errors, load_lab, output_options, raise_failed, show,
+    CANDIDATE_HELP, ON_HELP, app, candidate_ref, echo_log, err, handles_errors, load_lab, output_options, raise_failed, show,
 )
 from okc.errors import EXIT_USAGE
 from okc.jobs.options import PROFILE_REPLAYS
@@ -18,8 +18,8 @@ from okc.jobs.options import PROFILE_REPLAYS
 @output_options
 def profile(
     words: list[str] = typer.Argument(..., help=CANDIDATE_HELP, metavar="[candidate] NNN"),
-    against: Optional[str] = typer.Option(None, "--against", help="'baseline' (the lab's, the default) or another candidate."),
-    on: Optional[str] = typer.Option(None, "--on", help="Pod from pod.yaml, or 'local'."),
+    against: Optional[str] = typer.Option(None, "--against", help="'baseline' or another candidate (default: the lab's baseline)."),
+    on: Optional[str] = typer.Option(None, "--on", help=ON_HELP),
     shapes: Optional[str] = typer.Option(None, "--shapes", help="Only these scored shapes or loads, comma-separated (e.g. router/m=8,decode1)."),
     replays: int = typer.Option(PROFILE_REPLAYS, "--replays", help="Profiled replays of each side's graph per shape."),
     counters: bool = typer.Option(False, "--counters", help="Add Nsight Compute metrics where the machine allows counters."),
@@ -41,14 +41,14 @@ def profile(
     candidate = candidates.resolve(lab.candidates, candidate_ref(words))
     other = candidates.resolve(lab.candidates, lab.baseline if against in (None, "baseline") else against)
     cases = profiling.cases(lab.problem)
-    options.preflight(lab, on)
+    options.preflight(lab, on, kind="profile")
     with err.status(f"profiling {candidate.name} against {other.name} ..."):
         outcome = runner.submit(lab, "profile", candidate, against=other, on=on, cases=cases,
                                 profile=profiling.settings(), on_log=echo_log if fmt == "table" else None)
     result = outcome.result
     if not result.passed:
         _not_recorded(outcome)
-        raise_failed(result)
+        raise_failed(result, fmt, job_dir=outcome.job_dir)
     show(profile_document(lab, outcome.job_dir, _source(outcome), outcome.recorded), fmt)
     _not_recorded(outcome)
     if outcome.record_error:

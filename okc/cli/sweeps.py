@@ -18,8 +18,8 @@ from okc.errors import EXIT_FAILED
 @output_options
 def sweep(
     name: str = typer.Argument(..., help="The sweep: experiments/NAME.yaml."),
-    on: Optional[str] = typer.Option(None, "--on", help="Pods from pod.yaml, comma-separated, or 'local'."),
-    emit: Optional[int] = typer.Option(None, "--emit", help="Write the winners into a new candidate NNN."),
+    on: Optional[str] = typer.Option(None, "--on", help="Pods from pod.yaml, comma-separated, or 'local' (default: pod.yaml's default pod, else this machine)."),
+    emit: Optional[int] = typer.Option(None, "--emit", metavar="NNN", help="Write the winners into a new candidate NNN."),
     gpus: Optional[int] = typer.Option(None, "--gpus", help="Use at most this many GPUs per target."),
     fmt: str = "table",
 ) -> None:

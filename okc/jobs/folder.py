@@ -127,12 +127,12 @@ def _signal_name(returncode: int) -> str:
         return f"signal {-returncode}"
 
 
-def _last_log_line(job_dir: Path) -> str | None:
-    """The log's last line (its first 300 characters), read from the log's end alone: a
-    candidate printing in a loop can leave gigabytes."""
+def _last_log_line(job_dir: Path, since: int = 0) -> str | None:
+    """The log's last line written after byte ``since`` (its first 300 characters), read from the
+    log's end alone: a candidate printing in a loop can leave gigabytes."""
     try:
         with open(job_dir / LOG_FILE, "rb") as handle:
-            handle.seek(max(0, handle.seek(0, os.SEEK_END) - LOG_TAIL_BYTES))
+            handle.seek(max(since, handle.seek(0, os.SEEK_END) - LOG_TAIL_BYTES))
             tail = handle.read(LOG_TAIL_BYTES)
     except OSError:
         return None
@@ -144,7 +144,9 @@ def launcher_verdict(job_dir: Path) -> tuple[str, str, str]:
     """(status, error_kind, reason) for a job whose worker left no result.json, from the launcher's account."""
     spec = load_spec(job_dir)
     launcher = read_json(job_dir / LAUNCHER_FILE)
-    phase = (read_json(job_dir / PHASE_FILE) or {}).get("phase", "start")
+    phase_info = read_json(job_dir / PHASE_FILE) or {}
+    phase = phase_info.get("phase", "start")
+    since = phase_info.get("log_at") if isinstance(phase_info.get("log_at"), int) else 0  # what the phase printed
     if launcher is None:
         return "error", "harness", f"the launcher failed during {phase}: {_last_log_line(job_dir) or 'see log.txt'}"
     returncode = launcher.get("returncode")
@@ -156,7 +158,7 @@ def launcher_verdict(job_dir: Path) -> tuple[str, str, str]:
         return "timeout", "candidate", f"the job exceeded its {spec.job_timeout_s:g} s limit during {phase}; its processes were killed"
     if isinstance(returncode, int) and returncode < 0:
         return "error", "candidate", f"the worker died of {_signal_name(returncode)} during {phase}"
-    last = _last_log_line(job_dir)
+    last = _last_log_line(job_dir, since)
     return "error", "candidate", f"the worker exited with code {returncode} during {phase} without a result" + (f": {last}" if last else "")
 
 

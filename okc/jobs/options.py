@@ -53,9 +53,6 @@ class CheckOptions:
             raise ConfigError(f"--device must be one of {', '.join(DEVICES)}, got {self.device!r}")
         if self.seed is not None and not 0 <= _integer("--seed", self.seed) < 2**SEED_BITS:
             raise ConfigError(f"--seed must be from 0 to 2**{SEED_BITS} - 1 (a seed okc printed), got {self.seed}")
-        if self.cases is not None:
-            if not self.cases or any(not key.strip() for key in self.cases):
-                raise ConfigError("--cases names cases separated by commas, e.g. router/m=8,o/m=1")
 
     @classmethod
     def parse(cls, device: str = "auto", seed: int | None = None, cases: str | None = None,
@@ -150,9 +147,17 @@ def check_cases(problem: str, cases: tuple[str, ...] | None, max_m: int | None) 
     from okc.problems import catalog
 
     shapes = catalog.shapes_of(problem)
-    if shapes is None or cases is None:
+    if cases is None:
+        return
+    if not cases or any(not key.strip() for key in cases):  # the example is this lab's problem's, not muse's
+        keys = shapes.check_keys(None)[:2] if shapes is not None else ["LAYER/m=M"]
+        raise ConfigError(f"--cases names cases separated by commas, e.g. {','.join(keys)}")
+    if shapes is None:
         return
     known = shapes.check_keys(max_m)
+    if left_out := [key for key in cases if key not in known and key in shapes.check_keys(None)]:
+        raise ConfigError(f"case(s) {', '.join(left_out)}: --quick checks m <= {max_m} only; "
+                          "drop --quick to check them")
     unknown = [key for key in cases if key not in known]
     if unknown:
         within = f" with m <= {max_m}" if max_m is not None else ""
@@ -217,9 +222,10 @@ def needs_here(lab: Lab, kind: str) -> None:
     from okc.problems import catalog
 
     shapes = catalog.shapes_of(lab.problem)
-    needs_gpu = kind == "floor" or (kind == "bench" and shapes is not None and "cpu" not in shapes.bench_devices)
+    # a profile times the same graphs a bench does, so it needs what a bench needs
+    needs_gpu = kind == "floor" or (kind in ("bench", "profile") and shapes is not None and "cpu" not in shapes.bench_devices)
     if needs_gpu and not nvidia_driver():
-        what = f"{lab.problem}'s bench" if kind == "bench" else "the read floor"
+        what = "the read floor" if kind == "floor" else f"{lab.problem}'s {kind}"
         raise ConfigError(f"okc {kind}: {what} needs a CUDA GPU and this machine has none (no NVIDIA driver); "
                           f"run it on a pod: okc {kind} ... --on POD")
 
@@ -228,6 +234,8 @@ def preflight(lab: Lab, on: str | None, options: CheckOptions | None = None, kin
     """Everything a job needs from the lab and this machine, checked before its folder exists."""
     local = runs_here(lab, on)
     from okc.lab.gpumode import check_lab_problem
+
+    from okc.problems import catalog
 
     gpumode_task = check_lab_problem(lab)  # a malformed task.yml is one line, before any job exists
     if gpumode_task is not None and options is not None and options.cases:
@@ -238,6 +246,10 @@ def preflight(lab: Lab, on: str | None, options: CheckOptions | None = None, kin
         raise ConfigError(f"[tool.okc] problem {lab.problem!r}: no such module here")
     if local:
         needs_here(lab, kind)
+    shapes = catalog.shapes_of(lab.problem)
+    if kind == "bench" and options is not None and options.device == "cpu" and shapes is not None \
+            and "cpu" not in shapes.bench_devices:
+        raise ConfigError(f"--device cpu: {lab.problem}'s bench needs a CUDA GPU (its timing is the judge's)")
     if options is not None:
         check_cases(lab.problem, options.cases, options.max_m)
         if options.device == "cuda" and local and not cuda_here():

@@ -3,18 +3,25 @@
 Each load gets a module name of its own, so a candidate and the one it is benchmarked
 against never share module state, and neither can shadow a module okc itself uses.
 Whatever goes wrong while importing becomes a :class:`CandidateLoadError` whose
-message is ready to print.
+message is ready to print: the candidate's file and line, and its own traceback. A file is
+judged as Python would run it: source that is not valid in its declared encoding (UTF-8 by
+default) is refused, though importlib alone lets a bad byte in a comment through. Asking a
+loaded module for a name it does not define raises :class:`MissingDefinition` saying so
+in the candidate's words ("001_x.py defines no kernel_fn").
 """
 
 from __future__ import annotations
 
 import importlib.util
+import io
 import itertools
 import re
 import sys
-import traceback
+import tokenize
 from pathlib import Path
 from types import ModuleType
+
+from okc.judge.tracebacks import MissingDefinition, label, one_line, traceback_text, where
 
 FOLDER_ENTRY = "submission.py"  # the module a folder candidate is loaded from
 MODULE_PREFIX = "okc_candidate"
@@ -24,7 +31,30 @@ _serial = itertools.count(1)
 
 
 class CandidateLoadError(Exception):
-    """The candidate could not be imported; ``str(exc)`` says why in one line or a few."""
+    """The candidate could not be imported; ``str(exc)`` says why in one line or a few.
+
+    ``traceback``: the candidate's own traceback (from its first frame on), for the job's log.
+    """
+
+    def __init__(self, message: str, traceback: str | None = None) -> None:
+        super().__init__(message)
+        self.traceback = traceback
+
+
+class _CandidateModule(ModuleType):
+    """A loaded candidate: a name it does not define is said in its author's words, not okc's module name."""
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):  # the import system's and tools' probes (__path__, ...): the usual answer
+            raise AttributeError(f"module {self.__name__!r} has no attribute {name!r}", name=name, obj=self)
+        source = getattr(self, "__file__", None)
+        shown = _shown_entry(Path(source)) if source else "the candidate"
+        raise MissingDefinition(f"{shown} defines no {name}", name=name, obj=self)
+
+
+def _shown_entry(entry: Path) -> str:
+    """``001_x.py``, or ``017_folder/submission.py`` for a folder candidate."""
+    return f"{entry.parent.name}/{entry.name}" if entry.name == FOLDER_ENTRY else entry.name
 
 
 def candidate_entry(path: Path) -> Path:
@@ -57,8 +87,11 @@ def load_candidate(path: Path) -> ModuleType:
     or by plain name at import time (``import kernels``: the folder is first on
     ``sys.path`` while it imports). Plain-named siblings are then taken out of
     ``sys.modules``, so a second candidate's ``kernels`` is its own, not this one's.
+    ``path`` may name the folder or its ``submission.py`` (what a job's candidate source names).
     """
     path = Path(path).resolve()
+    if path.name == FOLDER_ENTRY and path.is_file():  # a job names a folder candidate by its entry: load the folder
+        path = path.parent
     entry = candidate_entry(path)
     name = unique_module_name(path)
     folder = path if path.is_dir() else None
@@ -72,17 +105,40 @@ def load_candidate(path: Path) -> ModuleType:
     if folder is not None:
         sys.path.insert(0, str(folder))
     try:
+        _check_encoding(entry)
         spec.loader.exec_module(module)
+        if folder is not None:  # its own modules, imported with it, are judged as its entry is
+            for imported in set(sys.modules) - before:
+                origin = getattr(sys.modules.get(imported), "__file__", None)
+                if origin and origin.endswith(".py") and Path(origin).resolve().is_relative_to(folder):
+                    _check_encoding(Path(origin))
     except BaseException as exc:  # SystemExit or anything else raised at import is the candidate's failure
         if isinstance(exc, KeyboardInterrupt):
             raise
         sys.modules.pop(name, None)
-        raise CandidateLoadError(_describe_import_failure(entry, exc)) from None
+        raise _import_failure(entry, path, exc) from None
     finally:
         if folder is not None:
             sys.path.remove(str(folder))
             _forget_plain_siblings(folder, before)
+    module.__class__ = _CandidateModule
     return module
+
+
+def _check_encoding(source: Path) -> None:
+    """Refuse source Python would refuse to run: bytes invalid in its declared encoding (PEP 263)."""
+    data = source.read_bytes()
+    encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)  # a bad cookie is its SyntaxError
+    try:
+        data.decode(encoding)
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        byte = data[exc.start:exc.start + 1]
+        declared = encoding != "utf-8" or data.startswith(b"\xef\xbb\xbf") or b"coding" in data[:200]
+        text = (f"(unicode error) {exc}" if declared else
+                f"Non-UTF-8 code starting with '\\x{byte.hex()}' on line {line}, but no encoding declared; "
+                "see https://peps.python.org/pep-0263/ for details")
+        raise SyntaxError(text, (str(source), line, None, None)) from None
 
 
 def _forget_plain_siblings(folder: Path, before: set[str]) -> None:
@@ -93,13 +149,13 @@ def _forget_plain_siblings(folder: Path, before: set[str]) -> None:
             del sys.modules[module_name]
 
 
-def _describe_import_failure(entry: Path, exc: BaseException) -> str:
-    headline = f"importing {entry.name} failed: {type(exc).__name__}: {exc}".rstrip(": ")
-    # The importlib and okc frames say nothing about the candidate: keep only its own.
-    frames = [
-        frame
-        for frame in traceback.extract_tb(exc.__traceback__)
-        if frame.filename != __file__ and not frame.filename.startswith("<frozen")
-    ]
-    lines = "".join(traceback.format_list(frames)).rstrip().splitlines()[-TRACEBACK_LINES:]
-    return "\n".join([headline, *lines])
+def _import_failure(entry: Path, root: Path, exc: BaseException) -> CandidateLoadError:
+    """``importing 001_x.py failed at line 3: Type: message``, then the last lines of its own traceback."""
+    shown = _shown_entry(entry)
+    place = where(exc, root)
+    if place is not None:
+        file, _, line = place.rpartition(":")
+        place = f"line {line}" if file == label(entry, root) else place
+    headline = f"importing {shown} failed" + (f" at {place}" if place else "") + f": {one_line(exc)}"
+    full = traceback_text(exc, root)
+    return CandidateLoadError("\n".join([headline, *full.splitlines()[-TRACEBACK_LINES:]]), full)

@@ -213,11 +213,13 @@ def cost_tables(costs: list[JobCost], sessions: list[Session]) -> list[Table]:
             rate = session.usd_per_hour
             idle_usd = _usd(idle * rate) if rate is not None else None
         pod_rows.append((pod, *_totals(group), rate, uptime, busy, idle, idle_usd))
-    totals = [("jobs", "jobs"), ("gpu_hours", "GPU hours"), ("usd", "$"), ("jobs_without_rate", "jobs without a rate", 1)]
+    # "job hours", not "GPU hours": a local job on a machine without a GPU ran on its CPU (the key keeps its name)
+    totals = [("jobs", "jobs"), ("gpu_hours", "job hours"), ("usd", "$"), ("jobs_without_rate", "jobs without a rate", 1)]
     session = [("usd_per_hour", "$/h"), ("session_hours", "session hours", 1), ("session_busy_hours", "busy hours", 2),
                ("session_idle_hours", "idle hours"), ("session_idle_usd", "idle $")]
     return [
-        table("by_candidate", "spend per candidate", [("number", "#"), ("candidate", "candidate"), *totals], candidate_rows),
+        table("by_candidate", "spend per candidate", [("number", "#"), ("candidate", "candidate"), *totals], candidate_rows,
+              caption="job hours: the jobs' run time, on a GPU, or on the CPU where there was none"),
         table("by_day", "spend per day (UTC)", [("day", "day"), *totals], day_rows),
         table("by_pod", "spend per pod", [("pod", "pod"), *totals, *session], pod_rows,
               caption="session: the running Runpod pod's current session, from the API's start time"),

@@ -32,6 +32,7 @@ PROBLEMS = Path(okc.__file__).parent / "problems"
 PYPROJECT = "pyproject.toml"
 GITIGNORE = ".gitignore"
 SWEEPS = "sweeps"  # a problem's example sweeps: <problem>/sweeps/NAME.yaml and their templates
+SWEEPS_README = "experiments-README.md"  # a new lab's experiments/README.md (this repo's own is the same file)
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,7 @@ class Starter:
 
 STARTERS = {
     "muse_bf16_proj": Starter("matmul.py", "okc check 000 --quick"),  # the judge's full check takes 13 min on a CPU
-    "tiny_matvec": Starter("matmul.py", "okc check 000"),
+    "tiny_matvec": Starter("matmul.py", "okc check 001"),  # the tour's first line (README, "Try it on a laptop")
 }
 DEFAULT_PROBLEM = "muse_bf16_proj"
 GPUMODE_FIRST_CHECK = "okc check 001"  # the folder's own submission.py
@@ -97,6 +98,8 @@ def lab_files(problem: str) -> dict[str, bytes]:
     for path in sorted((folder / SWEEPS).rglob("*")):
         if path.is_file() and "__pycache__" not in path.parts:
             files[f"experiments/{path.relative_to(folder / SWEEPS).as_posix()}"] = path.read_bytes()
+    # the convention every template's docstring points to (see experiments/README.md), in every lab
+    files["experiments/README.md"] = (SKELETON / SWEEPS_README).read_bytes()
     files["pod.yaml.example"] = (SKELETON / "pod.yaml.example").read_bytes()
     return files
 
@@ -183,9 +186,12 @@ class _Writes:
                 path.unlink(missing_ok=True)
 
 
-def init_lab(root: Path, problem: str = DEFAULT_PROBLEM, gpumode: Path | None = None) -> Created:
+def init_lab(root: str | Path, problem: str = DEFAULT_PROBLEM, gpumode: Path | None = None) -> Created:
     """Make a new lab of ``problem`` (or of the GPU MODE folder ``gpumode``) at ``root`` (created if need be);
     ConfigError before any write if it cannot."""
+    if not str(root).strip():  # Path('') is '.': an empty word would quietly mean the current folder
+        raise ConfigError(f"okc init {str(root)!r}: the folder is empty; name one (okc init . for this folder); "
+                          "nothing written")
     if gpumode is not None:
         if problem != DEFAULT_PROBLEM:
             raise ConfigError(f"--problem {problem} and --gpumode {gpumode}: a lab judges one problem; give one of them")

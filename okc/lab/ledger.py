@@ -80,14 +80,18 @@ def open_ledger(path: Path) -> sqlite3.Connection:
     except OSError as exc:
         raise LedgerError(f"{path.parent}: cannot create the ledger's folder ({exc.strerror or exc})") from None
     try:
-        conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
-        conn.row_factory = sqlite3.Row
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA foreign_keys=ON")
-        migrate(conn)
-        present = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        conn, present = _connect(path)
     except sqlite3.DatabaseError as exc:
-        raise ledger_error(path, exc) from None
+        refused = ledger_error(path, exc)
+        # A lab that cannot be written is still read: SQLite's WAL mode needs its -shm file even to
+        # read, so a file with nothing in its WAL is opened as it stands; any write then says why not.
+        wal = path.with_name(path.name + "-wal")
+        if not path.is_file() or (wal.exists() and wal.stat().st_size) or unwritable(path) is None:
+            raise refused from None
+        try:
+            conn, present = _connect(path, read_only=True)
+        except sqlite3.DatabaseError:
+            raise refused from None
     missing = [name for name in TABLES if name not in present]
     if missing:
         conn.close()
@@ -96,15 +100,31 @@ def open_ledger(path: Path) -> sqlite3.Connection:
 
 
 def ledger_error(path: Path, exc: sqlite3.Error) -> LedgerError:
-    """What SQLite's refusal means for the user, in one line, with the way out; "damaged" only
-    once SQLite's integrity check fails."""
+    """What SQLite's refusal means for the user, in one line, with the way out: a ledger that cannot be
+    written (read-only, a full disk, locked) is not a damaged one, and rebuilding it would not help;
+    "damaged" only once SQLite's integrity check fails."""
+    import shutil
+
     text = str(exc)
-    if "readonly" in text or "read-only" in text:
-        return LedgerUnusable(f"{path} cannot be written ({text}): make it and its folder writable")
-    if "disk is full" in text or "disk I/O" in text:
-        return LedgerUnusable(f"{path} cannot be written ({text}): free some space")
-    if "locked" in text or "busy" in text:
+    code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
+    if code in (_SQLITE_BUSY, _SQLITE_LOCKED) or "locked" in text or "busy" in text:
         return LedgerUnusable(f"{path} is locked by another process ({text}): try again once it is done")
+    if path.is_dir():
+        return LedgerUnusable(f"{path} is a folder, not the ledger's file: move it away (okc makes the file)")
+    try:
+        full = shutil.disk_usage(path.parent).free == 0
+    except OSError:
+        full = False
+    if code == _SQLITE_FULL or "disk is full" in text or (code == _SQLITE_IOERR and full):
+        return LedgerUnusable(f"{path} cannot be written: the disk is full ({text}); free some space")
+    refused = unwritable(path) if code in (_SQLITE_READONLY, _SQLITE_CANTOPEN, _SQLITE_IOERR, 0) else None
+    if refused is not None or code == _SQLITE_READONLY or "readonly" in text or "read-only" in text:
+        return LedgerUnusable(f"{path} cannot be written ({refused or text}): {WRITABLE_HINT}")
+    if code == _SQLITE_CANTOPEN:  # neither damaged nor read-only: a folder in its place, a missing folder
+        return LedgerUnusable(f"{path} cannot be opened ({text}): check that the path and its folder are there")
+    if code == _SQLITE_IOERR:
+        return LedgerUnusable(f"{path} cannot be read or written: the disk failed ({text}); check the disk, then "
+                              f"okc ledger --rebuild if the file is damaged")
     if sound(path):  # a value SQLite would not take (a wrong type, an integer past 64 bits): the row's fault
         return LedgerError(f"{path}: the ledger refused a row ({text}); the ledger itself is sound (PRAGMA integrity_check: ok)")
     return LedgerUnusable(f"{path}: the ledger is damaged ({text}); {RECOVER_HINT}")

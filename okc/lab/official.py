@@ -200,7 +200,12 @@ def record_official_result(lab: Lab, ref: str, kind: str, score: float, ci: str,
         with ledger(lab.ledger_path) as conn:
             recorded = record_official(conn, run, rows, source)
     except LedgerUnusable as exc:  # typed in by hand, it exists nowhere else: kept, and replayed later
-        _keep(lab, run, rows, source)
+        try:
+            note_official(lab, run, None if rows is None else [row.to_json() for row in rows], source)
+        except OSError as failed:  # neither store took it: say so, never that it is kept
+            raise LedgerUnusable(f"{exc}; {official_log(lab).name} cannot be written either ({failed.strerror or failed}): "
+                                 f"official job {run.official_job} is NOT recorded; run this okc record again once "
+                                 "results/ is writable") from None
         note_pending(lab, PENDING_OFFICIAL)
         raise LedgerUnusable(f"{exc}; official job {run.official_job} is kept in {official_log(lab).name}, and the "
                              "next okc command that can write the ledger records it") from None

@@ -268,14 +268,14 @@ def rebuild(lab: Lab) -> Rebuilt:
 def _make(lab: Lab, path: Path, old: Path | None) -> Rebuilt:
     """The rebuilt ledger at ``path``, from the lab's folders and the old database at ``old`` (read only)."""
     salvaged: dict[str, int] = {}
-    lost: list[str] = []
+    lost: dict[str, list[tuple[str, int]]] = {}  # why the old file stopped -> (table, rows it gave first)
 
     def rows_of(table: str) -> list[dict]:
         if old is None:
             return []
         rows, why = _old_rows(old, f"SELECT * FROM {table} ORDER BY id")
         if why:
-            lost.append(f"{table}: {len(rows)} row(s) read from the old file, the rest unreadable ({why})")
+            lost.setdefault(why, []).append((table, len(rows)))
         return rows
 
     with ledger(path) as conn:
@@ -292,4 +292,17 @@ def _make(lab: Lab, path: Path, old: Path | None) -> Rebuilt:
                 salvaged[table] = sum(_insert(conn, table, row) for row in rows)
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the file alone holds it all: it is renamed next
     lab.ledger_path.with_name(PENDING).unlink(missing_ok=True)  # every folder is recorded now
-    return Rebuilt(None, jobs, official, salvaged, tuple(lost))
+    return Rebuilt(None, jobs, official, salvaged, tuple(_lost_lines(lost)))
+
+
+def _lost_lines(lost: dict[str, list[tuple[str, int]]]) -> list[str]:
+    """One line per reason the old file gave up, not one per table: a file that is not a database at all
+    says so once."""
+    lines = []
+    for why, tables in lost.items():
+        if not any(n for _, n in tables):
+            lines.append(f"nothing could be read from the old file ({why[:120]})")
+        else:
+            read = ", ".join(f"{n} {table}" for table, n in tables)
+            lines.append(f"the old file gave up part way ({why[:120]}): read first {read}")
+    return lines

@@ -231,7 +231,7 @@ def resolve_pod(lab, name: str | None = None) -> Pod | None:
     if not path.exists():
         if name is None:
             return None
-        raise ConfigError(f"--on {name}: this lab has no pod.yaml ({path}); {POD_YAML_HINT}")
+        raise ConfigError(f"pod {name!r}: this lab has no pod.yaml ({path}); {POD_YAML_HINT}")  # named by --on or as an argument
     pod_file = load_pod_file(path)
     chosen = name if name is not None else pod_file.default
     if chosen is None or chosen == LOCAL_TARGET:
@@ -244,6 +244,8 @@ def resolve_pod(lab, name: str | None = None) -> Pod | None:
 def require_pod(lab, name: str | None = None) -> Pod:
     """Like :func:`resolve_pod`, for commands that only make sense on a pod."""
     pod = resolve_pod(lab, name)
+    if pod is None and name is None and not lab.pod_file.exists():
+        raise ConfigError(f"this command needs a pod and this lab has no pod.yaml ({lab.pod_file}); {POD_YAML_HINT}")
     if pod is None:
         where = "--on local names this machine" if name == LOCAL_TARGET else f"{lab.pod_file} names no default pod"
         raise ConfigError(f"this command needs a pod and {where}; name one with --on POD")

@@ -87,9 +87,10 @@ def up(lab, pod: Pod, timeout: float = UP_TIMEOUT_S, on_wait: Callable[[str], No
 
     A failure once the pod runs stops it again when okc started it; else the error says it bills."""
     began = time.monotonic()
+    pod_id = runpod_id(pod)  # before the client, which wants an API key an SSH-only pod never needs
     client = RunpodClient()
     client.until, client.until_what = began + timeout, f"okc pod up's --timeout {timeout:g} s"  # every call within it
-    info = client.get_pod(runpod_id(pod))
+    info = client.get_pod(pod_id)
     if info.status == TERMINATED:
         raise ConfigError(f"pod {pod.name} (Runpod {info.id}) was terminated; remove it from pod.yaml")
     started = not info.billing
@@ -188,8 +189,9 @@ def stop(lab, pod: Pod, force: bool = False, running: Callable[[RunpodPod], list
 
     ``running(info)``: the okc jobs running on the pod (the CLI asks the pod through okc.jobs);
     while there are any the stop is refused (it would kill them), unless ``force``."""
+    pod_id = runpod_id(pod)  # before the client, which wants an API key an SSH-only pod never needs
     client = RunpodClient()
-    info = client.get_pod(runpod_id(pod))
+    info = client.get_pod(pod_id)
     if info.status == TERMINATED:
         raise ConfigError(f"pod {pod.name} (Runpod {info.id}) was terminated already")
     if not info.billing:
@@ -210,7 +212,8 @@ def check_terminate(pod: Pod, force: bool, unpulled: Callable[[RunpodPod], list[
     A pod that does not run cannot be asked for its jobs: refused too, as it may hold
     finished jobs never pulled, which terminating deletes.
     """
-    info = RunpodClient().get_pod(runpod_id(pod))
+    pod_id = runpod_id(pod)  # before the client, which wants an API key
+    info = RunpodClient().get_pod(pod_id)
     if info.status == TERMINATED:
         raise ConfigError(f"pod {pod.name} (Runpod {info.id}) was terminated already")
     if force:
@@ -228,7 +231,8 @@ def check_terminate(pod: Pod, force: bool, unpulled: Callable[[RunpodPod], list[
 
 def terminate(pod: Pod) -> None:
     """Delete the pod and its volume at Runpod. There is no undo."""
-    RunpodClient().delete_pod(runpod_id(pod))
+    pod_id = runpod_id(pod)
+    RunpodClient().delete_pod(pod_id)
 
 
 # -- create ----------------------------------------------------------------------------

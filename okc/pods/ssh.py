@@ -334,7 +334,12 @@ class SSHTarget:
             with self.network_errors("opening SFTP"), self.watched("opening SFTP"):
                 channel = self._client.get_transport().open_session(timeout=self.timeout)
                 channel.settimeout(self.timeout)
-                channel.invoke_subsystem("sftp")
+                try:
+                    channel.invoke_subsystem("sftp")
+                except paramiko.SSHException:  # the server refused the request: it answers, it has no SFTP
+                    channel.close()
+                    raise PodError(f"pod {self.pod.name!r}: its SSH server offers no SFTP, which okc copies files "
+                                   "with; enable it (OpenSSH: 'Subsystem sftp internal-sftp' in sshd_config)") from None
                 self._sftp = paramiko.SFTPClient(channel)
         return self._sftp
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import signal
+from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any
 
-from okc.reports.tables import Document, Table, table
+from okc.reports.tables import Column, Document, Table, table
 
 
 def _iso(epoch: float | None) -> str | None:
@@ -17,7 +19,22 @@ def jobs_document(entries: list, target: str) -> Document:
     rows = [(state.job, state.state, state.exit_code, pulled, _iso(state.started_at)) for state, pulled in entries]
     spec = [("job_id", "job"), ("state", "state"), ("exit_code", "exit code"), ("pulled", "pulled"),
             ("started_at", "started (UTC)", 1)]
-    return Document(tables=(table("jobs", f"jobs on {target}", spec, rows),))
+    jobs = table("jobs", f"jobs on {target}", spec, rows)
+    columns = tuple(Column(c.header, _exit_words, c.drop) if c.value == "exit_code" else c for c in jobs.columns)
+    return Document(tables=(replace(jobs, columns=columns),))
+
+
+def _exit_words(record: dict[str, Any]) -> Any:
+    """A job's exit code as people read it: a negative one is the signal that ended it (-15: SIGTERM, as
+    Ctrl-C or okc's time limit stops a job), not a number the job returned; JSON keeps the number."""
+    code = record["exit_code"]
+    if not isinstance(code, int) or code >= 0:
+        return code
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        return f"killed by signal {-code}"
+    return f"stopped by {name}" + (" (as Ctrl-C stops a job)" if name in ("SIGTERM", "SIGINT") else "")
 
 
 def _hours(seconds: float | None) -> str | None:

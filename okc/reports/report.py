@@ -125,10 +125,14 @@ def candidate_number(lab: Lab, ref: str) -> int:
     return int(ref) if ref.isdigit() else candidates.resolve(lab.candidates, ref).number
 
 
-def latest_bench(conn: sqlite3.Connection, number: int) -> str:
-    """The folder name of the candidate's latest finished bench; ConfigError if there is none."""
+def latest_bench(conn: sqlite3.Connection, number: int, folder: Path) -> str:
+    """The folder name of the candidate's latest finished bench; ConfigError if there is none,
+    advising a bench only of a candidate that is in ``folder`` (the lab's candidates)."""
     benches = [r for r in runs(conn, number, "bench") if r.status == "ok" and r.result_path]
     if not benches:
+        if all(c.number != number for c in candidates.discover(folder)):
+            raise ConfigError(f"no candidate {number:03d} in {folder} and no bench of one in the ledger: "
+                              "okc ledger lists the candidates")
         raise ConfigError(f"no finished bench of candidate {number:03d} in the ledger: run `okc bench {number:03d}` first")
     return benches[-1].result_path
 
@@ -151,7 +155,7 @@ def build_report(lab: Lab, ref: str | None, job: str | None = None) -> Report:
     if job is not None and (not job or Path(job).name != job):
         raise ConfigError(f"--job takes a job id (a folder name under {lab.results}), got {job!r}")
     with ledger(lab.ledger_path) as conn:
-        folder = job or latest_bench(conn, candidate_number(lab, ref))
+        folder = job or latest_bench(conn, candidate_number(lab, ref), lab.candidates)
         job_dir = lab.results / folder
         result = bench_job(job_dir)
         name, uuid = gpu_name(job_dir), gpu_uuid(job_dir)

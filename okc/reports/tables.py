@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 FORMATS = ("table", "json", "nl", "csv", "markdown")
+EVERY = "every"  # Document.main: csv and nl carry every table, each record keyed by its table's name
 KEY_PATTERN = re.compile(r"^[a-z][a-z0-9_]*$")
 RICH_COLUMN_COST = 3  # a rich table column's padding (2) and its border (1); the table adds 1 more
 
@@ -85,7 +86,7 @@ class Document:
     tables: tuple[Table, ...] = ()
     fields: dict[str, Any] = field(default_factory=dict)  # facts beside the tables (JSON only)
     lines: tuple[str, ...] = ()  # for people, under the tables
-    main: int | None = 0  # the table csv and nl emit; None: the fields, as one record
+    main: int | str | None = 0  # the table csv and nl emit; None: the fields, as one record; EVERY: all tables
     shown: tuple[Table, ...] | None = None  # what people see, when it is not the tables themselves (a summary)
 
     @property
@@ -99,6 +100,8 @@ class Document:
         return {**self.fields, **{t.name: t.records for t in self.tables}}
 
     def main_records(self) -> list[dict[str, Any]]:
+        if self.main == EVERY:  # each table's records, each first saying which table it is of
+            return [{"table": t.name, **r} for t in self.tables for r in t.records]
         return [self.fields] if self.main is None else self.tables[self.main].records
 
 
@@ -157,7 +160,11 @@ def _csv_value(value: Any) -> Any:
 
 def to_csv(document: Document) -> str:
     records = document.main_records()
-    keys = list(records[0]) if document.main is None and records else list(document.tables[document.main].keys)
+    if document.main == EVERY:  # one header for every table: their keys in order, a cell empty where a table has none
+        keys = list(dict.fromkeys(["table", *(k for t in document.tables for k in t.keys)]))
+        records = [{k: r.get(k) for k in keys} for r in records]
+    else:
+        keys = list(records[0]) if document.main is None and records else list(document.tables[document.main].keys)
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(keys)

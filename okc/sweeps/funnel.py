@@ -214,6 +214,7 @@ class SweepResult:
     points: int
     failed: dict[str, str]  # point id -> reason
     emitted: Path | None = None
+    params: dict[str, dict] = field(default_factory=dict)  # point id -> its parameters (a hash says nothing)
 
 
 class SweepStopped(JudgeError):
@@ -342,7 +343,8 @@ def summary(run: RunFolder, experiment: Experiment, best: dict[str, dict]) -> Sw
     for row in run.rows:
         if row["status"] not in PASSED:
             failed.setdefault(row["point"], f"{row['stage']}: {row['status']}: {row.get('reason')}")
-    return SweepResult(run, best, len(experiment.points), failed)
+    return SweepResult(run, best, len(experiment.points), failed,
+                       params={point.id: point.params for point in experiment.points})
 
 
 def run_sweep(lab, name: str, on: str | None = None, emit: int | None = None, gpus: int | None = None,

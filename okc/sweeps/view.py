@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 
+from okc.reports.tables import Column, Document, Table, table
 from okc.sweeps.funnel import Progress, SweepResult
-from okc.reports.tables import Document, Table, table
 
 REFRESH_PER_S = 4
 VIEW_MIN_WIDTH = 72  # wide enough that the title line (stage, jobs, failures, ETA) does not wrap
@@ -63,16 +64,38 @@ def _pair(ci) -> list[float] | None:
     return None if not ci else [ci[0], ci[1]]
 
 
+def _label(params: dict) -> str:
+    return " ".join(f"{key}={value}" for key, value in params.items()) or "(the template's defaults)"
+
+
 def winners_table(result: SweepResult) -> Table:
     rows = [
-        (shape, win["point"], win["time_us"], _pair(win.get("ci")), win["speedup"], _pair(win.get("speedup_ci")),
-         win["job"])
+        (shape, win["point"], result.params.get(win["point"], {}), win["time_us"], _pair(win.get("ci")),
+         win["speedup"], _pair(win.get("speedup_ci")), win["job"])
         for shape, win in sorted(result.winners.items())
     ]
-    spec = [("shape", "shape"), ("point", "point"), ("time_us", "time µs"), ("time_ci", "time CI", 2),
-            ("speedup", "speedup"), ("speedup_ci", "speedup CI", 1), ("job_id", "job", 3)]
-    title = f"winners of run {result.run.run_id} ({result.points} points, {len(result.failed)} failed)"
-    return table("winners", title, spec, rows)
+    spec = [("shape", "shape"), ("point", "point", 4), ("params", "params"), ("time_us", "time µs"),
+            ("time_ci", "time CI", 2), ("speedup", "speedup"), ("speedup_ci", "speedup CI", 1), ("job_id", "job", 3)]
+    title = f"best point per shape, run {result.run.run_id} ({result.points} points, {len(result.failed)} failed)"
+    made = table("winners", title, spec, rows,
+                 caption="speedup: against the baseline; below 1 the point is slower than the baseline")
+    columns = tuple(Column(c.header, lambda r: _label(r["params"]), c.drop) if c.value == "params" else c
+                    for c in made.columns)
+    return replace(made, columns=columns)
+
+
+def slower_lines(result: SweepResult) -> tuple[str, ...]:
+    """What the best points are worth: said plainly when none beats the baseline (the tour's sweep)."""
+    slower = {shape: win["speedup"] for shape, win in result.winners.items() if not win["speedup"] > 1}
+    if not slower:
+        return ()
+    if len(slower) == len(result.winners):
+        worst = ", ".join(f"{shape} {speedup:.2f}x" for shape, speedup in sorted(slower.items()))
+        line = f"no point beats the baseline on any shape ({worst}): these are the least slow, not winners"
+        if result.emitted:
+            line += f"; {result.emitted.name} will bench slower than the baseline"
+        return (line,)
+    return (f"slower than the baseline even at its best point: {', '.join(sorted(slower))}",)
 
 
 def failures_table(result: SweepResult) -> Table:
@@ -85,7 +108,7 @@ def sweep_document(result: SweepResult) -> Document:
     emitted = result.emitted
     fields = {"run_id": result.run.run_id, "points": result.points, "failed": len(result.failed),
               "emitted": str(emitted) if emitted else None}
-    lines = (f"emitted {emitted} (check it: okc check {emitted.name[:3]})",) if emitted else ()
+    lines = (*slower_lines(result), *((f"emitted {emitted} (check it: okc check {emitted.name[:3]})",) if emitted else ()))
     winners, failures = winners_table(result), failures_table(result)
     shown = (winners, failures) if result.failed else (winners,)
     return Document(tables=(winners, failures), fields=fields, lines=lines, shown=shown)

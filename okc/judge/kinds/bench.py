@@ -187,6 +187,8 @@ def run_job(job, job_dir: Path, *, device: torch.device, seed: int, phase, log: 
               "progress": lambda state: write_json(job_dir / PROGRESS_FILE, state)}
     make = cpu_timing.CpuBench if on_cpu else Bench
     bench = make(problem, candidate, against, device=device, **common)
+    sources, tracebacks = {"candidate": candidate, "against": against}, []
+    bench.setup, bench.measure = (_explained(step, sources, log, tracebacks) for step in (bench.setup, bench.measure))
     # The verifier starts before either side's module is imported: nothing a candidate does reaches it.
     runnable = on_cpu or (device.type == "cuda" and torch.cuda.is_available())
     verifier = Verifier.start(problem.name, seed, device, job_dir) if settings.rechecks and runnable else None
@@ -195,9 +197,31 @@ def run_job(job, job_dir: Path, *, device: torch.device, seed: int, phase, log: 
     finally:
         if verifier is not None:
             verifier.close()
+    if tracebacks and result.get("status") == "error":  # the side's own traceback, for the command to show
+        result["traceback"] = tracebacks[-1]
     result = problem.after_bench({**result, "device": device.type}, candidate, against, device=device, seed=seed, log=log)
     envinfo.add_bench_readings(job_dir, result)
     return result
+
+
+def _explained(step: Callable[[], object], sources: dict[str, Path], log: Log, kept: list[str]) -> Callable[[], object]:
+    """``step`` (a bench's setup or measure), whose side's own failure also leaves that side's traceback
+    in the log and in ``kept``, and its file:line in the reason (okc.judge.tracebacks)."""
+    from okc.judge.tracebacks import explain
+
+    def run():
+        try:
+            return step()
+        except BenchFailed as exc:
+            cause = None if isinstance(exc.__context__, BenchFailed) else exc.__context__
+            message, text = explain(str(exc), exc.side, cause, sources.get(exc.side))
+            if text is not None:
+                log(text)
+                kept.append(text)
+            if message == str(exc):
+                raise
+            raise BenchFailed(message, exc.side, exc.error_kind) from None
+    return run
 
 
 def run_bench(problem: Problem, candidate: Path, against: Path, *, device: torch.device, seed: int,

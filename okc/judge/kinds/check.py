@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -24,6 +23,7 @@ from okc.judge.verdict import rules
 from okc.judge.protocol.capture import Captured, CaptureError, capture
 from okc.contract import BadJob, JobSpec
 from okc.judge.loader import CandidateLoadError, load_candidate
+from okc.judge.tracebacks import MissingDefinition, describe, is_cuda_error, traceback_text
 from okc.judge.problem import Case, Problem, clone_data
 from okc.judge.verdict.rules import Verdict, fail
 from okc.judge.seeds import derive_seed
@@ -32,8 +32,6 @@ from okc.problems import load_problem
 
 MAX_FAILURES = 5  # stop the job after this many failing entries: the verdict is clear by then
 CPU_NOTE = "CUDA graph capture was NOT exercised: checked on the CPU with repeated eager calls"
-_CUDA_ERROR_MARKERS = ("cuda error", "illegal memory access", "illegal instruction", "device-side assert",
-                       "misaligned address", "unspecified launch failure")
 
 PhaseFn = Callable[..., None]
 
@@ -81,24 +79,6 @@ def select_cases(problem: Problem, keys: list[str] | None, max_m: int | None = N
     return [case for case in cases if case.key in set(keys)]
 
 
-def is_cuda_error(exc: BaseException) -> bool:
-    accelerator_error = getattr(torch, "AcceleratorError", None)
-    if accelerator_error is not None and isinstance(exc, accelerator_error):
-        return True
-    return any(marker in str(exc).lower() for marker in _CUDA_ERROR_MARKERS)
-
-
-def describe(exc: BaseException) -> str:
-    """``Type: message (at file.py:line)``, pointing at the innermost frame outside torch and okc."""
-    text = str(exc).strip().splitlines()
-    where = ""
-    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
-        if "/torch/" not in frame.filename and "/okc/judge/" not in frame.filename:
-            where = f" (at {Path(frame.filename).name}:{frame.lineno})"
-            break
-    return f"{type(exc).__name__}: {text[0] if text else ''}{where}"
-
-
 class Checker:
     """One check job: the loop over weight seeds, cases, variants and replays.
 
@@ -121,6 +101,7 @@ class Checker:
         self.plans: list[tuple[Case, list[tuple[str, list[Verdict | int]]]]] = []  # int: a submitted output
         self.submitted = 0
         self.eager_cases: list[str] = []  # cases checked eagerly: capture failed, and the problem allows that
+        self.logged: set[str] = set()  # the candidate's failures whose traceback the log has already
 
     @property
     def failures(self) -> list[Entry]:
@@ -180,7 +161,8 @@ class Checker:
                     worst = verdict if worst is None or verdict.margin > worst.margin else worst
                 if failed:
                     break
-                passed.append((variant, worst))
+                if worst is not None:  # none: the job stopped before this input ran
+                    passed.append((variant, worst))
             if failed:
                 first_failure = len(self.entries) if first_failure is None else first_failure
                 self.entries.append(self._entry(case, failed[0], index, failed[1], failed[2]))
@@ -198,10 +180,11 @@ class Checker:
             self.entries[first_failure] = self._entry(case, wrong.variant, index, verdict)
 
     def _entry(self, case: Case | None, variant: str | None, index: int, verdict: Verdict, replay: int | None = None) -> Entry:
-        where = "job" if case is None else f"{case.key} [{case.load or 'check only'}]"
+        where = "" if case is None else f"{case.key} [{case.load or 'check only'}]"
         if variant is not None:
             where += f" {variant} input"
-        where += f", weight seed {index}" + ("" if replay is None else f", replay {replay}")
+        if case is not None or index:  # the job's own failure (an import) is the same for every weight set
+            where += (", " if where else "") + f"weight seed {index}" + ("" if replay is None else f", replay {replay}")
         detail = verdict.message
         if verdict.value is not None and verdict.bound is not None and verdict.rule not in (rules.NONFINITE,):
             sign = "<=" if verdict.passed else ">"
@@ -212,13 +195,22 @@ class Checker:
         entry = Entry(
             layer=case.layer if case else "", m=case.m if case else 0, load=case.load if case else None,
             variant=variant, weight_seed=index, passed=verdict.passed, rule=verdict.rule, value=verdict.value,
-            bound=verdict.bound, row=verdict.row, message=f"{where}: {verdict.rule}: {detail}",
+            bound=verdict.bound, row=verdict.row, message=f"{where}: {verdict.rule}: {detail}" if where else f"{verdict.rule}: {detail}",
         )
         self.log(f"{status} {entry.message}")
         return entry
 
     def _stop(self, case: Case | None, index: int, rule: str, message: str) -> Stop:
         return Stop(self._entry(case, None, index, fail(rule, message)))
+
+    def _own_failure(self, exc: Exception, module: ModuleType, index: int) -> None:
+        """A name the module lacks stops the job in one line; any other failure's traceback goes to the log (once)."""
+        if isinstance(exc, MissingDefinition) and exc.obj is module:
+            raise self._stop(None, index, rules.IMPORT, str(exc)) from None
+        text = traceback_text(exc, self.source)
+        if text not in self.logged:
+            self.logged.add(text)
+            self.log(text)
 
     def _sync(self) -> None:
         if self.on_cuda:
@@ -231,6 +223,7 @@ class Checker:
         try:
             module = load_candidate(self.source)
         except CandidateLoadError as exc:
+            self.log(exc.traceback or str(exc))
             raise self._stop(None, index, rules.IMPORT, str(exc).splitlines()[0]) from None
         finally:
             self.seconds["import"] += time.monotonic() - started
@@ -243,6 +236,7 @@ class Checker:
             self.problem.prepare(module, handed)
             self._sync()
         except Exception as exc:
+            self._own_failure(exc, module, index)
             rule = rules.CUDA_ERROR if is_cuda_error(exc) else rules.PREPARE
             raise self._stop(None, index, rule, f"prepare raised {describe(exc)}") from None
         finally:
@@ -272,6 +266,7 @@ class Checker:
                 except (Stop, VerifierError):
                     raise
                 except Exception as exc:
+                    self._own_failure(exc, module, index)
                     if is_cuda_error(exc):
                         raise self._stop(case, index, rules.CUDA_ERROR, f"CUDA error, the context is lost: {describe(exc)}") from None
                     outcomes.append(fail(rules.EXCEPTION, f"kernel_fn raised {describe(exc)}"))
@@ -299,6 +294,7 @@ class Checker:
             # A failed capture can leave the stream or context unusable: stop the job here.
             raise self._stop(case, index, rule, str(exc)) from None
         except Exception as exc:
+            self._own_failure(exc, module, index)
             if is_cuda_error(exc):
                 raise self._stop(case, index, rules.CUDA_ERROR, f"CUDA error, the context is lost: {describe(exc)}") from None
             self.entries.append(self._entry(case, None, index, fail(rules.EXCEPTION, f"kernel_fn raised {describe(exc)} during warm-up")))

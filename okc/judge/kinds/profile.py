@@ -16,6 +16,7 @@ activity instead: eager calls, aten ops by self time, no graph and no flush.
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import Callable
@@ -31,6 +32,7 @@ from okc.judge.protocol.capture import CaptureError, capture
 from okc.judge.loader import CandidateLoadError, load_candidate
 from okc.judge.problem import Case, Problem
 from okc.judge.seeds import derive_seed
+from okc.judge.tracebacks import explain
 
 DEFAULT_REPLAYS = 20
 MAX_REPLAYS = 1000
@@ -44,6 +46,9 @@ NEEDS_CUDA = ("okc profile needs a CUDA GPU for this problem; this machine has n
               "Run it on a pod: okc profile NNN --on POD")
 
 Log = Callable[[str], None]
+# Kineto (torch.profiler's tracer) writes "USDT: ... profiler_start/stop" to stderr at every profile at
+# its top level (5); above it, nothing. Read when profiling starts; a KINETO_LOG_LEVEL already set wins.
+KINETO_QUIET = "6"
 
 
 def settings_from(options: dict) -> tuple[int, bool]:
@@ -163,6 +168,7 @@ class Profiler:
         for side in SIDES:  # one unprofiled call each: the first replay after a capture is slow
             self._call_untraced(side, index)
         self._replay = 0
+        os.environ.setdefault("KINETO_LOG_LEVEL", KINETO_QUIET)  # the log shows okc's lines, not torch's noise
         with profile(activities=[activity]) as prof:
             for pair in range(self.replays):
                 for side in order(pair):
@@ -245,7 +251,12 @@ def run_profile(problem: Problem, sources: dict[str, Path], *, device: torch.dev
             counter_report = ncu.collect(job_dir, device, log, shapes)
             notes.append(counter_report["note"])
     except BenchFailed as exc:  # the other side failing says nothing of this candidate
-        return error_result(str(exc), "usage" if exc.side == "against" else "candidate", **identity)
+        cause = None if isinstance(exc.__context__, BenchFailed) else exc.__context__
+        reason, text = explain(str(exc), exc.side, cause, sources.get(exc.side))
+        if text is not None:
+            log(text)
+        return error_result(reason, "usage" if exc.side == "against" else "candidate", **identity,
+                            **({"traceback": text} if text else {}))
     except traces.TraceError as exc:
         return error_result(f"the profiler's trace cannot be read: {exc}", "harness", **identity)
     except RuntimeError as exc:  # a CUDA error in a replay: the context is gone
