@@ -99,6 +99,45 @@ def open_ledger(path: Path) -> sqlite3.Connection:
     return conn
 
 
+def _connect(path: Path, read_only: bool = False) -> tuple[sqlite3.Connection, set[str]]:
+    """The ledger's connection, migrated, and the tables it has; read_only: as the file stands, nothing written."""
+    target, uri = (path.resolve().as_uri() + "?mode=ro&immutable=1", True) if read_only else (path, False)
+    conn = sqlite3.connect(target, timeout=BUSY_TIMEOUT_S, isolation_level=None, uri=uri)
+    try:
+        conn.row_factory = sqlite3.Row
+        if not read_only:
+            conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA foreign_keys=ON")
+        migrate(conn)
+        return conn, {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except BaseException:
+        conn.close()
+        raise
+
+
+# SQLite's primary result codes (sqlite3.Error.sqlite_errorcode & 0xff) that say the disk, not the file, refused.
+_SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_READONLY, _SQLITE_IOERR, _SQLITE_FULL, _SQLITE_CANTOPEN = 5, 6, 8, 10, 13, 14
+WRITABLE_HINT = "make results/ and the files in it writable (or point results_dir in [tool.okc] elsewhere); nothing in it is damaged"
+
+
+def unwritable(path: Path) -> str | None:
+    """Why the ledger at ``path`` cannot be written, found by trying (root ignores modes, not chattr +i
+    or a read-only mount): its folder takes no new file (SQLite's -wal and -shm), or it refuses
+    writes; None when both take them."""
+    import tempfile
+
+    try:
+        with tempfile.TemporaryFile(dir=path.parent, prefix=".okc-write-test-"):
+            pass
+        for name in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+            if name.exists():
+                with open(name, "r+b"):
+                    pass
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
+
+
 def ledger_error(path: Path, exc: sqlite3.Error) -> LedgerError:
     """What SQLite's refusal means for the user, in one line, with the way out: a ledger that cannot be
     written (read-only, a full disk, locked) is not a damaged one, and rebuilding it would not help;
