@@ -150,18 +150,16 @@ def test_a_recorded_job_with_a_wrong_timeline_is_one_line_in_okc_jobs(lab):
 
 
 def test_a_value_sqlite_refuses_is_not_called_damaged_and_a_damaged_file_is(lab):
-    with pytest.raises(LedgerError) as refused:
-        with ledger(lab.ledger_path) as conn:
-            record_run(conn, Run(candidate_number=[1], candidate_name="x", candidate_sha256="ab", kind="check",
-                                 status="pass", passed=True, job_id="20260101-000000-check-abcdef"))
+    with pytest.raises(LedgerError) as refused, ledger(lab.ledger_path) as conn:
+        record_run(conn, Run(candidate_number=[1], candidate_name="x", candidate_sha256="ab", kind="check",
+                             status="pass", passed=True, job_id="20260101-000000-check-abcdef"))
     assert not isinstance(refused.value, LedgerUnusable) and "damaged" not in str(refused.value)
     assert "integrity_check: ok" in str(refused.value) and sound(lab.ledger_path)
     lab.ledger_path.write_bytes(b"not a database at all" * 300)
     for side in ("-wal", "-shm"):
         lab.ledger_path.with_name("ledger.db" + side).unlink(missing_ok=True)
-    with pytest.raises(LedgerUnusable, match="damaged"):
-        with ledger(lab.ledger_path):
-            pass
+    with pytest.raises(LedgerUnusable, match="damaged"), ledger(lab.ledger_path):
+        pass
 
 
 # -- okc ledger --rebuild -----------------------------------------------------------------
@@ -293,3 +291,11 @@ def test_the_reader_counts_no_bracket_inside_a_string_and_caps_the_size():
     assert podfiles.parse('{"a": "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\\"[[["}', "x") == {"a": "[" * 41 + '"[[['}
     with pytest.raises(podfiles.ContractError, match="over okc's cap"):
         podfiles.parse(b" " * 11, "x", max_bytes=10)
+
+
+def test_a_progress_file_a_million_deep_or_wrong_typed_is_not_shown_and_stops_no_follow():
+    # what okc bench and okc attach show while a job runs
+    from okc.jobs.follow import _parse
+
+    assert _parse(DEEP.encode()) is None and _parse(b'{"pairs": "many"}') is None and _parse(b'{"pairs": ') is None
+    assert _parse(b'{"pairs": 3, "max_pairs": 10}') == {"pairs": 3, "max_pairs": 10}
