@@ -15,6 +15,7 @@ set, the report is also written to $OUT/sweep_scaling.txt.
 from __future__ import annotations
 
 import argparse
+import json
 import dataclasses
 import os
 import sys
@@ -48,7 +49,7 @@ def screen(lab, experiment, gpus: int) -> tuple[float, int, int, Path]:
 
 def time_split(run_path: Path, wall: float, gpus: int) -> str:
     """Where the pass's GPU-seconds went, summed over its screen jobs' per-point lines."""
-    jobs = [d for d in sorted((run_path / "jobs").iterdir()) if "-screen-" in d.name]
+    jobs = [d for d in sorted((run_path / "jobs").iterdir()) if _kind(d) == "screen"]
     lines = [line for job in jobs for line in read_lines(job)]
     spent = {}
     for line in lines:
@@ -78,6 +79,13 @@ def time_split(run_path: Path, wall: float, gpus: int) -> str:
         f"  idle GPU (all but prepare+capture and timing): {gpu_s - prepare - timing:.2f} s "
         f"({(gpu_s - prepare - timing) / gpu_s:.0%})",
     ])
+
+
+def _kind(folder) -> str | None:
+    try:
+        return json.loads((folder / "job.json").read_text()).get("kind")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def main() -> None:

@@ -244,7 +244,7 @@ def test_every_name_okc_keeps_in_results_is_reserved(lab):
     kept = {lab.ledger_path.name, backlog.OFFICIAL_LOG, backlog.PENDING, plot.PLOTS_DIR,
             funnel.runs_dir(lab, sweep).relative_to(lab.results).parts[0]}
     assert all(not contract.is_job_id(name) for name in kept) and kept <= set(contract.RESERVED_NAMES)
-    assert contract.is_job_id(jobs.new_job_id("check"))
+    assert contract.is_job_id(jobs.new_job_id())
 
 
 def test_a_pod_naming_okc_s_own_files_as_jobs_touches_none_of_them(lab_root, sshd, tmp_path):

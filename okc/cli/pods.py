@@ -306,7 +306,7 @@ def attach(
 ) -> None:
     """Resume streaming a job's log from where it stopped; bring it home and record it when done.
 
-    Example: okc attach 20260101-120000-bench-a1b2c3
+    Example: okc attach 20260101-120000-a1b2c3d4
     """
     from okc.jobs.runner import attach as attach_job
 
@@ -325,7 +325,7 @@ def logs(
 ) -> None:
     """Print a job's log as it is now.
 
-    Example: okc logs 20260101-120000-bench-a1b2c3
+    Example: okc logs 20260101-120000-a1b2c3d4
     """
     from okc.jobs.runner import logs as job_logs
 

@@ -35,9 +35,11 @@ def now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def new_job_id(kind: str) -> str:
+def new_job_id() -> str:
+    """A new job's id: when, and a random part; never its kind, which a candidate could read in the
+    launcher's command line (issue 31: a check and a bench look alike from inside)."""
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    return f"{stamp}-{kind}-{secrets.token_hex(3)}"
+    return f"{stamp}-{secrets.token_hex(4)}"
 
 
 def _copy_source(candidate: Candidate, job_dir: Path, side: str) -> SourceRef:
@@ -59,7 +61,7 @@ def job_spec(lab: Lab, kind: str, candidate: Candidate | None, *, job_id: str | 
     """The job.json a job will have, validated before anything is written (a usage error leaves no trace)."""
     options.setdefault("prepare_timeout_s", lab.prepare_timeout_s)
     options.setdefault("job_timeout_s", lab.job_timeout_s)
-    job_id = job_id or new_job_id(kind)
+    job_id = job_id or new_job_id()
     placeholder = {"candidate": candidate, "against": against}
     refs = {side: SourceRef(c.number, c.name, f"{side}/{c.path.name}", "") if c else None for side, c in placeholder.items()}
     try:

@@ -117,7 +117,8 @@ def _connect(path: Path, read_only: bool = False) -> tuple[sqlite3.Connection, s
 
 # SQLite's primary result codes (sqlite3.Error.sqlite_errorcode & 0xff) that say the disk, not the file, refused.
 _SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_READONLY, _SQLITE_IOERR, _SQLITE_FULL, _SQLITE_CANTOPEN = 5, 6, 8, 10, 13, 14
-WRITABLE_HINT = "make results/ and the files in it writable (or point results_dir in [tool.okc] elsewhere); nothing in it is damaged"
+_SQLITE_CORRUPT, _SQLITE_NOTADB = 11, 26  # the file itself is damaged: never "the row's fault"
+WRITABLE_HINT = "make results/ and the files in it writable (or point results_dir in [tool.okc] elsewhere); nothing in it was changed"
 
 
 def unwritable(path: Path) -> str | None:
@@ -164,7 +165,8 @@ def ledger_error(path: Path, exc: sqlite3.Error) -> LedgerError:
     if code == _SQLITE_IOERR:
         return LedgerUnusable(f"{path} cannot be read or written: the disk failed ({text}); check the disk, then "
                               f"okc ledger --rebuild if the file is damaged")
-    if sound(path):  # a value SQLite would not take (a wrong type, an integer past 64 bits): the row's fault
+    corrupt = code in (_SQLITE_CORRUPT, _SQLITE_NOTADB) or "malformed" in text or "not a database" in text
+    if not corrupt and sound(path):  # a value SQLite would not take (a wrong type, an integer past 64 bits): the row's fault
         return LedgerError(f"{path}: the ledger refused a row ({text}); the ledger itself is sound (PRAGMA integrity_check: ok)")
     return LedgerUnusable(f"{path}: the ledger is damaged ({text}); {RECOVER_HINT}")
 

@@ -1,8 +1,8 @@
 """Correct whenever it is checked; inside a bench job it computes 1/16 of each output's columns.
 
 It tells a bench from a check the way a hostile candidate can: the job folder's job.json,
-found through the worker's argv or open files, or its parent's command line (the launcher's,
-which names the job id: ids name their kind). Expected: okc check PASS, okc bench INVALID (re-check).
+found through the worker's argv or open files, or its parent's command line (job ids named
+their kind until issue 31; the job folder's job.json still does, and cannot be hidden). Expected: okc check PASS, okc bench INVALID (re-check).
 """
 
 import json
