@@ -29,6 +29,14 @@ from okc.problems.tiny_matvec import PROBLEM as TINY
 from conftest import REPO, write_lab
 from test_output import SCHEMA
 
+
+def _of_kind(folder, kind):
+    """The job folders under ``folder`` of ``kind`` (a job id does not name its kind: issue 31)."""
+    from okc.contract import JOB_FILE, read_job
+
+    return sorted(p for p in folder.iterdir() if (p / JOB_FILE).is_file() and read_job(p).kind == kind)
+
+
 # A template whose points differ in speed (a sleep), in correctness and in whether they import.
 TEMPLATE = '''\
 import time
@@ -43,13 +51,6 @@ if PARAMS["MODE"] == "broken":
     raise ImportError("this point does not compile")
 
 _weights = {}
-
-
-def _of_kind(folder, kind):
-    """The job folders under ``folder`` of ``kind`` (a job id does not name its kind: issue 31)."""
-    from okc.contract import JOB_FILE, read_job
-
-    return sorted(p for p in folder.iterdir() if (p / JOB_FILE).is_file() and read_job(p).kind == kind)
 
 
 def params_for(layer, m):
