@@ -251,6 +251,11 @@ def echo_log(text: str) -> None:
     err.print(text, end="", markup=False, highlight=False, soft_wrap=True)
 
 
+def failed_exit(result) -> int:
+    """The exit code of a job that did not pass: 2 when the job could not run as asked (a usage error), else 1."""
+    return EXIT_USAGE if result.error_kind == "usage" else EXIT_FAILED
+
+
 def raise_failed(result) -> None:
     error_line(f"{result.kind} {result.status}: {result.reason} (job {result.job_id})")
-    raise typer.Exit(EXIT_FAILED)
+    raise typer.Exit(failed_exit(result))

@@ -9,7 +9,7 @@ import typer
 
 from okc.cli.app import (
     CANDIDATE_HELP, app, candidate_ref, echo_log, err, error_line, handles_errors, load_lab, output_options,
-    raise_failed, show,
+    failed_exit, raise_failed, show,
 )
 from okc.errors import EXIT_FAILED, EXIT_USAGE
 from okc.jobs.options import QUICK_MAX_M
@@ -73,7 +73,7 @@ def check(
     show(_verbose(views.check_document(result, _source(outcome), outcome.recorded), outcome, verbose), fmt)
     _not_recorded(outcome)
     if not result.passed:
-        raise typer.Exit(EXIT_FAILED)
+        raise typer.Exit(failed_exit(result))
     if outcome.record_error:
         raise typer.Exit(EXIT_USAGE)
 

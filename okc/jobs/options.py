@@ -238,6 +238,10 @@ def preflight(lab: Lab, on: str | None, options: CheckOptions | None = None, kin
         raise ConfigError(f"[tool.okc] problem {lab.problem!r}: no such module here")
     if local:
         needs_here(lab, kind)
+        if gpumode_task is not None and not nvidia_driver():  # its inputs may be made on CUDA, as GPU MODE's are
+            from okc.lab.gpumode import refuse_cuda_inputs
+
+            refuse_cuda_inputs(lab)
     if options is not None:
         check_cases(lab.problem, options.cases, options.max_m)
         if options.device == "cuda" and local and not cuda_here():
