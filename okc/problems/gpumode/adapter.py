@@ -10,8 +10,8 @@ stale outputs, inputs left unwritten) plus, here: no NaN or Inf where the refere
 finite value, and no output tensor sharing memory with an input unless the reference's does
 or the input is an output place (an uninitialised buffer shaped as the output:
 okc.problems.gpumode.places, which also leaves such buffers out of the written-input rule).
-The baseline is ``ref_kernel`` itself. GPU MODE's own statistic (okc.judge.protocol.gpumode_timing)
-is added to every bench.
+The baseline is ``ref_kernel`` itself. The folder's own figure (its eval.py's, or okc's
+stand-in where it has none: okc.problems.gpumode.figure) is added to every bench.
 """
 
 from __future__ import annotations
@@ -23,11 +23,12 @@ from types import ModuleType
 
 import torch
 
-# Imported with the problem, before any candidate: its clock is bound at import (okc.judge.protocol.gpumode_timing).
-from okc.judge.protocol import gpumode_timing
 from okc.contract import BadJob
 from okc.judge.problem import Case, Inputs, Load, Problem, Tolerance, clone_data, tensors_of
 from okc.judge.verdict.rules import NONFINITE, Verdict, fail
+# Imported with the problem, before any candidate: okc's stand-in loop binds its clock at import
+# (okc.judge.protocol.gpumode_timing).
+from okc.problems.gpumode.figure import add_figure
 from okc.problems.gpumode.places import clear_unwritten, filled_empty, output_places, signature, written_positions
 from okc.problems.gpumode.taskfile import Task, as_kwargs, read_json
 
@@ -262,6 +263,6 @@ class GpuModeProblem(Problem):
         return {"layer": case.layer, "m": case.m, "load": case.load, "n": None, "k": None,
                 "floor_us": self.floor_us(case), "bytes": nbytes, "flops": 0}
 
-    # --- the bench's second statistic ---------------------------------------------------------------
+    # --- the bench's second figure -------------------------------------------------------------------
     def after_bench(self, result: dict, candidate: Path, against: Path, *, device: torch.device, seed: int, log) -> dict:
-        return gpumode_timing.add_statistic(self, result, candidate, against, device=device, log=log)
+        return add_figure(self, result, candidate, against, device=device, seed=seed, log=log)
