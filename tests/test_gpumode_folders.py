@@ -113,3 +113,61 @@ def test_a_folder_needing_cuda_is_one_line_and_exit_2_before_any_job_on_a_cpu(tm
 
 def test_the_probes_exit_code_is_the_one_the_lab_reads():
     assert probe.NEEDS_CUDA_EXIT == lab_gpumode.PROBE_NEEDS_CUDA
+
+
+# -- a call that cannot be captured ----------------------------------------------------------
+
+
+def test_a_host_sync_in_capture_is_what_sends_a_bench_to_the_eager_clock():
+    from okc.judge.protocol import eager_clock
+    from okc.judge.protocol.benchcases import error_result
+    from okc.judge.protocol.capture import _translate
+
+    failed = _translate(RuntimeError("operation not permitted when stream is capturing"))
+    assert failed.host_sync and eager_clock.HOST_SYNC_MARKER in str(failed)  # the capture's words, read by the bench
+    assert eager_clock.cannot_capture(error_result(f"candidate benchmark.0: {failed}"))
+    assert not eager_clock.cannot_capture(error_result("candidate benchmark.0: kernel_fn raised ValueError: no"))
+    assert not eager_clock.cannot_capture({"status": "ok", "reason": str(failed)})
+
+
+def test_histogram_with_bincount_checks_on_the_cpu(tmp_path):
+    folder = FOLDERS / "histogram"
+    problem = flat_problem(tmp_path, folder)
+    assert check(problem, folder / "submission.py")["status"] == "pass"
+    result = check(problem, folder / "wrong" / "cached.py")
+    assert result["status"] == "fail" and result["rule"] == "stale", result["reason"]
+
+
+class _HostEvent:
+    """A stand-in for a CUDA event on the CPU: the host's clock when recorded."""
+
+    def __init__(self) -> None:
+        self.at = 0
+
+
+def test_the_eager_clock_runs_the_one_loop_pairs_and_rechecks_on_stand_in_events(tmp_path, monkeypatch):
+    # The eager clock's logic on the CPU: its CUDA events, synchronisation and flush replaced by the host's clock.
+    import time
+
+    from okc.judge.protocol import eager_clock, timing
+    from okc.judge.protocol.settings import BenchSettings
+    from okc.problems.gpumode.judging import FolderVerifier
+
+    monkeypatch.setattr(eager_clock, "_event_new", lambda cls, **kwargs: _HostEvent())
+    monkeypatch.setattr(eager_clock, "_record", lambda event, stream: setattr(event, "at", time.perf_counter_ns()))
+    monkeypatch.setattr(eager_clock, "_elapsed_ms", lambda start, end: (end.at - start.at) / 1e6)
+    monkeypatch.setattr(eager_clock, "_device_synchronize", lambda: None)
+    monkeypatch.setattr(eager_clock, "_current_stream", lambda: None)
+    monkeypatch.setattr(timing, "make_flush", lambda device, kind: timing.Flush(kind, 0, None, keep=(torch.ones(4), torch.empty(()))))
+    problem = flat_problem(tmp_path, OUTPLACE)
+    settings = BenchSettings.from_options({"min_pairs": 24, "max_pairs": 24, "overhead_us": 0.0}, problem)
+    verifier = FolderVerifier(problem, 7, CPU)
+    result = eager_clock.run_eager(problem, OUTPLACE / "submission.py", BASELINE, device=CPU, seed=7, settings=settings,
+                                   names=("001", "baseline"), aa=False, verifier=verifier, log=lambda line: None)
+    assert result["status"] == "ok", result["reason"]
+    assert result["protocol"]["clock"] == "eager" and result["pairs"] == 24 and result["reason"].startswith("eager timing")
+    assert result["rechecks"]["passed"] and result["rechecks"]["judged"] > 2 * 2  # the rounds and the final, both sides
+    cached = eager_clock.run_eager(problem, OUTPLACE / "wrong" / "cached.py", BASELINE, device=CPU, seed=7,
+                                   settings=settings, names=("002", "baseline"), aa=False,
+                                   verifier=FolderVerifier(problem, 7, CPU), log=lambda line: None)
+    assert cached["status"] == "invalid" and "candidate" in cached["reason"], cached["reason"]

@@ -227,6 +227,8 @@ def protocol_line(result: JobResult) -> str:
     layout = protocol.get("layout", "paired")
     text = ("solo: each side timed alone, in blocks of its own replays" if layout == "solo"
             else "paired: the sides alternate case by case, ABBA over each quad")
+    if protocol.get("clock") == "eager":  # a kernel that cannot be captured (okc.judge.protocol.eager_clock)
+        text += "; eager calls, not graph replays (a side cannot be captured)"
     flush = protocol.get("flush")
     if flush and result.device != "cpu":
         text += f"; {flush} flush"

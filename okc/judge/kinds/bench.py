@@ -198,7 +198,8 @@ def run_job(job, job_dir: Path, *, device: torch.device, seed: int, phase, log: 
     finally:
         if verifier is not None:
             verifier.close()
-    result = problem.after_bench({**result, "device": device.type}, candidate, against, device=device, seed=seed, log=log)
+    result = problem.after_bench({**result, "device": device.type}, candidate, against, device=device, seed=seed, log=log,
+                                 settings=settings)
     envinfo.add_bench_readings(job_dir, result)
     return result
 

@@ -10,12 +10,15 @@ stale outputs, inputs left unwritten) plus, here: no NaN or Inf where the refere
 finite value, and no output tensor sharing memory with an input unless the reference's does
 or the input is an output place (an uninitialised buffer shaped as the output:
 okc.problems.gpumode.places, which also leaves such buffers out of the written-input rule).
-The baseline is ``ref_kernel`` itself. The folder's own figure (its eval.py's, or okc's
-stand-in where it has none: okc.problems.gpumode.figure) is added to every bench.
+The baseline is ``ref_kernel`` itself. A bench whose calls cannot be captured (they wait on the
+host) is timed on the eager clock (okc.judge.protocol.eager_clock), as GPU MODE's eager eval.py
+times them. The folder's own figure (its eval.py's, or okc's stand-in where it has none:
+okc.problems.gpumode.figure) is added to every bench.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import sys
 from pathlib import Path
@@ -24,6 +27,7 @@ from types import ModuleType
 import torch
 
 from okc.contract import BadJob
+from okc.judge.protocol import eager_clock
 from okc.judge.problem import Case, Inputs, Load, Problem, Tolerance, clone_data, tensors_of
 from okc.judge.verdict.rules import NONFINITE, Verdict, fail
 # Imported with the problem, before any candidate: okc's stand-in loop binds its clock at import
@@ -264,5 +268,19 @@ class GpuModeProblem(Problem):
                 "floor_us": self.floor_us(case), "bytes": nbytes, "flops": 0}
 
     # --- the bench's second figure -------------------------------------------------------------------
-    def after_bench(self, result: dict, candidate: Path, against: Path, *, device: torch.device, seed: int, log) -> dict:
+    def after_bench(self, result: dict, candidate: Path, against: Path, *, device: torch.device, seed: int, log,
+                    settings=None) -> dict:
+        """The folder's figure beside okc's; first, a bench whose call cannot be captured is timed eagerly."""
+        if settings is not None and device.type == "cuda" and eager_clock.cannot_capture(result):
+            log(f"{result['reason']}".splitlines()[0])
+            log("a side's call cannot be captured into a CUDA graph: timing eager calls instead, as the folder's eval does")
+            verifier = self.own_verifier(seed, device)  # the eager calls' outputs are judged by check_implementation
+            try:
+                result = eager_clock.run_eager(self, candidate, against, device=device, seed=seed,
+                                               settings=dataclasses.replace(settings, rechecks=True),
+                                               names=(result["candidate"], result["against"]), aa=result["aa"],
+                                               verifier=verifier, log=log)
+            finally:
+                verifier.close()
+            result = {**result, "device": device.type}
         return add_figure(self, result, candidate, against, device=device, seed=seed, log=log)
