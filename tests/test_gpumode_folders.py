@@ -126,6 +126,8 @@ def test_a_host_sync_in_capture_is_what_sends_a_bench_to_the_eager_clock():
     failed = _translate(RuntimeError("operation not permitted when stream is capturing"))
     assert failed.host_sync and eager_clock.HOST_SYNC_MARKER in str(failed)  # the capture's words, read by the bench
     assert eager_clock.cannot_capture(error_result(f"candidate benchmark.0: {failed}"))
+    raised = _translate(ValueError("no"))  # raised inside the capture only (torch.compile's own graphs may)
+    assert not raised.host_sync and eager_clock.cannot_capture(error_result(f"candidate benchmark.0: {raised}"))
     assert not eager_clock.cannot_capture(error_result("candidate benchmark.0: kernel_fn raised ValueError: no"))
     assert not eager_clock.cannot_capture({"status": "ok", "reason": str(failed)})
 

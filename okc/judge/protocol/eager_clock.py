@@ -1,8 +1,8 @@
 """The eager GPU clock for the bench loop (okc.judge.protocol.loop): for a kernel that cannot be captured.
 
 A call that waits on the host (``torch.bincount`` sizes its output from the data) cannot be
-captured into a CUDA graph, and GPU MODE's eager eval.py times it anyway, with CUDA events around
-one call. So does this clock, for a problem that allows it (a GPU MODE folder): per side, its
+captured into a CUDA graph (nor, at times, one through torch.compile's own graphs), and GPU MODE's
+eager eval.py times it anyway, with CUDA events around one call. So does this clock, for a problem that allows it (a GPU MODE folder): per side, its
 own buffer refilled with the pair's fresh input, the device synchronised, the flush, an event,
 one eager call, an event, the device synchronised again. There is no hold kernel: the host must
 be free to answer the call's own synchronisation, and a queue held behind a spin kernel would
@@ -46,18 +46,23 @@ _clone = torch._C.TensorBase.clone
 _Tensor = torch.Tensor
 
 CLOCK = "eager"  # result.json's protocol.clock
-HOST_SYNC_MARKER = "host synchronisation inside kernel_fn"  # okc.judge.protocol.capture's words for such a call
+# okc.judge.protocol.capture's words for a call that cannot be captured: one that waits on the host, and
+# one that raises inside the capture (torch.compile's own CUDA graphs, mode="reduce-overhead", may)
+HOST_SYNC_MARKER = "host synchronisation inside kernel_fn"
+CAPTURE_MARKERS = (HOST_SYNC_MARKER, "raised during CUDA graph capture")
 
 
 def cannot_capture(result: dict) -> bool:
-    """Whether a paired bench ended because a side's call waits on the host (its capture failed for that)."""
-    return result.get("status") == "error" and HOST_SYNC_MARKER in (result.get("reason") or "")
+    """Whether a paired bench ended because a side's call could not be captured into a CUDA graph."""
+    reason = result.get("reason") or ""
+    return result.get("status") == "error" and any(marker in reason for marker in CAPTURE_MARKERS)
 
 
 def note(flush: str) -> str:
-    return (f"eager timing: a side's call cannot be captured into a CUDA graph (it waits on the host), so every call "
-            f"is timed as GPU MODE's eager eval.py times it: CUDA events around one call after the {flush} flush, "
-            "the device synchronised after each; the sides still alternate, and timed outputs are re-checked")
+    return ("eager timing: a side's call cannot be captured into a CUDA graph (it waits on the host, or raised in the "
+            "capture), so every call is timed as GPU MODE's eager eval.py times it: CUDA events around one call "
+            f"after the {flush} flush, the device synchronised after each; the sides still alternate, and timed "
+            "outputs are re-checked")
 
 
 class EagerClock:
