@@ -104,7 +104,37 @@ def test_bench_reports_the_folders_eval_py_figure_ranked_by_last(tmp_path, monke
     shown = json.loads(done.output)["gpumode"]
     assert [row["case"] for row in shown] == ["benchmark.1", "score"]
     assert shown[1]["paired_speedup"] == pytest.approx(last["speedup"], abs=1e-4)
+    # main: no CI beside okc's paired speedup, and the score row carried okc's geometric mean over every load
+    assert shown[0]["paired_ci"] == shown[1]["paired_ci"] == pytest.approx(last["ci"], abs=1e-4)
+    people = people_text(result)
+    assert "okc 95% CI" in people and "│ benchmark.1 " in people and "│ score " in people
     assert "GPU MODE figure (the folder's eval.py, leaderboard mode, ranked by last)" in result["reason"]
+
+
+def people_text(result: dict, width: int = 80) -> str:
+    """The bench's tables as a person sees them at ``width`` columns."""
+    import io
+
+    from rich.console import Console
+
+    from okc.contract import parse_result
+    from okc.reports import tables, views
+
+    console = Console(width=width, record=True, file=io.StringIO())
+    for shown in tables.render(views.bench_document(parse_result(result), None, None, None, result["gpumode"]), "table",
+                               width):
+        console.print(shown)
+    return console.export_text()
+
+
+def test_try_shows_the_folders_figure_beside_okcs_as_bench_does(tmp_path, monkeypatch):
+    # main: okc try ran the same bench (result.json has its gpumode) but left the figure out of what it printed
+    make_lab(tmp_path, monkeypatch, OUTPLACE)
+    done = runner.invoke(app, ["try", "001", "--min-pairs", "40", "--max-pairs", "40", "--json"])
+    assert done.exit_code == 0, done.output
+    shown = json.loads(done.output)["bench"]["gpumode"]
+    assert [row["case"] for row in shown] == ["benchmark.1", "score"]
+    assert shown[1]["spec"] == "last" and shown[1]["gpumode_speedup"] > 0 and len(shown[1]["paired_ci"]) == 2
 
 
 def test_the_folders_eval_py_failing_the_candidate_is_a_bench_error(tmp_path, monkeypatch):

@@ -182,7 +182,8 @@ def try_command(
     source = _source(outcome)
     checked = views.check_document(steps["check"], source, outcome.recorded)
     benched = steps.get("bench")
-    document = views.bench_document(benched, source, baseline.name, outcome.recorded) if benched else None
+    document = (views.bench_document(benched, source, baseline.name, outcome.recorded, _gpumode(outcome))
+                if benched else None)  # a GPU MODE problem's figure too, as okc bench shows it
     if fmt == "table":
         show(checked, fmt)
         if benched is not None and benched.passed:

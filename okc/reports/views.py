@@ -177,25 +177,25 @@ def bench_fields(result: JobResult) -> dict[str, Any]:
 
 
 def gpumode_table(result: JobResult, figure: dict) -> Table:
-    """A GPU MODE problem's bench, per case: okc's paired speedup beside the folder's figure (its eval.py's where it has one)."""
-    paired = {load.name: load.speedup for load in result.loads}
+    """A GPU MODE problem's bench, per case: okc's paired speedup and CI beside the folder's figure (its eval.py's where it has one)."""
+    paired = {load.name: load for load in result.loads}
     rows = []
     theirs_by_case = {row["case"]: row for row in figure.get("against", {}).get("cases", ())}
     for mine in figure.get("candidate", {}).get("cases", ()):
-        theirs = theirs_by_case.get(mine["case"])
+        theirs, load = theirs_by_case.get(mine["case"]), paired.get(mine["case"])
         if theirs is None:
             continue
-        rows.append((mine["case"], mine["spec"], rounded(paired.get(mine["case"])), round(mine["mean_us"], 3),
-                     round(mine["err_us"], 3), mine["runs"], round(theirs["mean_us"], 3),
+        rows.append((mine["case"], mine["spec"], rounded(load and load.speedup), rounded_pair(load and load.ci),
+                     round(mine["mean_us"], 3), rounded(mine["err_us"], 3), mine["runs"], round(theirs["mean_us"], 3),
                      round(theirs["mean_us"] / mine["mean_us"], 4)))
     ranked = figure.get("paired") or {}
     if rows:  # the scores, both ranked by the task's ranking_by (okc's: the last load's, its score, or its means')
-        rows.append(("score", figure["ranking_by"], rounded(ranked.get("speedup", result.score)),
-                     round(figure["candidate"]["score_us"], 3), None, sum(row[5] for row in rows),
+        rows.append(("score", figure["ranking_by"], rounded(ranked.get("speedup")), rounded_pair(ranked.get("ci")),
+                     round(figure["candidate"]["score_us"], 3), None, sum(row[6] for row in rows),
                      round(figure["against"]["score_us"], 3), round(figure["speedup"], 4)))
-    spec = [("case", "case"), ("spec", "spec"), ("paired_speedup", "okc paired speedup"),
-            ("candidate_mean_us", "GPU MODE mean µs"), ("candidate_err_us", "± err µs"), ("runs", "runs"),
-            ("against_mean_us", "against mean µs"), ("gpumode_speedup", "GPU MODE speedup")]
+    spec = [("case", "case"), ("spec", "spec", 3), ("paired_speedup", "okc paired speedup"),
+            ("paired_ci", "okc 95% CI"), ("candidate_mean_us", "GPU MODE mean µs"), ("candidate_err_us", "± err µs", 1),
+            ("runs", "runs", 2), ("against_mean_us", "against mean µs"), ("gpumode_speedup", "GPU MODE speedup")]
     return table("gpumode", f"GPU MODE figure beside okc's: {figure.get('label', '?')}", spec, rows)
 
 
