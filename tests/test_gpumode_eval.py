@@ -8,6 +8,7 @@ convention (it runs on a CPU).
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -135,6 +136,33 @@ def test_try_shows_the_folders_figure_beside_okcs_as_bench_does(tmp_path, monkey
     shown = json.loads(done.output)["bench"]["gpumode"]
     assert [row["case"] for row in shown] == ["benchmark.1", "score"]
     assert shown[1]["spec"] == "last" and shown[1]["gpumode_speedup"] > 0 and len(shown[1]["paired_ci"]) == 2
+
+
+def test_a_task_ranked_by_geom_gives_eval_py_every_benchmark_and_okcs_score_beside_it(tmp_path, monkeypatch):
+    # main: okc's fixed loop, not the folder's eval.py; here eval.py is given both benchmarks and ranked as the task says
+    import shutil
+
+    sets = tmp_path / "set"
+    shutil.copytree(OUTPLACE, sets / "geomplace")
+    for name in ("eval.py", "utils.py"):
+        shutil.copyfile(OUTPLACE.parent / name, sets / name)
+    task = sets / "geomplace" / "task.yml"
+    task.write_text(task.read_text() + 'ranking_by: "geom"\n')
+    root = make_lab(tmp_path, monkeypatch, sets / "geomplace")
+    done = runner.invoke(app, ["bench", "001", "--min-pairs", "40", "--max-pairs", "40", "--json"])
+    assert done.exit_code == 0, done.output
+    result = last_result(root, "bench")
+    stat = result["gpumode"]
+    assert stat["label"] == "the folder's eval.py, leaderboard mode, ranked by geom"
+    for side in ("candidate", "against"):
+        means = [row["mean_us"] for row in stat[side]["cases"]]
+        assert [row["case"] for row in stat[side]["cases"]] == ["benchmark.0", "benchmark.1"]
+        assert stat[side]["score_us"] == pytest.approx(math.sqrt(means[0] * means[1]))
+    assert stat["paired"] == {"ranking_by": "geom", "speedup": result["score"], "ci": result["score_ci"]}
+    shown = json.loads(done.output)["gpumode"]
+    assert [row["case"] for row in shown] == ["benchmark.0", "benchmark.1", "score"]
+    assert shown[2]["paired_speedup"] == pytest.approx(result["score"], abs=1e-4)
+    assert shown[2]["paired_ci"] == pytest.approx(result["score_ci"], abs=1e-4)
 
 
 def test_the_folders_eval_py_failing_the_candidate_is_a_bench_error(tmp_path, monkeypatch):
