@@ -29,7 +29,8 @@ def okc(lab: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 def last_result(lab: Path, kind: str, done: subprocess.CompletedProcess) -> dict:
-    jobs = sorted(p for p in (lab / "results").iterdir() if f"-{kind}-" in p.name)
+    jobs = sorted(p for p in (lab / "results").iterdir() if (p / "job.json").is_file()
+                  and json.loads((p / "job.json").read_text())["kind"] == kind)
     if not jobs:
         raise SystemExit(f"okc {kind} left no job folder:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
     job = jobs[-1]

@@ -196,7 +196,7 @@ def test_okcs_rules_on_top_of_check_implementation(tmp_path, wrong, rule, words)
     assert words in result["reason"]
 
 
-# -- GPU MODE's statistic -------------------------------------------------------------------
+# -- okc's stand-in for a folder without eval.py -----------------------------------------
 
 
 def test_gpumode_ranking_combines_case_means():
@@ -258,11 +258,13 @@ def test_check_and_bench_of_a_gpumode_lab_are_recorded_reported_and_plotted(tmp_
     assert [load["name"] for load in result["loads"]] == ["benchmark.0", "benchmark.1"]
     stat = result["gpumode"]
     assert stat["ranking_by"] == "geom" and stat["rechecked_outputs"] > 4 and stat["speedup"] > 0
-    assert "GPU MODE statistic" in result["reason"]
+    assert stat["source"] == "okc" and "not the folder's figure: the folder has no eval.py" in stat["label"]
+    assert stat["paired"] == {"ranking_by": "geom", "speedup": result["score"], "ci": result["score_ci"]}
+    assert "GPU MODE figure (okc's own timing, not the folder's figure" in result["reason"]
     with sqlite3.connect(root / "results" / "ledger.db") as conn:
         runs = conn.execute("SELECT kind, passed, score, note FROM runs ORDER BY id").fetchall()
     assert [(kind, passed) for kind, passed, _, _ in runs] == [("check", 1), ("bench", 1)]
-    assert runs[1][2] == pytest.approx(result["score"]) and "GPU MODE statistic" in runs[1][3]
+    assert runs[1][2] == pytest.approx(result["score"]) and "GPU MODE figure" in runs[1][3]
     assert invoke("ledger").exit_code == 0
     report = invoke("report", "001")
     assert report.exit_code == 0 and "benchmark.1" in report.output, report.output

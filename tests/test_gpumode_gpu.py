@@ -31,7 +31,8 @@ def make_lab(tmp_path: Path, monkeypatch, folder: Path) -> Path:
 
 
 def last_result(root: Path, kind: str) -> dict:
-    job = sorted(p for p in (root / "results").iterdir() if f"-{kind}-" in p.name)[-1]
+    job = sorted(p for p in (root / "results").iterdir() if (p / "job.json").is_file()
+                 and json.loads((p / "job.json").read_text())["kind"] == kind)[-1]
     return json.loads((job / "result.json").read_text())
 
 
@@ -65,3 +66,34 @@ def test_reference_against_itself_both_statistics_on_target(tmp_path, monkeypatc
     lo, hi = result["score_ci"]
     assert result["half_width"] <= 0.005 and abs(result["score"] - 1) < 0.005, result["score_ci"]
     assert result["duration_s"] < 30, result.get("seconds")  # the paired part (GPU MODE's loop: stat["duration_s"])
+
+
+def test_pmpp_v2s_output_buffer_convention_passes_through_captured_graphs(tmp_path, monkeypatch):
+    root = make_lab(tmp_path, monkeypatch, FOLDERS / "outplace")
+    for number in ("000", "001"):
+        done = runner.invoke(app, ["check", number])
+        assert done.exit_code == 0, done.output
+        assert last_result(root, "check")["graph_exercised"]
+
+
+def test_a_call_that_waits_on_the_host_is_checked_and_benched_eagerly_and_says_so(tmp_path, monkeypatch):
+    root = make_lab(tmp_path, monkeypatch, FOLDERS / "histogram")
+    done = runner.invoke(app, ["check", "001"])
+    assert done.exit_code == 0, done.output
+    done = runner.invoke(app, ["bench", "001", "--max-pairs", "300", "--target", "0.01"])
+    assert done.exit_code == 0, done.output
+    assert "eager calls, not graph replays" in done.output
+    result = last_result(root, "bench")
+    assert result["status"] == "ok" and result["protocol"]["clock"] == "eager" and result["clock"] == "eager"
+    assert result["reason"].startswith("eager timing: a side's call cannot be captured")
+    assert result["rechecks"]["judged"] > 4 and result["rechecks"]["passed"]  # judged by check_implementation
+    assert result["gpumode"]["source"] == "eval.py" and result["gpumode"]["speedup"] > 0
+
+
+def test_an_eager_cached_answer_is_caught_by_the_rechecks(tmp_path, monkeypatch):
+    root = make_lab(tmp_path, monkeypatch, FOLDERS / "histogram")
+    shutil.copy(FOLDERS / "histogram" / "wrong" / "cached.py", root / "candidates" / "002_cached.py")
+    done = runner.invoke(app, ["bench", "002", "--max-pairs", "100"])
+    assert done.exit_code == 1, done.output
+    result = last_result(root, "bench")
+    assert result["status"] == "invalid" and result["protocol"]["clock"] == "eager", result["reason"]

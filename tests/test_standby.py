@@ -57,7 +57,8 @@ def warmed() -> None:
 
 
 def newest(lab, kind: str) -> Path:
-    return max((p for p in lab.results.iterdir() if f"-{kind}-" in p.name), key=lambda p: p.name)
+    return max((p for p in lab.results.iterdir() if (p / "job.json").is_file()
+                and json.loads((p / "job.json").read_text())["kind"] == kind), key=lambda p: p.name)
 
 
 def test_the_next_check_runs_in_the_standby_the_last_one_left_and_each_serves_one_job(tiny):

@@ -62,7 +62,8 @@ def rows(lab):
 
 
 def only_job(lab) -> Path:
-    (job_dir,) = [p for p in lab.results.iterdir() if p.is_dir() and "-try-" in p.name]
+    (job_dir,) = [p for p in lab.results.iterdir() if (p / "job.json").is_file()
+                  and json.loads((p / "job.json").read_text())["kind"] == "try"]
     return job_dir
 
 

@@ -307,6 +307,11 @@ def echo_log(text: str) -> None:
     err.print(text, end="", markup=False, highlight=False, emoji=False, soft_wrap=True)
 
 
+def failed_exit(result) -> int:
+    """The exit code of a job that did not pass: 2 when the job could not run as asked (a usage error), else 1."""
+    return EXIT_USAGE if result.error_kind == "usage" else EXIT_FAILED
+
+
 class echo_okc_lines:
     """An ``on_log`` for a command whose job's log is not shown (bench): okc's own lines in it
     (``okc: waiting for a GPU ...``, a CPU note) still are, whole, as a check shows them."""
@@ -327,11 +332,11 @@ def raise_failed(result, fmt: str = "table", document=None, job_dir=None) -> Non
     if fmt != "table" and document is not None:
         show(document, fmt)
     elif fmt in DATA_FORMATS:
-        error_document(f"{result.kind} {result.status}: {result.reason}", EXIT_FAILED)
+        error_document(f"{result.kind} {result.status}: {result.reason}", failed_exit(result))
     if fmt == "table" and job_dir is not None:
         from okc.reports.failures import last_frames
 
         for line in last_frames(job_dir):
             err.print(line, markup=False, highlight=False, soft_wrap=True)
     error_line(f"{result.kind} {result.status}: {result.reason} (job {result.job_id})")
-    raise typer.Exit(EXIT_FAILED)
+    raise typer.Exit(failed_exit(result))

@@ -8,8 +8,8 @@ from typing import Optional
 import typer
 
 from okc.cli.app import (
-    CANDIDATE_HELP, ON_HELP, app, candidate_ref, echo_log, echo_okc_lines, err, error_line, handles_errors, load_lab,
-    output_options, raise_failed, show,
+    CANDIDATE_HELP, ON_HELP, app, candidate_ref, echo_log, echo_okc_lines, err, error_line, failed_exit, handles_errors,
+    load_lab, output_options, raise_failed, show,
 )
 from okc.errors import EXIT_FAILED, EXIT_USAGE
 from okc.jobs.options import QUICK_MAX_M
@@ -75,7 +75,7 @@ def check(
     show(_verbose(views.check_document(result, _source(outcome), outcome.recorded), outcome, verbose), fmt)
     _not_recorded(outcome)
     if not result.passed:
-        raise typer.Exit(EXIT_FAILED)
+        raise typer.Exit(failed_exit(result))
     if outcome.record_error:
         raise typer.Exit(EXIT_USAGE)
 
@@ -183,7 +183,8 @@ def try_command(
     source = _source(outcome)
     checked = views.check_document(steps["check"], source, outcome.recorded)
     benched = steps.get("bench")
-    document = views.bench_document(benched, source, baseline.name, outcome.recorded) if benched else None
+    document = (views.bench_document(benched, source, baseline.name, outcome.recorded, _gpumode(outcome))
+                if benched else None)  # a GPU MODE problem's figure too, as okc bench shows it
     if fmt == "table":
         show(checked, fmt)
         if benched is not None and benched.passed:

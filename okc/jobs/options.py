@@ -246,6 +246,10 @@ def preflight(lab: Lab, on: str | None, options: CheckOptions | None = None, kin
         raise ConfigError(f"[tool.okc] problem {lab.problem!r}: no such module here")
     if local:
         needs_here(lab, kind)
+        if gpumode_task is not None and not nvidia_driver():  # its inputs may be made on CUDA, as GPU MODE's are
+            from okc.lab.gpumode import refuse_cuda_inputs
+
+            refuse_cuda_inputs(lab)
     shapes = catalog.shapes_of(lab.problem)
     if kind == "bench" and options is not None and options.device == "cpu" and shapes is not None \
             and "cpu" not in shapes.bench_devices:

@@ -205,8 +205,10 @@ class Problem(abc.ABC):
         results, close) that judges this problem's outputs; the check uses it as it uses the verifier."""
         raise NotImplementedError(f"{self.name} is judged by okc's verifier (own_judge is False)")
 
-    def after_bench(self, result: dict, candidate: Path, against: Path, *, device: torch.device, seed: int, log) -> dict:
-        """A bench's result.json fields, given the paired bench's (a problem may add a statistic of its own)."""
+    def after_bench(self, result: dict, candidate: Path, against: Path, *, device: torch.device, seed: int, log,
+                    settings=None) -> dict:
+        """A bench's result.json fields, given the paired bench's and its settings (a problem may add a statistic
+        of its own, or time again where the paired bench could not)."""
         return result
 
     def shape_row(self, case: Case, x: object) -> dict:

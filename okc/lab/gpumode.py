@@ -17,6 +17,9 @@ from okc.errors import ConfigError
 from okc.problems import gpumode
 from okc.problems.gpumode.taskfile import SUBMISSION, TASK_JSON, TASK_YML, Task, parse
 
+PROBE_MODULE = "okc.problems.gpumode.probe"  # run, never imported here: it needs torch
+PROBE_NEEDS_CUDA = 3  # = okc.problems.gpumode.probe.NEEDS_CUDA_EXIT (a test holds them equal)
+PROBE_TIMEOUT_S = 120.0
 JOB_COPY = "problem"  # a job folder's copy of the problem, named gpumode:problem in its job.json
 LAB_FOLDER = "gpumode"  # okc init --gpumode copies a folder to gpumode/<its name>/ in the lab
 
@@ -91,3 +94,22 @@ def copy_into_job(lab, job_dir: Path) -> None:
     dest.mkdir()
     for name, data in files.items():
         (dest / name).write_bytes(data)
+
+
+def refuse_cuda_inputs(lab) -> None:
+    """ConfigError (one line) when the lab's folder makes its inputs on CUDA; for a machine without CUDA.
+
+    The folder's generate_input runs once, in a process of its own (okc.problems.gpumode.probe), on
+    the lab's copy; anything but a need for CUDA is left to the job to report.
+    """
+    import subprocess
+    import sys
+
+    try:
+        probe = subprocess.run([sys.executable, "-m", PROBE_MODULE, str(problem_folder(lab))], capture_output=True,
+                               timeout=PROBE_TIMEOUT_S, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return
+    if probe.returncode == PROBE_NEEDS_CUDA:
+        line = probe.stdout.decode("utf-8", "replace").strip().splitlines()[:1] or ["its inputs need CUDA"]
+        raise ConfigError(" ".join(line[0].split()))

@@ -179,21 +179,27 @@ def bench_fields(result: JobResult) -> dict[str, Any]:
             "protocol": result.protocol, "rechecks": result.rechecks}
 
 
-def gpumode_table(result: JobResult, stat: dict) -> Table:
-    """A GPU MODE problem's bench, per case: okc's paired speedup beside GPU MODE's means (what their leaderboard shows)."""
-    paired = {load.name: load.speedup for load in result.loads}
+def gpumode_table(result: JobResult, figure: dict) -> Table:
+    """A GPU MODE problem's bench, per case: okc's paired speedup and CI beside the folder's figure (its eval.py's where it has one)."""
+    paired = {load.name: load for load in result.loads}
     rows = []
-    for mine, theirs in zip(stat.get("candidate", {}).get("cases", ()), stat.get("against", {}).get("cases", ())):
-        rows.append((mine["case"], mine["spec"], rounded(paired.get(mine["case"])), round(mine["mean_us"], 3),
-                     round(mine["err_us"], 3), mine["runs"], round(theirs["mean_us"], 3),
+    theirs_by_case = {row["case"]: row for row in figure.get("against", {}).get("cases", ())}
+    for mine in figure.get("candidate", {}).get("cases", ()):
+        theirs, load = theirs_by_case.get(mine["case"]), paired.get(mine["case"])
+        if theirs is None:
+            continue
+        rows.append((mine["case"], mine["spec"], rounded(load and load.speedup), rounded_pair(load and load.ci),
+                     round(mine["mean_us"], 3), rounded(mine["err_us"], 3), mine["runs"], round(theirs["mean_us"], 3),
                      round(theirs["mean_us"] / mine["mean_us"], 4)))
-    if rows:  # the scores: okc's geometric mean of load speedups beside GPU MODE's ranking_by of case means
-        rows.append(("score", stat["ranking_by"], rounded(result.score), round(stat["candidate"]["score_us"], 3), None,
-                     sum(row[5] for row in rows), round(stat["against"]["score_us"], 3), round(stat["speedup"], 4)))
-    spec = [("case", "case"), ("spec", "spec"), ("paired_speedup", "okc paired speedup"),
-            ("candidate_mean_us", "GPU MODE mean µs"), ("candidate_err_us", "± err µs"), ("runs", "runs"),
-            ("against_mean_us", "against mean µs"), ("gpumode_speedup", "GPU MODE speedup")]
-    return table("gpumode", f"GPU MODE statistic beside okc's ({stat.get('ranking_by', '?')} of case means)", spec, rows)
+    ranked = figure.get("paired") or {}
+    if rows:  # the scores, both ranked by the task's ranking_by (okc's: the last load's, its score, or its means')
+        rows.append(("score", figure["ranking_by"], rounded(ranked.get("speedup")), rounded_pair(ranked.get("ci")),
+                     round(figure["candidate"]["score_us"], 3), None, sum(row[6] for row in rows),
+                     round(figure["against"]["score_us"], 3), round(figure["speedup"], 4)))
+    spec = [("case", "case"), ("spec", "spec", 3), ("paired_speedup", "okc paired speedup"),
+            ("paired_ci", "okc 95% CI"), ("candidate_mean_us", "GPU MODE mean µs"), ("candidate_err_us", "± err µs", 1),
+            ("runs", "runs", 2), ("against_mean_us", "against mean µs"), ("gpumode_speedup", "GPU MODE speedup")]
+    return table("gpumode", f"GPU MODE figure beside okc's: {figure.get('label', '?')}", spec, rows)
 
 
 def bench_document(result: JobResult, source: Source | None, against: str | None, recorded: bool | None,
@@ -203,7 +209,7 @@ def bench_document(result: JobResult, source: Source | None, against: str | None
     lines = (score_line(result), protocol_line(result), *([result.reason] if result.reason else []),
              f"job {result.job_id}")
     tables = (shape_table(result), load_table(result))
-    if gpumode:  # a GPU MODE problem: their statistic too (result.json's gpumode has all of it)
+    if gpumode:  # a GPU MODE problem: the folder's figure too (result.json's gpumode has all of it)
         tables += (gpumode_table(result, gpumode),)
     return Document(tables=tables, fields=fields, lines=lines)
 
@@ -224,6 +230,8 @@ def protocol_line(result: JobResult) -> str:
     layout = protocol.get("layout", "paired")
     text = ("solo: each side timed alone, in blocks of its own replays" if layout == "solo"
             else "paired: the sides alternate case by case, ABBA over each quad")
+    if protocol.get("clock") == "eager":  # a kernel that cannot be captured (okc.judge.protocol.eager_clock)
+        text += "; eager calls, not graph replays (a side cannot be captured)"
     flush = protocol.get("flush")
     if flush and result.device != "cpu":
         text += f"; {flush} flush"

@@ -199,7 +199,8 @@ def run_job(job, job_dir: Path, *, device: torch.device, seed: int, phase, log: 
             verifier.close()
     if tracebacks and result.get("status") == "error":  # the side's own traceback, for the command to show
         result["traceback"] = tracebacks[-1]
-    result = problem.after_bench({**result, "device": device.type}, candidate, against, device=device, seed=seed, log=log)
+    result = problem.after_bench({**result, "device": device.type}, candidate, against, device=device, seed=seed, log=log,
+                                 settings=settings)
     envinfo.add_bench_readings(job_dir, result)
     return result
 

@@ -1,21 +1,24 @@
-"""GPU MODE's own statistic, beside okc's paired score: what their leaderboard would show.
+"""okc's own GPU MODE-like loop: the second figure of a bench whose folder has no eval.py.
 
-Their leaderboard mode, as okc reproduces it for each benchmark case and each side (the
-candidate, and what it is benched against): one obligatory check on the spec's own input, then timed iterations, each on an input
-regenerated with the spec's seed stepped by 13, after a 256 MB *write* fill of L2, timed by
-CUDA events around one ``custom_kernel`` call, its output re-checked with the folder's
-``check_implementation`` (a failure makes the bench an error, never a score). It stops, after
-at least three iterations and 100 ms, once the relative standard error of the mean is under
-0.1%, or the mean times the runs passes the time budget, or the wall clock passes its own;
-at most 1000 iterations. A case's number is the mean; the task's ``ranking_by`` combines the
-cases (``last``: the last case's, ``mean``, ``geom``). On a CPU the same loop runs with
-``time.perf_counter_ns`` and no fill. The two sides' iterations interleave, the side first
-swapped every round: each side's loop is theirs unchanged, but drift (clocks, temperature)
-falls on both alike instead of on whichever side would have run second.
+A folder's eval.py is the authority for its figure, and okc runs it where there is one
+(okc.problems.gpumode.figure); this loop stands in only where there is none, and is labelled as
+okc's. It follows one problem set's leaderboard rules (its limits below are that set's, not any
+folder's): for each benchmark case and each side (the candidate, and what it is benched
+against), one obligatory check on the spec's own input, then timed iterations, each on an input
+regenerated with the spec's seed stepped by 13, after a 256 MB *write* fill of L2, timed by CUDA
+events around one ``custom_kernel`` call, its output re-checked with the folder's
+``check_implementation`` (a failure makes the bench an error, never a score). It stops, after at
+least three iterations and 100 ms, once the relative standard error of the mean is under 0.1%,
+or the mean times the runs passes the time budget, or the wall clock passes its own; at most 1000
+iterations. A case's number is the mean; the task's ``ranking_by`` combines the cases (``last``:
+the last case's, ``mean``, ``geom``). On a CPU the same loop runs with ``time.perf_counter_ns``
+and no fill. The two sides' iterations interleave, the side first swapped every round: each
+side's loop is unchanged, but drift (clocks, temperature) falls on both alike instead of on
+whichever side would have run second.
 
 What it lacks, and okc's paired score has: pairing against drift, a read flush (a write
 fill's dirty lines are written back inside the timed call: SPEC 4.5), graph replays without
-launch cost, a CI and the A/A floor. Both go in result.json; the ledger's note carries this one.
+launch cost, a CI and the A/A floor.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from okc.judge.protocol.benchcases import BenchFailed, error_result
+from okc.judge.protocol.benchcases import BenchFailed
 from okc.judge.loader import CandidateLoadError, load_candidate
 from okc.judge.problem import clone_data
 
@@ -271,26 +274,3 @@ def _measure(problem, candidate: Path, against: Path, device: torch.device, sett
         "settings": {"max_repeats": settings.max_repeats, "max_time_s": settings.max_time_s,
                      "max_wall_s": settings.max_wall_s, "rel_err": REL_ERR},
     }
-
-
-def summary_line(stat: dict) -> str:
-    """The one line a bench's reason and the ledger's note carry."""
-    return (f"GPU MODE statistic ({stat['ranking_by']} of case means, {stat['rechecked_outputs']} outputs re-checked): "
-            f"candidate {stat['candidate']['score_us']:.3f} us, against {stat['against']['score_us']:.3f} us, "
-            f"speedup {stat['speedup']:.4f}")
-
-
-def add_statistic(problem, result: dict, candidate: Path, against: Path, *, device: torch.device, log=print,
-                  settings: Settings | None = None) -> dict:
-    """The paired bench's ``result`` with GPU MODE's statistic added; an error result if a re-check failed."""
-    if result.get("status") != "ok":
-        return result
-    try:
-        stat = measure(problem, candidate, against, device=device, settings=settings, log=log)
-    except BenchFailed as exc:
-        identity = {key: result[key] for key in ("problem", "candidate", "against", "aa", "seed", "device") if key in result}
-        return error_result(str(exc), "usage" if exc.side == "against" else "candidate", **identity)
-    line = summary_line(stat)
-    log(line)
-    reason = "; ".join(part for part in (result.get("reason"), line) if part)
-    return {**result, "gpumode": stat, "reason": reason, "notes": [*result.get("notes", []), line]}

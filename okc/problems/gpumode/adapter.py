@@ -7,13 +7,18 @@ each). A call is ``custom_kernel(data)`` with ``data = generate_input(**args)``,
 An output is judged by the folder's own ``check_implementation`` and by okc's rules on top
 (okc.judge.kinds.check: fresh inputs through the captured graph where the kernel can be captured,
 stale outputs, inputs left unwritten) plus, here: no NaN or Inf where the reference has a
-finite value, and no output tensor sharing memory with an input unless the reference's does.
-The baseline is ``ref_kernel`` itself. GPU MODE's own statistic (okc.judge.protocol.gpumode_timing)
-is added to every bench.
+finite value, and no output tensor sharing memory with an input unless the reference's does
+or the input is an output place (an uninitialised buffer shaped as the output:
+okc.problems.gpumode.places, which also leaves such buffers out of the written-input rule).
+The baseline is ``ref_kernel`` itself. A bench whose calls cannot be captured (they wait on the
+host) is timed on the eager clock (okc.judge.protocol.eager_clock), as GPU MODE's eager eval.py
+times them. The folder's own figure (its eval.py's, or okc's stand-in where it has none:
+okc.problems.gpumode.figure) is added to every bench.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import sys
 from pathlib import Path
@@ -21,10 +26,14 @@ from types import ModuleType
 
 import torch
 
-# Imported with the problem, before any candidate: its clock is bound at import (okc.judge.protocol.gpumode_timing).
-from okc.judge.protocol import gpumode_timing
+from okc.contract import BadJob
+from okc.judge.protocol import eager_clock
 from okc.judge.problem import Case, Inputs, Load, Problem, Tolerance, clone_data, tensors_of
 from okc.judge.verdict.rules import NONFINITE, Verdict, fail
+# Imported with the problem, before any candidate: okc's stand-in loop binds its clock at import
+# (okc.judge.protocol.gpumode_timing).
+from okc.problems.gpumode.figure import add_figure
+from okc.problems.gpumode.places import clear_unwritten, filled_empty, output_places, signature, written_positions
 from okc.problems.gpumode.taskfile import Task, as_kwargs, read_json
 
 CHECK = "check_implementation"  # the rule name of a failure the folder's own check found
@@ -32,6 +41,7 @@ ALIASED = "aliased"  # an output tensor shares memory with an input tensor (the 
 MESSAGE_CHARS = 400  # of check_implementation's message, kept in a verdict
 FUNCTIONS = ("ref_kernel", "generate_input", "check_implementation")  # what reference.py must define
 SEED_RANGE = 2**31  # generate_input's seed is drawn below this (their code may do arithmetic on it)
+CAUSE_CHARS = 120  # of the exception that says a folder's inputs need CUDA, kept in the one-line refusal
 
 
 def _storage(tensor: torch.Tensor) -> tuple[str, int]:
@@ -42,11 +52,6 @@ def aliased_positions(data: object, out: object) -> set[int]:
     """Indexes (in tensors_of order) of the input tensors whose memory an output tensor shares."""
     outputs = {_storage(t) for t in tensors_of(out) if t.untyped_storage().nbytes()}
     return {i for i, t in enumerate(tensors_of(data)) if t.untyped_storage().nbytes() and _storage(t) in outputs}
-
-
-def written_positions(before: object, after: object) -> set[int]:
-    """Indexes of the input tensors a call changed."""
-    return {i for i, (a, b) in enumerate(zip(tensors_of(before), tensors_of(after))) if not torch.equal(a, b)}
 
 
 def one_line(text: object) -> str:
@@ -85,6 +90,7 @@ class GpuModeProblem(Problem):
         self._reference: ModuleType | None = None
         self._functions: dict = {}
         self._traffic: dict[str, tuple[int, int]] = {}
+        self._unwritten: dict[tuple, frozenset[int]] = {}  # a data form -> its uninitialised tensors (places.signature)
         self._last: tuple | None = None  # (an input, its reference output, inputs the reference writes, shares)
 
     @classmethod
@@ -145,7 +151,26 @@ class GpuModeProblem(Problem):
         return as_kwargs(case.args)
 
     def generate(self, args: dict, device: torch.device) -> object:
-        return to_device(self._function("generate_input")(**args), device)
+        """``generate_input(**args)`` on ``device``, its uninitialised memory filled (okc.problems.gpumode.places).
+
+        On a machine without CUDA, a folder whose inputs are made on CUDA is refused in one line
+        (BadJob: the job cannot run here), not with torch's traceback.
+        """
+        try:
+            with filled_empty():
+                data = self._function("generate_input")(**args)
+            self._unwritten[signature(data)] = clear_unwritten(data)
+        except Exception as exc:
+            if torch.cuda.is_available() or "cuda" not in str(exc).lower():
+                raise
+            cause = one_line(f"{type(exc).__name__}: {str(exc).split('. ')[0]}")[:CAUSE_CHARS]
+            raise BadJob(f"{self.name}: its generate_input needs CUDA and this machine has none ({cause}); "
+                         "check and bench it on a GPU: --on POD") from None
+        return to_device(data, device)
+
+    def unwritten(self, data: object) -> frozenset[int]:
+        """Which tensors of ``data`` generate_input left uninitialised (okc.problems.gpumode.places)."""
+        return self._unwritten.get(signature(data), frozenset())
 
     def make_weights(self, seed: int, device: torch.device) -> dict[str, torch.Tensor]:
         return {}
@@ -197,7 +222,7 @@ class GpuModeProblem(Problem):
 
     def judge(self, weights, case: Case, inputs: Inputs, out: object, seen: object) -> Verdict:
         expected, _, shared = self._reference_run(inputs.x)
-        aliased = aliased_positions(seen, out) - shared
+        aliased = aliased_positions(seen, out) - shared - output_places(inputs.x, self.unwritten(inputs.x), expected)
         if aliased:
             return fail(ALIASED, f"an output tensor shares memory with input tensor {min(aliased)} of the data "
                         "(the reference's output does not): a later call would overwrite this output")
@@ -214,7 +239,7 @@ class GpuModeProblem(Problem):
 
     def modified_input(self, before: object, after: object) -> tuple[str, int | None] | None:
         _, written, _ = self._reference_run(before)
-        changed = written_positions(before, after) - written
+        changed = written_positions(before, after) - written - self.unwritten(before)
         if not changed:
             return None
         return f"custom_kernel wrote into input tensor {min(changed)} of the data (the reference does not)", None
@@ -242,6 +267,20 @@ class GpuModeProblem(Problem):
         return {"layer": case.layer, "m": case.m, "load": case.load, "n": None, "k": None,
                 "floor_us": self.floor_us(case), "bytes": nbytes, "flops": 0}
 
-    # --- the bench's second statistic ---------------------------------------------------------------
-    def after_bench(self, result: dict, candidate: Path, against: Path, *, device: torch.device, seed: int, log) -> dict:
-        return gpumode_timing.add_statistic(self, result, candidate, against, device=device, log=log)
+    # --- the bench's second figure -------------------------------------------------------------------
+    def after_bench(self, result: dict, candidate: Path, against: Path, *, device: torch.device, seed: int, log,
+                    settings=None) -> dict:
+        """The folder's figure beside okc's; first, a bench whose call cannot be captured is timed eagerly."""
+        if settings is not None and device.type == "cuda" and eager_clock.cannot_capture(result):
+            log(f"{result['reason']}".splitlines()[0])
+            log("a side's call cannot be captured into a CUDA graph: timing eager calls instead, as the folder's eval does")
+            verifier = self.own_verifier(seed, device)  # the eager calls' outputs are judged by check_implementation
+            try:
+                result = eager_clock.run_eager(self, candidate, against, device=device, seed=seed,
+                                               settings=dataclasses.replace(settings, rechecks=True),
+                                               names=(result["candidate"], result["against"]), aa=result["aa"],
+                                               verifier=verifier, log=log)
+            finally:
+                verifier.close()
+            result = {**result, "device": device.type}
+        return add_figure(self, result, candidate, against, device=device, seed=seed, log=log)

@@ -1,0 +1,176 @@
+"""The eager GPU clock for the bench loop (okc.judge.protocol.loop): for a kernel that cannot be captured.
+
+A call that waits on the host (``torch.bincount`` sizes its output from the data) cannot be
+captured into a CUDA graph (nor, at times, one through torch.compile's own graphs), and GPU MODE's
+eager eval.py times it anyway, with CUDA events around one call. So does this clock, for a problem
+that allows it (a GPU MODE folder): per side, a fresh input of its own drawn into its buffer
+(okc.judge.protocol.recheck.Draws), the device synchronised, the flush, an event,
+one eager call, an event, the device synchronised again. There is no hold kernel: the host must
+be free to answer the call's own synchronisation, and a queue held behind a spin kernel would
+deadlock it; each call is timed alone, as their eval.py times it. What the loop owns stays: the
+sides alternate case by case (ABBA over each quad), the stopping rule, and the re-checks (after
+each call returns, okc.judge.protocol.recheck.Picker says whether a clone of what it returned is
+judged after the run by the problem's verifier).
+
+What an eager time holds that a replay's does not: the call's launch cost on the host, for both
+sides alike. Events, the synchronisation and the flush are bound at import (the worker imports
+this before any candidate).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from okc.judge.problem import Problem, copy_data
+from okc.judge.protocol import pairs, timing
+from okc.judge.protocol.benchcases import (
+    BenchFailed, bench_summary, case_load_matrix, make_inputs, run_paired, scored_cases, scored_loads, shape_rows,
+)
+from okc.judge.protocol.cpu_clock import CpuSide
+from okc.judge.protocol.loop import PairLoop
+from okc.judge.protocol.pairs import Unit
+from okc.judge.protocol.recheck import Draws, Picker, Recheck
+from okc.judge.seeds import derive_seed
+
+_event_new = torch.cuda.Event.__new__
+_Event = torch.cuda.Event
+_record = getattr(torch._C._CudaEventBase, "record", None)
+_elapsed_ms = getattr(torch._C._CudaEventBase, "elapsed_time", None)
+_device_synchronize = getattr(torch._C, "_cuda_synchronize", None)
+_current_stream = torch.cuda.current_stream
+_clone = torch._C.TensorBase.clone
+_Tensor = torch.Tensor
+
+CLOCK = "eager"  # result.json's protocol.clock
+# okc.judge.protocol.capture's words for a call that cannot be captured: one that waits on the host, and
+# one that raises inside the capture (torch.compile's own CUDA graphs, mode="reduce-overhead", may)
+HOST_SYNC_MARKER = "host synchronisation inside kernel_fn"
+CAPTURE_MARKERS = (HOST_SYNC_MARKER, "raised during CUDA graph capture")
+
+
+def cannot_capture(result: dict) -> bool:
+    """Whether a paired bench ended because a side's call could not be captured into a CUDA graph."""
+    reason = result.get("reason") or ""
+    return result.get("status") == "error" and any(marker in reason for marker in CAPTURE_MARKERS)
+
+
+def note(flush: str) -> str:
+    return ("eager timing: a side's call cannot be captured into a CUDA graph (it waits on the host, or raised in the "
+            "capture), so every call is timed as GPU MODE's eager eval.py times it: CUDA events around one call "
+            f"after the {flush} flush, the device synchronised after each; the sides still alternate, and timed "
+            "outputs are re-checked")
+
+
+class EagerClock:
+    """Per side and case: refill its buffer, synchronise, flush, event, one eager call, event, synchronise."""
+
+    in_flight = 1  # a batch runs as it is submitted: nothing is queued behind a hold
+    slots = 1
+    slot_seed = 0
+
+    def __init__(self, problem: Problem, cases: list, sides: dict[str, CpuSide], draws: Draws, flush: timing.Flush,
+                 device: torch.device, picker: Picker | None = None) -> None:
+        self.problem, self.cases, self.sides, self.draws, self.flush = problem, cases, sides, draws, flush
+        self.device, self.picker, self.variant = device, picker, problem.input_variants[0]
+        self.start, self.end = _event_new(_Event, enable_timing=True), _event_new(_Event, enable_timing=True)
+
+    def _timed(self, call: Callable[[], object]) -> tuple[float, object]:
+        _device_synchronize()
+        self.flush.run()
+        stream = _current_stream()
+        _record(self.start, stream)
+        out = call()
+        _record(self.end, stream)
+        _device_synchronize()
+        return _elapsed_ms(self.start, self.end) * 1e3, out
+
+    def _side(self, name: str, unit: Unit, final: bool, kept: list) -> float:
+        side, case = self.sides[name], self.cases[unit.case]
+        x = side.inputs[unit.case]
+        number, seed = self.draws.take(unit.case)  # an input no call has read
+        if not self.problem.fill_input(x, case, seed, self.variant):
+            copy_data(x, self.problem.make_input(case, seed, self.variant, self.device).x)
+        try:
+            us, out = self._timed(lambda: self.problem.call(side.module, x, case))
+        except Exception as exc:
+            raise BenchFailed(f"{side.name} {case.key}: kernel_fn raised {type(exc).__name__}: {exc}".splitlines()[0],
+                              side.name) from None
+        if final or (self.picker is not None and self.picker.pick(unit.pair)):  # decided after the call returned
+            kept.append((Recheck(name, unit.case, None if final else unit.pair, number),
+                         _clone(out) if type(out) is _Tensor else out))  # a clone: the next call may write there
+        return us
+
+    def submit(self, units: list[Unit], number: int, final: bool = False):
+        times, kept = [], []
+        for unit in units:
+            if unit.case is None:  # the events' own cost: nothing between them
+                times.append(self._timed(lambda: None)[0])
+                continue
+            times.extend(self._side(name, unit, final, kept) for name in pairs.order(unit.pair))
+        return np.array(times), kept
+
+    def collect(self, handle, units: list[Unit]):
+        return handle
+
+    def discard(self, handle) -> None:
+        pass
+
+
+class EagerBench:
+    """A paired bench on the eager clock, in okc.judge.kinds.bench.Bench's steps (for benchcases.run_paired)."""
+
+    def __init__(self, problem: Problem, candidate: Path, against: Path, *, device: torch.device, seed: int, settings,
+                 log: Callable[[str], None] = print) -> None:
+        self.problem, self.device, self.seed, self.settings, self.log = problem, device, seed, settings, log
+        self.cases = scored_cases(problem, None)
+        self.loads = scored_loads(problem, self.cases)
+        self.sources = {"candidate": candidate, "baseline": against}
+        self.loop: PairLoop | None = None
+        self.flush: timing.Flush | None = None
+
+    def setup(self) -> None:
+        problem, device, rule = self.problem, self.device, self.settings.rule
+        weights = problem.make_weights(derive_seed(self.seed, "weights"), device)
+        first = make_inputs(problem, self.cases, self.seed, "capture", 1, device)[0]
+        self.shape_rows = shape_rows(problem, self.cases, first)
+        sides = {}
+        for name, source in self.sources.items():
+            side = CpuSide("against" if name == "baseline" else name, source)
+            side.load()
+            side.prepare(problem, weights)
+            side.inputs = make_inputs(problem, self.cases, self.seed, "capture", 1, device)[0]  # its own buffers
+            sides[name] = side
+        self.flush = timing.make_flush(device, self.settings.flush)
+        picker = Picker(len(self.cases), rule.min_pairs) if self.settings.rechecks else None
+        self.draws = Draws(self.seed, [case.key for case in self.cases])
+        clock = EagerClock(problem, self.cases, sides, self.draws, self.flush, device, picker)
+        self.loop = PairLoop(clock, len(self.cases), case_load_matrix(self.cases, self.loads), self.settings,
+                             lambda state: None, self.log)
+
+    def describe(self) -> str:
+        return note(self.settings.flush)
+
+    def measure(self):
+        self.loop.warm_up()
+        table, stopped_by = self.loop.run()
+        self.loop.final_rechecks(table.complete)
+        return table, stopped_by
+
+    def summary(self, table) -> dict:
+        return bench_summary(table, self.shape_rows, self.loads, self.settings.judge_overhead_us)
+
+    def report(self, summary: dict) -> dict:
+        line = note(self.settings.flush)
+        return {"reason": line, "notes": [line], "flush": self.flush.describe(), "clock": CLOCK}
+
+
+def run_eager(problem: Problem, candidate: Path, against: Path, *, device: torch.device, seed: int, settings,
+              names: tuple[str, str], aa: bool, verifier, log) -> dict:
+    """The paired bench on the eager clock: result.json's bench fields, ``protocol.clock`` "eager"."""
+    result = run_paired(EagerBench(problem, candidate, against, device=device, seed=seed, settings=settings, log=log),
+                        names=names, aa=aa, verifier=verifier, log=log)
+    return {**result, "protocol": {**result.get("protocol", {}), "clock": CLOCK}}

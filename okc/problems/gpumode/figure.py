@@ -1,0 +1,120 @@
+"""A GPU MODE bench's second figure: what the folder's own eval.py says, beside okc's paired score.
+
+The folder's eval.py is the authority for the figure its leaderboard shows (SPEC 5: one set times
+eager calls and takes a mean, another replays graphs and takes a median). So okc runs it
+(okc.problems.gpumode.evalrun) in ``leaderboard`` mode, the mode kernelbot ranks, first on the
+side benched against, then on the candidate, each with the same ``POPCORN_SEED``, and ranks each
+side's means by the task's ``ranking_by`` as kernelbot does (``last``: eval.py is given the last
+benchmark alone, and its mean is the score). Beside it goes okc's paired speedup ranked the same
+way (``last``: the last load's speedup and CI; ``geom``: okc's score; ``mean``: the ratio of the
+loads' summed medians, without a CI).
+
+A candidate eval.py fails (its check, a crash, a timeout) is a bench error: the folder's own
+judge said no. A failure on the other side leaves okc's score standing and says why there is no
+figure. A folder without eval.py gets okc's own loop instead (okc.judge.protocol.gpumode_timing),
+labelled as okc's: it is not the folder's figure.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from okc.judge.protocol import gpumode_timing
+from okc.judge.protocol.benchcases import BenchFailed, error_result
+from okc.judge.seeds import derive_seed
+from okc.problems.gpumode.evalrun import EVAL_FILE, EvalFailed, ran_indexes, run_eval
+
+MODE = "leaderboard"  # kernelbot ranks this mode's means: inputs regenerated and re-checked every timed call
+POPCORN_SEED_RANGE = 2**31  # their eval.py combines it with each case's seed; keep it an ordinary int
+OKC_LABEL = ("okc's own timing, not the folder's figure: the folder has no eval.py (okc's loop after one set's "
+             "leaderboard rules: CUDA events around one call after a 256 MB write fill, the mean per case)")
+IDENTITY = ("problem", "candidate", "against", "aa", "seed", "device", "protocol")
+
+
+def eval_label(mode: str, ranking_by: str) -> str:
+    return f"the folder's eval.py, {mode} mode, ranked by {ranking_by}"
+
+
+def paired_ranked(result: dict, ranking_by: str, benchmarks: int) -> dict:
+    """okc's paired speedup ranked by ``ranking_by``: {"ranking_by", "speedup", "ci"} (ci None where there is none)."""
+    loads = {load["name"]: load for load in result.get("loads", ())}
+    if ranking_by == "last":
+        load = loads.get(f"benchmark.{benchmarks - 1}")
+        return {"ranking_by": ranking_by, "speedup": load and load["speedup"], "ci": load and list(load["ci"])}
+    if ranking_by == "mean" and loads:
+        ratio = sum(load["baseline_us"] for load in loads.values()) / sum(load["candidate_us"] for load in loads.values())
+        return {"ranking_by": ranking_by, "speedup": ratio, "ci": None}
+    ci = result.get("score_ci")
+    return {"ranking_by": ranking_by, "speedup": result.get("score"), "ci": list(ci) if ci else None}
+
+
+def _side(problem, source: Path, *, side: str, seed: int, log) -> dict:
+    task = problem.task
+    timeout = dict(task.timeouts).get("ranked_timeout" if MODE == "leaderboard" else "benchmark_timeout")
+    specs = [spec.as_dict() for spec in task.benchmarks]
+    run = run_eval(problem.folder, source, submission_name=task.submission_name, mode=MODE, specs=specs,
+                   ranking_by=task.ranking_by, timeout_s=timeout, seed=seed)
+    log(f"the folder's eval.py ({MODE} mode) on {side}: exit code {run.returncode}, "
+        f"check {run.popcorn.get('check', 'not reported')}, {run.seconds:.1f} s")
+    if not run.passed:
+        raise EvalFailed(run.why())
+    rows = run.benchmarks()
+    indexes = ran_indexes(len(specs), task.ranking_by)
+    if len(rows) != len(indexes):
+        raise EvalFailed(f"eval.py {MODE} mode reported {len(rows)} benchmark(s), {len(indexes)} were given")
+    cases = [{"case": f"benchmark.{index}", **row, "spec": task.benchmarks[index].text, "eval_spec": row["spec"]}
+             for index, row in zip(indexes, rows)]
+    score = gpumode_timing.combine([row["mean_us"] for row in cases], task.ranking_by)
+    return {"score_us": score, "cases": cases, "seconds": run.seconds, "exit_code": run.returncode}
+
+
+def from_eval(problem, candidate: Path, against: Path, *, seed: int, log) -> dict:
+    """The figure by the folder's eval.py; BenchFailed if it failed the candidate."""
+    popcorn_seed = derive_seed(seed, "gpumode", "eval") % POPCORN_SEED_RANGE
+    figure = {"source": EVAL_FILE, "label": eval_label(MODE, problem.task.ranking_by), "mode": MODE,
+              "ranking_by": problem.task.ranking_by, "popcorn_seed": popcorn_seed, "rechecked_outputs": None}
+    try:
+        figure["against"] = _side(problem, against, side="against", seed=popcorn_seed, log=log)
+    except EvalFailed as exc:
+        return {**figure, "error": f"on the side benched against: {exc}"}
+    try:
+        figure["candidate"] = _side(problem, candidate, side="candidate", seed=popcorn_seed, log=log)
+    except EvalFailed as exc:
+        raise BenchFailed(f"the folder's eval.py failed the candidate: {exc}") from None
+    figure["speedup"] = figure["against"]["score_us"] / figure["candidate"]["score_us"]
+    return figure
+
+
+def summary_line(figure: dict) -> str:
+    """The one line a bench's reason and the ledger's note carry."""
+    paired = figure.get("paired") or {}
+    speedup, ci = paired.get("speedup"), paired.get("ci")
+    okc = "" if speedup is None else f"; okc paired ({paired['ranking_by']}) {speedup:.4f}" + (
+        f" [{ci[0]:.4f}, {ci[1]:.4f}]" if ci else "")
+    if "error" in figure:
+        return f"GPU MODE figure ({figure['label']}): none, {figure['error']}{okc}"
+    return (f"GPU MODE figure ({figure['label']}): candidate {figure['candidate']['score_us']:.3f} us, "
+            f"against {figure['against']['score_us']:.3f} us, speedup {figure['speedup']:.4f}{okc}")
+
+
+def add_figure(problem, result: dict, candidate: Path, against: Path, *, device, seed: int, log) -> dict:
+    """The paired bench's ``result`` with the GPU MODE figure beside it (result.json's ``gpumode``)."""
+    if result.get("status") != "ok":
+        return result
+    has_eval = (problem.folder / EVAL_FILE).is_file()
+    if not has_eval:
+        log(f"the folder has no {EVAL_FILE}: the second figure is okc's own timing, not the folder's")
+    try:
+        if has_eval:
+            figure = from_eval(problem, candidate, against, seed=seed, log=log)
+        else:
+            figure = {"source": "okc", "label": OKC_LABEL,
+                      **gpumode_timing.measure(problem, candidate, against, device=device, log=log)}
+    except BenchFailed as exc:
+        identity = {key: result[key] for key in IDENTITY if key in result}
+        return error_result(str(exc), "usage" if exc.side == "against" else "candidate", **identity)
+    figure["paired"] = paired_ranked(result, problem.task.ranking_by, len(problem.task.benchmarks))
+    line = summary_line(figure)
+    log(line)
+    reason = "; ".join(part for part in (result.get("reason"), line) if part)
+    return {**result, "gpumode": figure, "reason": reason, "notes": [*result.get("notes", []), line]}

@@ -1,0 +1,187 @@
+"""A GPU MODE folder's own eval.py as the authority for its figure (issue 33), on okc's test folders, on the CPU.
+
+okc runs it as kernelbot's runner does (POPCORN_FD, the cases file, leaderboard mode) on both
+sides and ranks by the task's ranking_by; tests/gpumode/eval.py is okc's own harness in that
+convention (it runs on a CPU).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+from typer.testing import CliRunner
+
+from okc.cli.app import app
+from okc.lab.gpumode import flat_files
+from okc.problems import load_problem
+from okc.problems.gpumode import evalrun, figure
+
+OUTPLACE = REPO / "tests" / "gpumode" / "outplace"
+runner = CliRunner()
+
+
+def flat_problem(tmp_path: Path, folder: Path):
+    """``folder`` laid out flat as a job folder holds it, loaded as the worker loads it."""
+    dest = tmp_path / "problem"
+    dest.mkdir()
+    for name, data in flat_files(folder)[1].items():
+        (dest / name).write_bytes(data)
+    return load_problem(f"gpumode:{dest}")
+
+
+def make_lab(tmp_path: Path, monkeypatch, folder: Path) -> Path:
+    root = tmp_path / "gpumode_lab"
+    done = runner.invoke(app, ["init", str(root), "--gpumode", str(folder)])
+    assert done.exit_code == 0, done.output
+    monkeypatch.setenv("OKC_LAB", str(root))
+    monkeypatch.chdir(root)
+    return root
+
+
+def last_result(root: Path, kind: str) -> dict:
+    from okc.contract import JOB_FILE, read_job
+
+    job = sorted(p for p in (root / "results").iterdir() if (p / JOB_FILE).is_file() and read_job(p).kind == kind)[-1]
+    return json.loads((job / "result.json").read_text())
+
+
+def test_the_cases_file_is_kernelbots_and_last_ranks_the_last_benchmark_alone():
+    specs = [{"size": 4096, "seed": 1}, {"size": 65536, "seed": 2}]
+    assert evalrun.cases_text(specs, "last") == "size: 65536; seed: 2\n"
+    assert evalrun.cases_text(specs, "geom") == "size: 4096; seed: 1\nsize: 65536; seed: 2\n"
+    assert evalrun.ran_indexes(2, "last") == [1] and evalrun.ran_indexes(2, "mean") == [0, 1]
+
+
+def test_popcorn_lines_are_read_as_kernelbot_reads_them_and_bad_numbers_refused():
+    found = evalrun.parse_popcorn(b"check: fail\nbenchmark-count: 1\nbenchmark.0.spec: size: 4; seed: 1\n\nnoise\ncheck: pass\n")
+    assert found == {"check": "pass", "benchmark-count": "1", "benchmark.0.spec": "size: 4; seed: 1", "noise": ""}
+    stats = {f"benchmark.0.{name}": "1000" for name in evalrun.STATS}
+    run = evalrun.EvalRun("leaderboard", 0, {"check": "pass", "benchmark-count": "1", **stats})
+    assert run.passed and run.benchmarks()[0]["mean_us"] == 1.0 and run.benchmarks()[0]["runs"] == 1000
+    with pytest.raises(evalrun.EvalFailed, match="benchmark.0.mean is nan"):
+        evalrun.EvalRun("leaderboard", 0, {**run.popcorn, "benchmark.0.mean": "nan"}).benchmarks()
+    failed = evalrun.EvalRun("leaderboard", 112, {"check": "fail", "benchmark.0.error": "mismatch found"})
+    assert not failed.passed and failed.why() == "eval.py leaderboard mode says benchmark.0.error: mismatch found"
+
+
+def test_eval_py_runs_in_a_folder_of_its_own_with_popcorn_fd_and_the_seed(tmp_path):
+    problem = flat_problem(tmp_path, OUTPLACE)
+    specs = [spec.as_dict() for spec in problem.task.benchmarks]
+    run = evalrun.run_eval(problem.folder, OUTPLACE / "submission.py", submission_name="submission.py",
+                           mode="leaderboard", specs=specs, ranking_by="last", timeout_s=120, seed=5)
+    assert run.passed, run.why()
+    assert run.popcorn["benchmark-count"] == "1" and run.popcorn["benchmark.0.spec"] == "size: 65536; seed: 4052"
+    assert run.benchmarks()[0]["runs"] == 25  # the test eval.py's count, not okc's
+    assert "POPCORN_FD" not in os.environ
+
+
+def test_a_timeout_kills_eval_py_and_says_so(tmp_path):
+    folder = tmp_path / "slow"
+    folder.mkdir()
+    (folder / "eval.py").write_text("import time\ntime.sleep(60)\n")
+    run = evalrun.run_eval(folder, OUTPLACE / "submission.py", submission_name="submission.py", mode="benchmark",
+                           specs=[{"size": 1}], ranking_by="last", timeout_s=1, python=sys.executable)
+    assert run.returncode is None and "did not finish within its timeout" in run.why()
+
+
+def test_bench_reports_the_folders_eval_py_figure_ranked_by_last(tmp_path, monkeypatch):
+    # main: the figure was okc's fixed copy of one set's rules, over every benchmark, and no eval.py ran
+    root = make_lab(tmp_path, monkeypatch, OUTPLACE)
+    done = runner.invoke(app, ["bench", "001", "--min-pairs", "40", "--max-pairs", "40", "--json"])
+    assert done.exit_code == 0, done.output
+    result = last_result(root, "bench")
+    stat = result["gpumode"]
+    assert stat["source"] == "eval.py" and stat["mode"] == "leaderboard" and stat["ranking_by"] == "last"
+    assert stat["label"] == "the folder's eval.py, leaderboard mode, ranked by last"
+    for side in ("candidate", "against"):  # eval.py was given the last benchmark alone, and ran its own 25 calls
+        assert [(row["case"], row["runs"]) for row in stat[side]["cases"]] == [("benchmark.1", 25)]
+        assert stat[side]["score_us"] == stat[side]["cases"][0]["mean_us"]
+    last = next(load for load in result["loads"] if load["name"] == "benchmark.1")
+    assert stat["paired"] == {"ranking_by": "last", "speedup": last["speedup"], "ci": last["ci"]}
+    shown = json.loads(done.output)["gpumode"]
+    assert [row["case"] for row in shown] == ["benchmark.1", "score"]
+    assert shown[1]["paired_speedup"] == pytest.approx(last["speedup"], abs=1e-4)
+    # main: no CI beside okc's paired speedup, and the score row carried okc's geometric mean over every load
+    assert shown[0]["paired_ci"] == shown[1]["paired_ci"] == pytest.approx(last["ci"], abs=1e-4)
+    people = people_text(result)
+    assert "okc 95% CI" in people and "│ benchmark.1 " in people and "│ score " in people
+    assert "GPU MODE figure (the folder's eval.py, leaderboard mode, ranked by last)" in result["reason"]
+
+
+def people_text(result: dict, width: int = 80) -> str:
+    """The bench's tables as a person sees them at ``width`` columns."""
+    import io
+
+    from rich.console import Console
+
+    from okc.contract import parse_result
+    from okc.reports import tables, views
+
+    console = Console(width=width, record=True, file=io.StringIO())
+    for shown in tables.render(views.bench_document(parse_result(result), None, None, None, result["gpumode"]), "table",
+                               width):
+        console.print(shown)
+    return console.export_text()
+
+
+def test_try_shows_the_folders_figure_beside_okcs_as_bench_does(tmp_path, monkeypatch):
+    # main: okc try ran the same bench (result.json has its gpumode) but left the figure out of what it printed
+    make_lab(tmp_path, monkeypatch, OUTPLACE)
+    done = runner.invoke(app, ["try", "001", "--min-pairs", "40", "--max-pairs", "40", "--json"])
+    assert done.exit_code == 0, done.output
+    shown = json.loads(done.output)["bench"]["gpumode"]
+    assert [row["case"] for row in shown] == ["benchmark.1", "score"]
+    assert shown[1]["spec"] == "last" and shown[1]["gpumode_speedup"] > 0 and len(shown[1]["paired_ci"]) == 2
+
+
+def test_a_task_ranked_by_geom_gives_eval_py_every_benchmark_and_okcs_score_beside_it(tmp_path, monkeypatch):
+    # main: okc's fixed loop, not the folder's eval.py; here eval.py is given both benchmarks and ranked as the task says
+    import shutil
+
+    sets = tmp_path / "set"
+    shutil.copytree(OUTPLACE, sets / "geomplace")
+    for name in ("eval.py", "utils.py"):
+        shutil.copyfile(OUTPLACE.parent / name, sets / name)
+    task = sets / "geomplace" / "task.yml"
+    task.write_text(task.read_text() + 'ranking_by: "geom"\n')
+    root = make_lab(tmp_path, monkeypatch, sets / "geomplace")
+    done = runner.invoke(app, ["bench", "001", "--min-pairs", "40", "--max-pairs", "40", "--json"])
+    assert done.exit_code == 0, done.output
+    result = last_result(root, "bench")
+    stat = result["gpumode"]
+    assert stat["label"] == "the folder's eval.py, leaderboard mode, ranked by geom"
+    for side in ("candidate", "against"):
+        means = [row["mean_us"] for row in stat[side]["cases"]]
+        assert [row["case"] for row in stat[side]["cases"]] == ["benchmark.0", "benchmark.1"]
+        assert stat[side]["score_us"] == pytest.approx(math.sqrt(means[0] * means[1]))
+    assert stat["paired"] == {"ranking_by": "geom", "speedup": result["score"], "ci": result["score_ci"]}
+    shown = json.loads(done.output)["gpumode"]
+    assert [row["case"] for row in shown] == ["benchmark.0", "benchmark.1", "score"]
+    assert shown[2]["paired_speedup"] == pytest.approx(result["score"], abs=1e-4)
+    assert shown[2]["paired_ci"] == pytest.approx(result["score_ci"], abs=1e-4)
+
+
+def test_the_folders_eval_py_failing_the_candidate_is_a_bench_error(tmp_path, monkeypatch):
+    root = make_lab(tmp_path, monkeypatch, OUTPLACE)
+    (root / "candidates" / "002_cached.py").write_bytes((OUTPLACE / "wrong" / "cached.py").read_bytes())
+    done = runner.invoke(app, ["bench", "002", "--min-pairs", "40", "--max-pairs", "40"])
+    assert done.exit_code == 1, done.output
+    result = last_result(root, "bench")
+    assert result["status"] == "error" and result["error_kind"] == "candidate"
+    assert result["reason"].startswith("the folder's eval.py failed the candidate: eval.py leaderboard mode says "
+                                       "benchmark.0.error:")
+
+
+def test_okcs_paired_score_is_ranked_as_the_task_ranks():
+    result = {"score": 1.1, "score_ci": [1.0, 1.2], "loads": [
+        {"name": "benchmark.0", "speedup": 2.0, "ci": [1.9, 2.1], "baseline_us": 30.0, "candidate_us": 10.0},
+        {"name": "benchmark.1", "speedup": 0.5, "ci": [0.4, 0.6], "baseline_us": 10.0, "candidate_us": 20.0}]}
+    assert figure.paired_ranked(result, "last", 2) == {"ranking_by": "last", "speedup": 0.5, "ci": [0.4, 0.6]}
+    assert figure.paired_ranked(result, "mean", 2) == {"ranking_by": "mean", "speedup": 40.0 / 30.0, "ci": None}
+    assert figure.paired_ranked(result, "geom", 2) == {"ranking_by": "geom", "speedup": 1.1, "ci": [1.0, 1.2]}

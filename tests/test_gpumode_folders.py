@@ -1,0 +1,175 @@
+"""Real GPU MODE folders' conventions (issue 33), on small folders of okc's own, on the CPU.
+
+An output buffer handed in the data (pmpp_v2's convention), and a folder whose inputs need CUDA.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import REPO
+from typer.testing import CliRunner
+
+from okc.cli.app import app
+from okc.contract import BadJob
+from okc.judge.kinds.check import run_check
+from okc.lab import gpumode as lab_gpumode
+from okc.lab.gpumode import flat_files
+from okc.problems import load_problem
+from okc.problems.gpumode import places, probe
+
+FOLDERS = REPO / "tests" / "gpumode"
+OUTPLACE, SUMPLACE, CUDAONLY = FOLDERS / "outplace", FOLDERS / "sumplace", FOLDERS / "cudaonly"
+BASELINE = REPO / "okc" / "problems" / "gpumode" / "baseline.py"
+CPU = torch.device("cpu")
+runner = CliRunner()
+NO_CUDA = not torch.cuda.is_available()
+
+
+def flat_problem(tmp_path: Path, folder: Path):
+    """``folder`` laid out flat as a job folder holds it, loaded as the worker loads it."""
+    dest = tmp_path / "problem"
+    dest.mkdir()
+    for name, data in flat_files(folder)[1].items():
+        (dest / name).write_bytes(data)
+    return load_problem(f"gpumode:{dest}")
+
+
+def check(problem, source: Path) -> dict:
+    return run_check(problem, source, device=CPU, seed=7, log=lambda line: None)
+
+
+def make_lab(tmp_path: Path, monkeypatch, folder: Path) -> Path:
+    root = tmp_path / "gpumode_lab"
+    done = runner.invoke(app, ["init", str(root), "--gpumode", str(folder)])
+    assert done.exit_code == 0, done.output
+    monkeypatch.setenv("OKC_LAB", str(root))
+    monkeypatch.chdir(root)
+    return root
+
+
+# -- the output buffer in the data ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("folder", [OUTPLACE, SUMPLACE])
+@pytest.mark.parametrize("side", ["submission", "reference"])
+def test_a_submission_writing_into_the_output_buffer_and_the_reference_pass(tmp_path, folder, side):
+    # main: the submission failed as aliased (it returns the buffer), the reference as x_modified (empty memory differs)
+    result = check(flat_problem(tmp_path, folder), folder / "submission.py" if side == "submission" else BASELINE)
+    assert result["status"] == "pass", result["failures"]
+
+
+@pytest.mark.parametrize("wrong, rule, words", [
+    ("returns_input.py", "aliased", "shares memory with input tensor 0"),
+    ("scribble.py", "x_modified", "wrote into input tensor 1"),
+    ("unwritten.py", "check_implementation", "elements differ from the reference"),
+])
+def test_a_real_input_stays_guarded(tmp_path, wrong, rule, words):
+    result = check(flat_problem(tmp_path, OUTPLACE), OUTPLACE / "wrong" / wrong)
+    assert result["status"] == "fail" and result["rule"] == rule, result["reason"]
+    assert words in result["reason"]
+
+
+def test_uninitialised_memory_is_found_zeroed_and_the_deterministic_state_restored():
+    before = (torch.are_deterministic_algorithms_enabled(), torch.utils.deterministic.fill_uninitialized_memory)
+    with places.filled_empty():
+        data = (torch.randn(3), torch.empty(3), torch.empty(2, dtype=torch.int32), torch.empty(0))
+        made_then_written = torch.empty(4).uniform_()
+    assert (torch.are_deterministic_algorithms_enabled(), torch.utils.deterministic.fill_uninitialized_memory) == before
+    assert places.clear_unwritten(data) == {1, 2} and not places.is_fill(made_then_written)
+    assert all(bool((t == 0).all()) for t in data[1:3]) and not bool((data[0] == 0).all())
+    reference_output = torch.zeros(())  # a 0-d output: the one-element buffer is its place
+    assert places.output_places((torch.randn(5), torch.empty(1)), frozenset({1}), reference_output) == {1}
+    assert places.output_places((torch.randn(5), torch.empty(2)), frozenset({1}), reference_output) == set()
+    nan = torch.tensor([float("nan"), 1.0])
+    assert places.written_positions((nan, torch.ones(2)), (nan.clone(), torch.zeros(2))) == {1}  # NaN equals NaN
+
+
+# -- a folder whose inputs need CUDA ------------------------------------------------------
+
+
+@pytest.mark.skipif(not NO_CUDA, reason="this machine has CUDA")
+def test_inputs_made_on_cuda_are_a_bad_job_in_the_worker(tmp_path):
+    problem = flat_problem(tmp_path, CUDAONLY)
+    with pytest.raises(BadJob, match="its generate_input needs CUDA and this machine has none") as caught:
+        problem.make_input(problem.check_cases()[0], 1, "normal", CPU)
+    assert "\n" not in str(caught.value) and "--on POD" in str(caught.value)
+
+
+@pytest.mark.skipif(not NO_CUDA, reason="this machine has CUDA")
+@pytest.mark.parametrize("command", ["check", "bench"])
+def test_a_folder_needing_cuda_is_one_line_and_exit_2_before_any_job_on_a_cpu(tmp_path, monkeypatch, command):
+    # main: check ended with torch's "Cannot get CUDA generator" traceback, bench with "the context is lost"
+    monkeypatch.setattr("okc.jobs.options.nvidia_driver", lambda: False)
+    root = make_lab(tmp_path, monkeypatch, CUDAONLY)
+    done = runner.invoke(app, [command, "001"])
+    assert done.exit_code == 2, done.output
+    lines = done.output.strip().splitlines()
+    assert len(lines) == 1 and "gpumode:cudaonly: its generate_input needs CUDA and this machine has none" in lines[0]
+    assert not [p for p in (root / "results").glob("*") if p.is_dir()]
+
+
+def test_the_probes_exit_code_is_the_one_the_lab_reads():
+    assert probe.NEEDS_CUDA_EXIT == lab_gpumode.PROBE_NEEDS_CUDA
+
+
+# -- a call that cannot be captured ----------------------------------------------------------
+
+
+def test_a_host_sync_in_capture_is_what_sends_a_bench_to_the_eager_clock():
+    from okc.judge.protocol import eager_clock
+    from okc.judge.protocol.benchcases import error_result
+    from okc.judge.protocol.capture import _translate
+
+    failed = _translate(RuntimeError("operation not permitted when stream is capturing"))
+    assert failed.host_sync and eager_clock.HOST_SYNC_MARKER in str(failed)  # the capture's words, read by the bench
+    assert eager_clock.cannot_capture(error_result(f"candidate benchmark.0: {failed}"))
+    raised = _translate(ValueError("no"))  # raised inside the capture only (torch.compile's own graphs may)
+    assert not raised.host_sync and eager_clock.cannot_capture(error_result(f"candidate benchmark.0: {raised}"))
+    assert not eager_clock.cannot_capture(error_result("candidate benchmark.0: kernel_fn raised ValueError: no"))
+    assert not eager_clock.cannot_capture({"status": "ok", "reason": str(failed)})
+
+
+def test_histogram_with_bincount_checks_on_the_cpu(tmp_path):
+    folder = FOLDERS / "histogram"
+    problem = flat_problem(tmp_path, folder)
+    assert check(problem, folder / "submission.py")["status"] == "pass"
+    result = check(problem, folder / "wrong" / "cached.py")
+    assert result["status"] == "fail" and result["rule"] == "stale", result["reason"]
+
+
+class _HostEvent:
+    """A stand-in for a CUDA event on the CPU: the host's clock when recorded."""
+
+    def __init__(self) -> None:
+        self.at = 0
+
+
+def test_the_eager_clock_runs_the_one_loop_pairs_and_rechecks_on_stand_in_events(tmp_path, monkeypatch):
+    # The eager clock's logic on the CPU: its CUDA events, synchronisation and flush replaced by the host's clock.
+    import time
+
+    from okc.judge.protocol import eager_clock, timing
+    from okc.judge.protocol.settings import BenchSettings
+    from okc.problems.gpumode.judging import FolderVerifier
+
+    monkeypatch.setattr(eager_clock, "_event_new", lambda cls, **kwargs: _HostEvent())
+    monkeypatch.setattr(eager_clock, "_record", lambda event, stream: setattr(event, "at", time.perf_counter_ns()))
+    monkeypatch.setattr(eager_clock, "_elapsed_ms", lambda start, end: (end.at - start.at) / 1e6)
+    monkeypatch.setattr(eager_clock, "_device_synchronize", lambda: None)
+    monkeypatch.setattr(eager_clock, "_current_stream", lambda: None)
+    monkeypatch.setattr(timing, "make_flush", lambda device, kind: timing.Flush(kind, 0, None, keep=(torch.ones(4), torch.empty(()))))
+    problem = flat_problem(tmp_path, OUTPLACE)
+    settings = BenchSettings.from_options({"min_pairs": 24, "max_pairs": 24, "overhead_us": 0.0}, problem)
+    verifier = FolderVerifier(problem, 7, CPU)
+    result = eager_clock.run_eager(problem, OUTPLACE / "submission.py", BASELINE, device=CPU, seed=7, settings=settings,
+                                   names=("001", "baseline"), aa=False, verifier=verifier, log=lambda line: None)
+    assert result["status"] == "ok", result["reason"]
+    assert result["protocol"]["clock"] == "eager" and result["pairs"] == 24 and result["reason"].startswith("eager timing")
+    assert result["rechecks"]["passed"] and result["rechecks"]["judged"] > 2 * 2  # the rounds and the final, both sides
+    cached = eager_clock.run_eager(problem, OUTPLACE / "wrong" / "cached.py", BASELINE, device=CPU, seed=7,
+                                   settings=settings, names=("002", "baseline"), aa=False,
+                                   verifier=FolderVerifier(problem, 7, CPU), log=lambda line: None)
+    assert cached["status"] == "invalid" and "candidate" in cached["reason"], cached["reason"]
