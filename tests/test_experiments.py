@@ -17,6 +17,7 @@ import yaml
 from typer.testing import CliRunner
 
 from okc.cli.app import app
+from okc.contract import read_job
 from okc.errors import CandidateError, ConfigError
 from okc.sweeps.experiments import Point, load_experiment, materialise
 from okc.sweeps.funnel import TABLE_FILE, RunFolder, latest_run, run_sweep
@@ -26,16 +27,8 @@ from okc.lab.ledger import open_ledger
 from okc.lab.sweep_ledger import sweep_rows
 from okc.problems.tiny_matvec import PROBLEM as TINY
 
-from conftest import REPO, write_lab
+from conftest import REPO, jobs_of_kind, write_lab
 from test_output import SCHEMA
-
-
-def _of_kind(folder, kind):
-    """The job folders under ``folder`` of ``kind`` (a job id does not name its kind: issue 31)."""
-    from okc.contract import JOB_FILE, read_job
-
-    return sorted(p for p in folder.iterdir() if (p / JOB_FILE).is_file() and read_job(p).kind == kind)
-
 
 # A template whose points differ in speed (a sleep), in correctness and in whether they import.
 TEMPLATE = '''\
@@ -221,7 +214,7 @@ def test_an_interrupted_sweep_resumes_funnels_to_the_winners_skips_failing_point
         jobs_per_stage.setdefault((row["point"], row["stage"]), set()).add(row["job"])
     assert all(len(jobs) == 1 for jobs in jobs_per_stage.values()), jobs_per_stage  # nothing finished ran twice
     # The resumed screen job was given exactly the points the table lacked.
-    resumed = [job for job in _of_kind(run_dir / "jobs", "screen") if job != interrupted]
+    resumed = [job for job in jobs_of_kind(run_dir / "jobs", "screen") if job != interrupted]
     given = {p["id"] for job in resumed for p in json.loads((job / "job.json").read_text())["points"]}
     assert given == {Point.of(p).id for p in (FAST, WRONG, BROKEN, SLOWEST)} - screened_before
 
@@ -273,7 +266,7 @@ def test_a_sweep_records_every_job_it_ran_in_the_ledgers_costs_once(tiny_lab):
     assert swept.exit_code == 0, swept.output
     (run_dir,) = (tiny_lab.results / "experiments" / "tiny_demo").iterdir()
     jobs = {job.name for job in (run_dir / "jobs").iterdir()}
-    assert {kind for kind in ("screen", "check", "time") if _of_kind(run_dir / "jobs", kind)} == {"screen", "check", "time"}
+    assert {read_job(run_dir / "jobs" / job).kind for job in jobs} == {"screen", "check", "time"}  # ids name no kind
     conn = open_ledger(tiny_lab.ledger_path)
     costs = {row["job_id"]: row for row in conn.execute("SELECT * FROM job_costs")}
     conn.close()
