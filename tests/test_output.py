@@ -129,7 +129,7 @@ def test_bench_and_report_match_the_schema(lab):
     job_dir = reportdata.bench_job(lab, "36")
     result = parse_result(json.loads((job_dir / "result.json").read_text()))
     source = views.Source(36, "036_fast", "ab" * 32, "local")
-    from okc.reports.tables import to_json
+    from okc.tables import to_json
 
     data = json.loads(to_json(views.bench_document(result, source, "000_baseline", True)))
     assert list(data) == SCHEMA["bench"]
@@ -146,7 +146,7 @@ def test_bench_and_report_match_the_schema(lab):
 
 def test_floor_sweep_and_jobs_match_the_schema():
     from okc.pods.views import jobs_document
-    from okc.reports.tables import to_json
+    from okc.tables import to_json
     from okc.sweeps.view import sweep_document
 
     floor = parse_result({"schema_version": 1, "job_id": "f", "kind": "floor", "status": "ok", "gpu_name": "H200",
@@ -221,7 +221,7 @@ def test_an_error_quoting_what_the_user_typed_is_printed_literally(lab):
 def test_a_table_cell_with_markup_is_shown_literally():
     from rich.console import Console
 
-    from okc.reports.tables import render
+    from okc.tables import render
     from okc.sweeps.view import sweep_document
 
     sweep = SimpleNamespace(run=SimpleNamespace(run_id="r1"), points=1, emitted=None, winners={}, params={},

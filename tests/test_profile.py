@@ -24,7 +24,7 @@ from okc.lab import ledger
 from okc.lab.config import find_lab
 from okc.lab.ledger import open_ledger
 from okc.problems.tiny_matvec import PROBLEM as TINY
-from okc.reports.tables import render
+from okc.tables import render
 
 runner = CliRunner()
 DENIED = ("==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance "

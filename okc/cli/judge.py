@@ -167,7 +167,7 @@ def try_command(
     from okc.jobs.folder import try_steps
     from okc.lab import candidates
     from okc.reports import views
-    from okc.reports.tables import Document
+    from okc.tables import Document
 
     checking = options.CheckOptions.parse(device, seed, None, quick)
     benching = options.BenchOptions(target, min_pairs, max_pairs, overhead_us)

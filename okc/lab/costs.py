@@ -18,7 +18,7 @@ from typing import Any
 from okc.contract import JOB_FILE, LAUNCHER_FILE, RESULT_FILE, read_json
 from okc.errors import LedgerError
 from okc.lab.ledger import now, transaction
-from okc.reports.tables import Table, table
+from okc.tables import Table, table
 
 SECONDS_PER_HOUR = 3600.0
 HOURS_DIGITS = 4

@@ -17,7 +17,7 @@ from okc.jobs.folder import load_result, load_spec
 from okc.lab.config import Lab
 from okc.lab.ledger import ledger, runs
 from okc.lab.profiles import SIDES, Profile, ProfileRow, latest_profile, read_profile
-from okc.reports.tables import Document, Table
+from okc.tables import Document, Table
 from okc.reports.views import Source, _job_fields
 
 SIDE_LABELS = {"candidate": "cand", "against": "base"}
@@ -137,7 +137,7 @@ def _filled(t: Table) -> Table:
 
 
 def _shape_columns():
-    from okc.reports.tables import Column
+    from okc.tables import Column
 
     return (Column("shape", "shape"), Column("side", lambda r: SIDE_LABELS[r["side"]]),
             Column("kernels µs", "kernel_us"), Column("gaps µs", "gap_us", 3), Column("bench µs", "bench_us", 1),
@@ -146,14 +146,14 @@ def _shape_columns():
 
 
 def _official_columns():
-    from okc.reports.tables import Column
+    from okc.tables import Column
 
     return (Column("shape", "shape"), Column("side", lambda r: SIDE_LABELS[r["side"]]), Column("kernel", "kernel"),
             Column("n", "launches", 2), Column("official µs", "official_us"), Column("local µs", "local_us"))
 
 
 def _kernel_columns():
-    from okc.reports.tables import Column
+    from okc.tables import Column
 
     return (Column("shape", "shape"), Column("side", lambda r: SIDE_LABELS[r["side"]]),
                Column("kernel", "short_name"), Column("n", "launches"), Column("µs", "us"),
@@ -219,7 +219,7 @@ def summary_table(row: ProfileRow | None) -> Table:
         records.append(dict(zip(SUMMARY_KEYS, (f"{item['layer']}/m={item['m']}", item["load"], item["layer"], item["m"],
                                                item["side"], item["kernel_us"], item["gap_us"], item["floor_us"],
                                                kernels))))
-    from okc.reports.tables import Column
+    from okc.tables import Column
 
     columns = (Column("shape", "shape"), Column("side", lambda r: SIDE_LABELS[r["side"]]),
                Column("kernels µs", "kernel_us"), Column("gaps µs", "gap_us", 2),

@@ -23,7 +23,7 @@ from okc.lab.profiles import ProfileRow, latest_profile
 from okc.contract import JobResult, ShapeResult
 from okc.problems.catalog import shapes_of
 from okc.problems.shapes import H200_PEAK_FLOPS
-from okc.reports.tables import Document, Table
+from okc.tables import Document, Table
 
 
 

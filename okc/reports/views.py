@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from okc.contract import CaseResult, JobResult, ShapeResult
-from okc.reports.tables import Document, Table, table
+from okc.tables import Document, Table, table
 
 TIME_ON_TABLE = 1.5  # a shape at this multiple of its floor or more is highlighted
 
