@@ -99,7 +99,7 @@ def test_a_subcommands_usage_error_names_it_as_typed(tiny):
 def test_a_job_stopped_by_a_signal_shows_the_signal_not_a_negative_code():
     from okc.contract import JobState
     from okc.pods.views import jobs_document
-    from okc.reports.tables import to_json, to_markdown
+    from okc.tables import to_json, to_markdown
 
     document = jobs_document([(JobState("j", "finished", exit_code=-15, started_at=0.0), False),
                               (JobState("k", "finished", exit_code=1, started_at=0.0), True)], "local")
@@ -149,7 +149,10 @@ def test_cost_of_cpu_jobs_does_not_say_gpu_hours(tiny):
 def test_profile_shows_no_torch_profiler_noise(tiny):
     result = invoke("profile", "001")
     assert result.exit_code == 0, result.output
-    log = next((tiny / "results").glob("*-profile-*")) / "log.txt"
+    from okc.contract import JOB_FILE, read_job
+
+    results = tiny / "results"
+    log = next(p for p in results.iterdir() if (p / JOB_FILE).is_file() and read_job(p).kind == "profile") / "log.txt"
     assert "USDT" not in result.output and "profiler_start" not in log.read_text(), result.output
 
 
