@@ -66,6 +66,13 @@ def write_lab(root: Path, problem: str = "muse_bf16_proj", baseline: Path | None
     return root
 
 
+def jobs_of_kind(folder: Path, kind: str) -> list[Path]:
+    """The job folders under ``folder`` of ``kind``, by name (a job id does not name its kind: issue 31)."""
+    from okc.contract import JOB_FILE, read_job
+
+    return sorted(p for p in folder.iterdir() if (p / JOB_FILE).is_file() and read_job(p).kind == kind)
+
+
 @pytest.fixture(autouse=True)
 def isolated(tmp_path, monkeypatch):
     """Run every test inside a fresh lab in tmp_path, with a private HOME and SSH config."""

@@ -26,7 +26,7 @@ from okc.lab.ledger import open_ledger
 from okc.lab.sweep_ledger import sweep_rows
 from okc.problems.tiny_matvec import PROBLEM as TINY
 
-from conftest import REPO, write_lab
+from conftest import REPO, jobs_of_kind, write_lab
 from test_output import SCHEMA
 
 # A template whose points differ in speed (a sleep), in correctness and in whether they import.
@@ -43,13 +43,6 @@ if PARAMS["MODE"] == "broken":
     raise ImportError("this point does not compile")
 
 _weights = {}
-
-
-def _of_kind(folder, kind):
-    """The job folders under ``folder`` of ``kind`` (a job id does not name its kind: issue 31)."""
-    from okc.contract import JOB_FILE, read_job
-
-    return sorted(p for p in folder.iterdir() if (p / JOB_FILE).is_file() and read_job(p).kind == kind)
 
 
 def params_for(layer, m):
@@ -220,7 +213,7 @@ def test_an_interrupted_sweep_resumes_funnels_to_the_winners_skips_failing_point
         jobs_per_stage.setdefault((row["point"], row["stage"]), set()).add(row["job"])
     assert all(len(jobs) == 1 for jobs in jobs_per_stage.values()), jobs_per_stage  # nothing finished ran twice
     # The resumed screen job was given exactly the points the table lacked.
-    resumed = [job for job in _of_kind(run_dir / "jobs", "screen") if job != interrupted]
+    resumed = [job for job in jobs_of_kind(run_dir / "jobs", "screen") if job != interrupted]
     given = {p["id"] for job in resumed for p in json.loads((job / "job.json").read_text())["points"]}
     assert given == {Point.of(p).id for p in (FAST, WRONG, BROKEN, SLOWEST)} - screened_before
 

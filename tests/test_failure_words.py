@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import jobs_of_kind
 from typer.testing import CliRunner
 
 from okc.cli.app import app
@@ -149,10 +150,7 @@ def test_cost_of_cpu_jobs_does_not_say_gpu_hours(tiny):
 def test_profile_shows_no_torch_profiler_noise(tiny):
     result = invoke("profile", "001")
     assert result.exit_code == 0, result.output
-    from okc.contract import JOB_FILE, read_job
-
-    results = tiny / "results"
-    log = next(p for p in results.iterdir() if (p / JOB_FILE).is_file() and read_job(p).kind == "profile") / "log.txt"
+    log = jobs_of_kind(tiny / "results", "profile")[0] / "log.txt"
     assert "USDT" not in result.output and "profiler_start" not in log.read_text(), result.output
 
 

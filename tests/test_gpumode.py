@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO
+from conftest import REPO, jobs_of_kind
 from PIL import Image
 from test_output import SCHEMA
 from typer.testing import CliRunner
@@ -36,13 +36,6 @@ WRONG = VECTORADD / "wrong"
 CPU = torch.device("cpu")
 runner = CliRunner()
 QUICK = gpumode_timing.Settings(max_repeats=20, max_time_s=1.0, max_wall_s=0.5)
-
-
-def _of_kind(folder, kind):
-    """The job folders under ``folder`` of ``kind`` (a job id does not name its kind: issue 31)."""
-    from okc.contract import JOB_FILE, read_job
-
-    return sorted(p for p in folder.iterdir() if (p / JOB_FILE).is_file() and read_job(p).kind == kind)
 
 
 def invoke(*args: str):
@@ -250,7 +243,7 @@ def test_check_and_bench_of_a_gpumode_lab_are_recorded_reported_and_plotted(tmp_
     shown = json.loads(done.output)["gpumode"]  # both statistics side by side, per case and for the score
     assert [row["case"] for row in shown] == ["benchmark.0", "benchmark.1", "score"]
     assert all(list(row) == SCHEMA["bench.gpumode"] for row in shown)
-    bench_dir = _of_kind(root / "results", "bench")[0]
+    bench_dir = jobs_of_kind(root / "results", "bench")[0]
     job = json.loads((bench_dir / "job.json").read_text())
     assert job["problem"] == "gpumode:problem" and (bench_dir / "problem" / "task.json").is_file()  # it travels
     result = json.loads((bench_dir / "result.json").read_text())
@@ -298,7 +291,7 @@ def test_check_on_a_pod_carries_the_problem_in_the_job_folder(ssh_lab):
     shutil.copy(VECTORADD / "submission.py", root / "candidates" / "001_submission.py")
     done = invoke("check", "1", "--on", POD_NAME)
     assert done.exit_code == 0, done.output
-    job = _of_kind(root / "results", "check")[0]
+    job = jobs_of_kind(root / "results", "check")[0]
     remote_job = Path(resolve_pod(find_lab(root)).remote_dir) / "results" / job.name
     assert (remote_job / "problem" / "reference.py").read_bytes() == (VECTORADD / "reference.py").read_bytes()
     result = json.loads((job / "result.json").read_text())

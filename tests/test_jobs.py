@@ -13,18 +13,11 @@ from okc.lab.ledger import open_ledger, runs
 from okc.problems.tiny_matvec import PROBLEM as TINY
 from typer.testing import CliRunner
 
-from conftest import write_lab
+from conftest import jobs_of_kind, write_lab
 from okc.cli.app import app
 
 BASELINE = TINY.baseline_source
 FAST_TIMEOUT_S = 8.0
-
-
-def _of_kind(folder, kind):
-    """The job folders under ``folder`` of ``kind`` (a job id does not name its kind: issue 31)."""
-    from okc.contract import JOB_FILE, read_job
-
-    return sorted(p for p in folder.iterdir() if (p / JOB_FILE).is_file() and read_job(p).kind == kind)
 
 
 @pytest.fixture
@@ -140,14 +133,14 @@ def test_quick_check_is_partial_and_says_so(tiny_lab):
     assert result.exit_code == 0, result.output
     rows = json.loads(result.output)["cases"]
     assert {row["m"] for row in rows} == {1, 3, 8}  # m <= 16 only: 500 and 17 are left out
-    outcome = job_folder.load_result(_of_kind(tiny_lab.results, "check")[-1])
+    outcome = job_folder.load_result(jobs_of_kind(tiny_lab.results, "check")[-1])
     assert "partial check" in outcome.reason and "1 of 2 weight sets" in outcome.reason
 
 
 def test_aa_benches_the_named_candidate_against_itself(tiny_lab):
     add_candidate(tiny_lab, "005_copy", "")
     CliRunner().invoke(app, ["bench", "5", "--aa"])  # refused later without a GPU; the job says what was asked
-    (job_dir,) = _of_kind(tiny_lab.results, "bench")
+    (job_dir,) = jobs_of_kind(tiny_lab.results, "bench")
     spec = json.loads((job_dir / "job.json").read_text())
     assert spec["aa"] is True
     assert spec["candidate"]["name"] == spec["against"]["name"] == "005_copy"

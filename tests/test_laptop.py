@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import tomllib
-from conftest import REPO, cuda_available
+from conftest import REPO, cuda_available, jobs_of_kind
 from PIL import Image
 from typer.testing import CliRunner
 
@@ -21,13 +21,6 @@ runner = CliRunner()
 INIT_PROBLEMS = ("muse_bf16_proj", "tiny_matvec")
 PROBLEMS = REPO / "okc" / "problems"
 CPU_TIMING = "CPU timing: no CUDA graphs, no L2 flush"
-
-
-def _of_kind(folder, kind):
-    """The job folders under ``folder`` of ``kind`` (a job id does not name its kind: issue 31)."""
-    from okc.contract import JOB_FILE, read_job
-
-    return sorted(p for p in folder.iterdir() if (p / JOB_FILE).is_file() and read_job(p).kind == kind)
 
 
 def invoke(*args: str):
@@ -178,7 +171,7 @@ def test_the_cpu_bench_finds_a_known_ratio_and_says_it_is_a_cpu_timing(tmp_path,
     done = invoke("bench", "2", "--against", "3", "--min-pairs", "24", "--max-pairs", "60", "--target", "0.01")
     assert done.exit_code == 0, done.output
     assert CPU_TIMING in done.output and "timer cost" in done.output and "replay cost" not in done.output
-    (job_dir,) = _of_kind(root / "results", "bench")
+    (job_dir,) = jobs_of_kind(root / "results", "bench")
     result = json.loads((job_dir / "result.json").read_text())
     assert result["device"] == "cpu" and result["reason"].startswith(CPU_TIMING)
     assert 20 <= result["pairs"] <= 60 and result["overhead_us"]["judge"] == 0.0

@@ -4,6 +4,7 @@ graphs and inputs, so a paired score can be held against each side timed alone."
 import dataclasses
 
 import numpy as np
+from conftest import jobs_of_kind
 from simgpu import SimulatedGPU, settings, simulated_runner
 
 from okc.judge.protocol import pairs
@@ -14,13 +15,6 @@ COSTS_CANDIDATE = [30.0, 20.0, 40.0]
 COSTS_BASELINE = [20.0, 20.0, 30.0]
 LOADS = [0, 0, 1]
 SLOWDOWN = 0.05  # what the simulated GPU does to a baseline replay that follows a candidate replay
-
-
-def _of_kind(folder, kind):
-    """The job folders under ``folder`` of ``kind`` (a job id does not name its kind: issue 31)."""
-    from okc.contract import JOB_FILE, read_job
-
-    return sorted(p for p in folder.iterdir() if (p / JOB_FILE).is_file() and read_job(p).kind == kind)
 
 
 class NeighbourGPU(SimulatedGPU):
@@ -94,10 +88,10 @@ def test_okc_bench_solo_says_so_and_records_the_protocol(tmp_path, monkeypatch):
     done = CliRunner().invoke(app, ["bench", "001", "--solo", "--target", "0.2", "--min-pairs", "48", "--max-pairs", "48"])
     assert done.exit_code == 0, done.output
     assert "protocol solo: each side timed alone" in done.output and "re-checks:" in done.output
-    result = json.loads((_of_kind(root / "results", "bench")[0] / "result.json").read_text())
+    result = json.loads((jobs_of_kind(root / "results", "bench")[0] / "result.json").read_text())
     assert result["protocol"]["layout"] == "solo" and result["pairs"] == 48
     typo = CliRunner().invoke(app, ["bench", "001", "--sol"])
-    assert typo.exit_code == 2 and not _of_kind(root / "results", "bench")[1:]
+    assert typo.exit_code == 2 and not jobs_of_kind(root / "results", "bench")[1:]
 
 
 def test_one_batch_in_flight_is_what_the_loop_keeps_started():

@@ -11,7 +11,7 @@ import statistics
 import profiledata
 import pytest
 import reportdata
-from conftest import write_lab
+from conftest import jobs_of_kind, write_lab
 from PIL import Image
 from test_output import SCHEMA, assert_schema
 from typer.testing import CliRunner
@@ -29,13 +29,6 @@ from okc.tables import render
 runner = CliRunner()
 DENIED = ("==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance "
           "Counters on the target device 0.")
-
-
-def _of_kind(folder, kind):
-    """The job folders under ``folder`` of ``kind`` (a job id does not name its kind: issue 31)."""
-    from okc.contract import JOB_FILE, read_job
-
-    return sorted(p for p in folder.iterdir() if (p / JOB_FILE).is_file() and read_job(p).kind == kind)
 
 
 def invoke(*args, **kwargs):
@@ -201,7 +194,7 @@ def test_a_usage_error_is_one_line_and_leaves_no_job_folder(tmp_path, monkeypatc
     refused = invoke("profile", "1", *args)
     assert refused.exit_code == 2, refused.output
     assert len(refused.output.strip().splitlines()) == 1 and message in refused.output
-    assert not _of_kind(root / "results", "profile")
+    assert not jobs_of_kind(root / "results", "profile")
 
 
 def test_the_options_limits_are_the_judges():
