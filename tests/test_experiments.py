@@ -17,6 +17,7 @@ import yaml
 from typer.testing import CliRunner
 
 from okc.cli.app import app
+from okc.contract import read_job
 from okc.errors import CandidateError, ConfigError
 from okc.sweeps.experiments import Point, load_experiment, materialise
 from okc.sweeps.funnel import TABLE_FILE, RunFolder, latest_run, run_sweep
@@ -265,7 +266,7 @@ def test_a_sweep_records_every_job_it_ran_in_the_ledgers_costs_once(tiny_lab):
     assert swept.exit_code == 0, swept.output
     (run_dir,) = (tiny_lab.results / "experiments" / "tiny_demo").iterdir()
     jobs = {job.name for job in (run_dir / "jobs").iterdir()}
-    assert {job.split("-")[2] for job in jobs} == {"screen", "check", "time"}
+    assert {read_job(run_dir / "jobs" / job).kind for job in jobs} == {"screen", "check", "time"}  # ids name no kind
     conn = open_ledger(tiny_lab.ledger_path)
     costs = {row["job_id"]: row for row in conn.execute("SELECT * FROM job_costs")}
     conn.close()
