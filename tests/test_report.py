@@ -11,6 +11,7 @@ from okc.jobs import options
 from typer.testing import CliRunner
 
 import reportdata
+from conftest import jobs_of_kind
 from okc.lab import ledger
 from okc.cli.app import app
 from okc.lab.ledger import Floor, latest_floor, open_ledger, record_floor
@@ -126,7 +127,7 @@ def test_json_report_has_both_tables(benched):
 
 
 def test_report_of_a_named_job(benched, lab):
-    first = sorted(p for p in lab.results.iterdir() if "bench" in p.name and p != benched)[0]
+    first = [p for p in jobs_of_kind(lab.results, "bench") if p != benched][0]
     data = json.loads(invoke("report", "--job", first.name, "--json").output)
     assert data["loads"][0]["speedup"] == pytest.approx(1.01, abs=1e-4)
 
