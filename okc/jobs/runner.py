@@ -71,9 +71,12 @@ def open_target(lab: Lab, on: str | None = None, pod=None, results: Path | None 
     pod = pod if pod is not None else pod_for(lab, on)
     if pod is None:
         return LocalTarget(results if results is not None else lab.results)
+    from okc.lab.costs import note_rate
     from okc.pods.target import PodTarget
 
-    return PodTarget(lab, pod)
+    target = PodTarget(lab, pod)
+    note_rate(lab, target.pod)  # the pod's $/h as connecting read it: a job's dollars are recorded from it
+    return target
 
 
 def check_job_id(job_id: str) -> str:

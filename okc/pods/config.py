@@ -23,7 +23,7 @@ from typing import Any, Mapping
 import yaml
 
 from okc.errors import ConfigError
-from okc.pods.runpod import RUNPOD_ID
+from okc.pods.runpod import RUNPOD_ID, Rate
 
 SSH_CONFIG_ENV = "OKC_SSH_CONFIG"  # which ssh config to honour (tests point it at an empty file)
 DEFAULT_SSH_PORT = 22
@@ -68,6 +68,7 @@ class Pod:
     cost_per_hour: float | None = None  # $/h of the whole host, for hosts whose price no API tells
     ssh_timeout_s: float = DEFAULT_SSH_TIMEOUT_S
     resolved: bool = field(default=False, compare=False, repr=False)  # host/port/state already read from the API
+    rate: Rate | None = field(default=None, compare=False, repr=False)  # the $/h connecting read (okc.pods.runpod)
 
     def __post_init__(self) -> None:
         where = f"pod {self.name!r}"
