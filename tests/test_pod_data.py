@@ -22,6 +22,7 @@ from okc import contract, incoming, podfiles
 from okc.cli.app import app
 from okc.errors import LedgerError, LedgerUnusable
 from okc.jobs import folder as jobs
+from okc.lab import records
 from okc.lab import recovery
 from okc.lab.candidates import resolve
 from okc.lab.ledger import Run, ledger, record_run, runs, sound
@@ -174,7 +175,7 @@ def _recorded_folders(lab, count: int) -> list[str]:
             contract.write_json(job_dir / "result.json", {"schema_version": 1, "job_id": job_dir.name, "kind": "check",
                                                           "status": "pass", "duration_s": 1.0})
             (job_dir / "exit_code").write_text("0\n")
-            assert jobs.record_job(conn, job_dir)
+            assert records.record_job(conn, job_dir)
             names.append(job_dir.name)
     return names
 

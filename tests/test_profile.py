@@ -206,7 +206,7 @@ def test_the_options_limits_are_the_judges():
 
 
 def test_the_profile_sets_each_side_against_its_bench_time_and_the_floor(lab):
-    from okc.jobs.folder import load_spec
+    from okc.lab.records import load_spec
     from okc.reports.profile import profile_document
     from okc.reports.views import Source
 
@@ -302,7 +302,7 @@ decode1,qkv_gate,my_gemv,7.10,candidate,1
 
 
 def test_an_official_profile_is_recorded_once_and_shown_beside_the_local_kernels(lab, tmp_path):
-    from okc.jobs.folder import load_spec
+    from okc.lab.records import load_spec
     from okc.reports.profile import profile_document
 
     reportdata.add_candidate(lab, "036_fast")

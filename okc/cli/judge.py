@@ -23,7 +23,7 @@ VERBOSE_HELP = "Also show where the job's seconds went (the worker's timeline an
 
 def _source(outcome):
     """The candidate the job ran (number, name, hash of the copy in its folder) and where it ran."""
-    from okc.jobs.folder import load_spec
+    from okc.lab.records import load_spec
     from okc.reports.views import Source
 
     spec = load_spec(outcome.job_dir)
@@ -164,7 +164,7 @@ def try_command(
     Example: okc try 036 --target 0.003
     """
     from okc.jobs import options, runner
-    from okc.jobs.folder import try_steps
+    from okc.lab.records import try_steps
     from okc.lab import candidates
     from okc.reports import views
     from okc.tables import Document

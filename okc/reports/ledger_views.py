@@ -162,7 +162,7 @@ def _emitted(key: str):
 
 def _local_loads(lab: Lab):
     from okc.errors import JudgeError
-    from okc.jobs.folder import load_result
+    from okc.lab.records import load_result
     from okc.reports.calibration import LocalLoad
 
     def loads(run: Run) -> dict[str, LocalLoad]:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from okc.jobs.folder import load_result, load_spec
+from okc.lab.records import load_result, load_spec
 from okc.lab.config import Lab
 from okc.lab.ledger import ledger, runs
 from okc.lab.profiles import SIDES, Profile, ProfileRow, latest_profile, read_profile
