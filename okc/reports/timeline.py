@@ -47,7 +47,7 @@ def _number(value: Any) -> bool:
 
 def spans(timeline: dict[str, Any], spawn_s: float | None = None) -> list[Span]:
     """The spans between the timeline's marks, in order; ``spawn_s`` (launcher start to worker start) first."""
-    marks = sorted((at, name) for name, at in timeline.items() if name != "started_at" and _number(at))
+    marks = sorted((at, name) for name, at in timeline.items() if name and name != "started_at" and _number(at))
     found = [Span(SPAWN, round(-spawn_s, 3), round(spawn_s, 3))] if spawn_s is not None and spawn_s >= 0 else []
     previous, previous_at = None, 0.0
     for at, name in marks:
