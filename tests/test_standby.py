@@ -10,12 +10,13 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import jobs_of_kind
 from typer.testing import CliRunner
 
 from okc.cli.app import app
 from okc.launch import standby
 from okc.jobs.target import local_locks
-from okc.judge.standby import READY_FILE
+from okc.standby import READY_FILE
 from okc.lab.config import find_lab
 
 CRASH = Path(__file__).resolve().parent.parent / "okc/problems/tiny_matvec/solutions/wrong/crash.py"  # os.abort()
@@ -57,7 +58,7 @@ def warmed() -> None:
 
 
 def newest(lab, kind: str) -> Path:
-    return max((p for p in lab.results.iterdir() if f"-{kind}-" in p.name), key=lambda p: p.name)
+    return jobs_of_kind(lab.results, kind)[-1]
 
 
 def test_the_next_check_runs_in_the_standby_the_last_one_left_and_each_serves_one_job(tiny):

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from okc.cli.app import app
 from okc.launch import standby
 from okc.jobs.target import local_locks
-from okc.judge.standby import READY_FILE
+from okc.standby import READY_FILE
 from okc.lab.config import find_lab
 from okc.lab.ledger import open_ledger, runs
 

@@ -3,7 +3,7 @@
 Opt-in (``OKC_STANDBY=1`` in the launcher's environment). A launcher that has just finished a
 job on GPU i, still holding that GPU's lock, leaves one standby for GPU i (at most one a GPU):
 the folder ``standby-gpuI/`` beside the locks, holding a FIFO and ``standby.json``, and a
-*keeper*, a small process without torch that starts the worker proper (okc.judge.standby) and
+*keeper*, a small process without torch that starts the worker proper (okc.standby) and
 waits. The next launcher that takes GPU i's lock claims the folder (a rename: one claimant),
 writes its job folder into the FIFO and follows the keeper as it would the worker's process:
 the keeper hands the folder to the worker, waits for it and writes its return code into the job
@@ -165,7 +165,7 @@ def keep(slot: Path) -> int:
     reader = os.open(slot / FIFO, os.O_RDONLY | os.O_NONBLOCK)
     holder = os.open(slot / FIFO, os.O_WRONLY | os.O_NONBLOCK)  # a writer always: no end of file while idle
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the launcher's TERM is for the worker; the keeper reports it
-    worker = subprocess.Popen([sys.executable, "-m", "okc.judge.standby"], stdin=subprocess.PIPE,
+    worker = subprocess.Popen([sys.executable, "-m", "okc.standby"], stdin=subprocess.PIPE,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=slot)
     line = _read_line(reader, float(os.environ.get(IDLE_ENV) or IDLE_S))
     if line is None:

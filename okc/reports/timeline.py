@@ -18,7 +18,7 @@ from typing import Any
 
 from okc import podfiles
 from okc.contract import EXIT_FILE, JOB_FILE, PID_FILE, RESULT_FILE, is_job_id
-from okc.judge.kinds.trial import CHECK_FILE
+from okc.podfiles import CHECK_FILE
 from okc.tables import Document, Table, table
 
 # The worker's marks before the kind runs, and what the span ending at each spent.
