@@ -485,8 +485,8 @@ def test_the_watchdog_imports_only_the_standard_library_and_okc_modules_that_do_
         module = todo.pop()
         seen.add(module)
         todo += [m for m in imports(module) if m not in seen]
-    assert seen == {"okc.pods.watchdog", "okc.contract", "okc.podfiles", "okc.launch.launcher", "okc.launch.standby",
-                    "okc.pods.selfstop", "okc.pods.rest"}
+    assert seen == {"okc.pods.watchdog", "okc.contract", "okc.podfiles", "okc.launch.launcher", "okc.launch.proc",
+                    "okc.launch.standby", "okc.pods.selfstop", "okc.pods.rest"}
 
 
 # -- pod.yaml and costs ----------------------------------------------------------------

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from okc.cli.app import app
 from okc.launch import standby
+from okc.launch.proc import process_start
 from okc.jobs.target import local_locks
 from okc.standby import READY_FILE
 from okc.lab.config import find_lab
@@ -28,7 +29,7 @@ def invoke(*args: str):
 
 
 def living(pid: int, start: str | None) -> bool:
-    return start is not None and standby._process_start(pid) == start
+    return start is not None and process_start(pid, living=True) == start
 
 
 @pytest.fixture

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from okc.errors import ConfigError, PodError, UnreachableError
+from okc.podfiles import is_integer
 from okc.pods import rest
 from okc.pods.rest import API_URL_ENV, DEFAULT_API_URL
 
@@ -93,7 +94,7 @@ def _number(value: Any) -> float | None:
 
 
 def _port(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and 0 < value < 65536 else None
+    return value if is_integer(value, 1, 65535) else None
 
 
 def _text(value: Any) -> str | None:
@@ -172,7 +173,7 @@ class RunpodPod:
             ssh_port=_port(direct.get("port")),
             usd_per_hour=_number(data.get("cost")),
             gpu_name=_text(gpu.get("id")),
-            gpu_count=count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 1,
+            gpu_count=count if is_integer(count, 1) else 1,
             started_at=parse_time(data.get("startedAt")),
             image=_text(data.get("image")),
             volume_mount_path=_text(_volume_path(data.get("mounts"))),

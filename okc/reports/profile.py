@@ -18,7 +18,7 @@ from okc.lab.config import Lab
 from okc.lab.ledger import ledger, runs
 from okc.lab.profiles import SIDES, Profile, ProfileRow, latest_profile, read_profile
 from okc.tables import Document, Table
-from okc.reports.views import Source, _job_fields
+from okc.reports.views import Source, job_fields
 
 SIDE_LABELS = {"candidate": "cand", "against": "base"}
 BENCHES_LOOKED_AT = 200  # the newest finished benches searched for a source's shape times
@@ -189,7 +189,7 @@ def profile_document(lab: Lab, job_dir: Path, source: Source | None, recorded: b
         official = official_profile(conn, shas["candidate"]) if shas["candidate"] else None
     rows = official.rows if official else []
     shapes, kernels, official_table = tables(profile, times, list(rows))
-    fields = {**_job_fields(result, source, recorded), "against": profile.against, "replays": profile.replays,
+    fields = {**job_fields(result, source, recorded), "against": profile.against, "replays": profile.replays,
               "activity": profile.activity, "counters": profile.counters_note,
               "bench_job_id": times["candidate"].job_id if times["candidate"] else None,
               "against_bench_job_id": times["against"].job_id if times["against"] else None}
