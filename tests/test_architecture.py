@@ -205,3 +205,18 @@ def test_jobs_and_pods_do_not_import_each_other_and_the_launcher_needs_only_the_
 
     assert "jobs" not in package_imports("pods"), "pods imports jobs while jobs imports pods"
     assert package_imports("launch") == {"contract", "podfiles"}
+
+
+def test_no_test_module_imports_another():
+    """Shared fixtures and helpers live in conftest.py or a helper module (tests/sshd.py, ...), never in a test_*.py."""
+    tests = Path(__file__).parent
+    modules = {p.stem for p in tests.glob("test_*.py")}
+    found = {}
+    for path in sorted(tests.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
+            if hits := [n for n in names if n in modules]:
+                found.setdefault(path.name, []).extend(hits)
+    assert found == {}
+

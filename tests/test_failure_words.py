@@ -9,32 +9,16 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import jobs_of_kind
-from typer.testing import CliRunner
+from conftest import invoke, jobs_of_kind
 
 from okc.cli.app import app
 
-runner = CliRunner()
-
-
-def invoke(*args):
-    return runner.invoke(app, [str(a) for a in args])
 
 
 def one_line(result, code: int) -> str:
     text = result.output.strip()
     assert result.exit_code == code and len(text.splitlines()) == 1 and "Traceback" not in text, result.output
     return text
-
-
-@pytest.fixture
-def tiny(tmp_path, monkeypatch) -> Path:
-    """A tiny_matvec lab made by okc init, the current lab."""
-    root = tmp_path / "tiny"
-    assert invoke("init", root, "--problem", "tiny_matvec").exit_code == 0
-    monkeypatch.setenv("OKC_LAB", str(root))
-    monkeypatch.chdir(root)
-    return root
 
 
 # -- 4: refused before anything is written ----------------------------------------------------------

@@ -6,27 +6,18 @@ from pathlib import Path
 
 import pytest
 
-from okc.jobs import folder as job_folder, runner
+from okc.jobs import runner
 from okc.lab import records
 from okc.lab.candidates import resolve
-from okc.lab.config import find_lab
 from okc.lab.ledger import open_ledger, runs
 from okc.problems.tiny_matvec import PROBLEM as TINY
 from typer.testing import CliRunner
 
-from conftest import jobs_of_kind, write_lab
+from conftest import jobs_of_kind
 from okc.cli.app import app
 
 BASELINE = TINY.baseline_source
 FAST_TIMEOUT_S = 8.0
-
-
-@pytest.fixture
-def tiny_lab(tmp_path, monkeypatch):
-    root = write_lab(tmp_path / "tiny", problem="tiny_matvec", baseline=BASELINE)
-    monkeypatch.setenv("OKC_LAB", str(root))
-    monkeypatch.chdir(root)
-    return find_lab()
 
 
 def add_candidate(lab, name: str, body: str) -> Path:

@@ -17,42 +17,14 @@ import typer
 from typer.testing import CliRunner
 
 import reportdata
-from conftest import REPO, write_lab
+from conftest import REPO, invoke, write_lab
+from outputschema import SCHEMA, assert_schema
 from okc.cli.app import app
 from okc.contract import parse_result
 from okc.problems.tiny_matvec import PROBLEM as TINY
 from okc.reports import views
 
 runner = CliRunner()
-DOC = REPO / "docs" / "output.md"
-SNAKE = re.compile(r"^[a-z][a-z0-9_]*$")
-
-
-def invoke(*args, **kwargs):
-    return runner.invoke(app, list(args), **kwargs)
-
-
-def schema() -> dict[str, list[str]]:
-    """{name: keys} from docs/output.md: each `<!-- schema: NAME -->` marks the key table under it."""
-    found, name = {}, None
-    for line in DOC.read_text(encoding="utf-8").splitlines():
-        if match := re.match(r"<!-- schema: ([a-z_.]+) -->", line):
-            name, found[match[1]] = match[1], []
-        elif name and line.startswith("| ") and not line.startswith(("| key", "|---")):
-            found[name].append(line.split("|")[1].strip())
-        elif name and not line.strip() and found[name]:
-            name = None
-    return found
-
-
-SCHEMA = schema()
-
-
-def assert_schema(records, name):
-    keys = SCHEMA[name]
-    assert all(SNAKE.match(k) for k in keys)
-    for record in records:
-        assert list(record) == keys, name
 
 
 def is_iso(text):

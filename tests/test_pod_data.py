@@ -15,11 +15,10 @@ import stat
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 from hostile_sftp import Crafted, hostile_server
+from conftest import invoke
 from okc import contract, incoming, podfiles
-from okc.cli.app import app
 from okc.errors import LedgerError, LedgerUnusable
 from okc.jobs import folder as jobs
 from okc.lab import records
@@ -29,13 +28,8 @@ from okc.lab.ledger import Run, ledger, record_run, runs, sound
 from okc.pods.config import resolve_pod
 from podjobs import pod_job
 
-runner = CliRunner()
 DEEP = "[" * 10**6 + "]" * 10**6  # JSON a million brackets deep: Python's json would raise RecursionError
 DEEP_FILES = ("result.json", "job.json", "env.json", "launcher.json", "phase.json", "pid.json", "progress.json")
-
-
-def invoke(*args: str):
-    return runner.invoke(app, list(args))
 
 
 def _job_ids(lab) -> list[str]:

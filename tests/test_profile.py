@@ -11,12 +11,10 @@ import statistics
 import profiledata
 import pytest
 import reportdata
-from conftest import jobs_of_kind, write_lab
+from conftest import invoke, jobs_of_kind, write_lab
 from PIL import Image
-from test_output import SCHEMA, assert_schema
-from typer.testing import CliRunner
+from outputschema import SCHEMA, assert_schema
 
-from okc.cli.app import app
 from okc.jobs import options
 from okc.judge.kinds import profile as judge_profile
 from okc.judge import traces
@@ -26,13 +24,8 @@ from okc.lab.ledger import open_ledger
 from okc.problems.tiny_matvec import PROBLEM as TINY
 from okc.tables import render
 
-runner = CliRunner()
 DENIED = ("==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance "
           "Counters on the target device 0.")
-
-
-def invoke(*args, **kwargs):
-    return runner.invoke(app, list(args), **kwargs)
 
 
 def kernel(name, ts, dur, cat="kernel", grid=None, block=None):

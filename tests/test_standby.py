@@ -10,10 +10,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import jobs_of_kind
-from typer.testing import CliRunner
+from conftest import invoke, jobs_of_kind
 
-from okc.cli.app import app
 from okc.launch import standby
 from okc.launch.proc import process_start
 from okc.jobs.target import local_locks
@@ -22,10 +20,6 @@ from okc.lab.config import find_lab
 
 CRASH = Path(__file__).resolve().parent.parent / "okc/problems/tiny_matvec/solutions/wrong/crash.py"  # os.abort()
 READY_WAIT_S = 60.0  # a standby's python imports torch: seconds on a busy 2-core machine
-
-
-def invoke(*args: str):
-    return CliRunner().invoke(app, list(args))
 
 
 def living(pid: int, start: str | None) -> bool:

@@ -7,10 +7,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import REPO, cuda_available, jobs_of_kind
-from typer.testing import CliRunner
+from conftest import REPO, cuda_available, invoke, jobs_of_kind
 
-from okc.cli.app import app
 from okc.contract import LAUNCHER_FILE, PHASE_FILE, write_json
 from okc.jobs import folder as job_folder, runner
 from okc.lab import records
@@ -41,10 +39,6 @@ def kernel_fn(x, layer):
         os.abort()
     return _baseline_kernel_fn(x, layer)
 '''
-
-
-def invoke(*args: str):
-    return CliRunner().invoke(app, list(args))
 
 
 @pytest.fixture
