@@ -1,4 +1,4 @@
-"""Runpod pods' lifecycle: up, stop, terminate, create, status, and what they cost.
+"""Runpod pods' lifecycle: up, stop, terminate, create, status (their cost: okc.reports.costs).
 
 The verbs of ``okc pod`` that talk to Runpod's API (okc.pods.runpod) for pods whose
 pod.yaml entry carries ``runpod_id``. ``up`` starts or resumes the pod, waits until Runpod
