@@ -73,6 +73,15 @@ def jobs_of_kind(folder: Path, kind: str) -> list[Path]:
     return sorted(p for p in folder.iterdir() if (p / JOB_FILE).is_file() and read_job(p).kind == kind)
 
 
+def invoke(*args, **kwargs):
+    """``okc ARGS`` in this process (typer's CliRunner), each argument as text: its exit code and output."""
+    from typer.testing import CliRunner
+
+    from okc.cli.app import app
+
+    return CliRunner().invoke(app, [str(a) for a in args], **kwargs)
+
+
 @pytest.fixture(autouse=True)
 def isolated(tmp_path, monkeypatch):
     """Run every test inside a fresh lab in tmp_path, with a private HOME and SSH config."""
@@ -110,3 +119,12 @@ def tiny_lab(tmp_path, monkeypatch):
     monkeypatch.chdir(root)
     return find_lab()
 
+
+@pytest.fixture
+def tiny(tmp_path, monkeypatch) -> Path:
+    """A tiny_matvec lab made by okc init (candidates 000 and 001, the tiny_demo sweep), the current lab."""
+    root = tmp_path / "tiny"
+    assert invoke("init", root, "--problem", "tiny_matvec").exit_code == 0
+    monkeypatch.setenv("OKC_LAB", str(root))
+    monkeypatch.chdir(root)
+    return root

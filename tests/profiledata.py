@@ -14,7 +14,7 @@ from pathlib import Path
 import reportdata
 from okc.contract import result_document
 from okc.jobs import folder as job_folder
-from okc.jobs.folder import load_spec
+from okc.lab.records import load_spec
 from okc.judge import traces
 from okc.judge.kinds.profile import FLUSH_KERNEL, SIDES, TRACES_DIR, order
 from okc.judge.problem import Case

@@ -2,7 +2,7 @@
 
 Job folders are laid out by okc.jobs.folder itself (job.json and the candidate copy); only the
 worker's part (result.json, env.json) is written here, with muse_bf16_proj's real shapes
-and SPEC 4.5's floor formula, then recorded in a real ledger through okc.jobs.folder.
+and SPEC 4.5's floor formula, then recorded in a real ledger through okc.lab.records.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import math
 from pathlib import Path
 
 from okc.jobs import folder as job_folder
+from okc.lab import records
 from okc.lab.candidates import resolve
 from okc.lab.ledger import open_ledger
 
@@ -76,7 +77,7 @@ def write_env(job_dir: Path, gpu: str, uuid: str) -> None:
 def record(lab, job_dir: Path) -> bool:
     conn = open_ledger(lab.ledger_path)
     try:
-        return job_folder.record_job(conn, job_dir)
+        return records.record_job(conn, job_dir)
     finally:
         conn.close()
 

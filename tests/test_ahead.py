@@ -15,7 +15,7 @@ from okc.judge.protocol.ahead import AHEAD_DIR, read_marker
 from okc.sweeps.experiments import materialise
 
 from conftest import REPO
-from test_screen_gpu import NO_COMPILE, RIGHT, RIGHT_SMALL, TEMPLATE
+from tritonpoints import NO_COMPILE, RIGHT, RIGHT_SMALL, TEMPLATE
 
 triton = pytest.importorskip("triton")
 

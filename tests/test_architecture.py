@@ -1,4 +1,5 @@
-"""The package's shape: no import circles, no module past the size a reader takes in one sitting."""
+"""The package's shape: its packages in one order, no import circles, no module past the size a reader takes in
+one sitting."""
 
 from __future__ import annotations
 
@@ -72,6 +73,67 @@ def test_okc_has_no_import_circle():
     assert cycle is None, "import circle: " + " -> ".join(cycle)
 
 
+# -- the packages' order ----------------------------------------------------------------
+
+# okc's packages and top-level modules from the top down: each imports only what comes after it, counting
+# imports inside functions (a function-level import that climbs is the same circle, hidden). The laptop
+# side, then the GPU side (the process entry points above the judge), then what both sides share.
+LAYERS = (
+    "__main__", "cli", "reports", "sweeps", "jobs", "lab", "pods", "launch", "incoming", "tables",
+    "standby", "worker", "judge", "problems",
+    "benchrules", "contract", "podfiles", "deadline", "errors", "okc",
+)
+# Climbs still allowed, each a package circle not broken yet. judge and problems import each other:
+# a problem module builds judge.problem's Problem with judge.seeds and judge.verdict.rules (and
+# problems/gpumode/adapter.py the GPU MODE clock of judge/protocol/gpumode_timing.py), while the
+# judge's kinds load problems. Breaking it moves Problem, seeds and rules below both, which touches
+# the files issue 33 is changing: issue 36 leaves it for after that merge.
+ALLOWED_CLIMBS = {("problems", "judge")}
+
+
+def layer_of(module: str) -> str:
+    """The entry of LAYERS a module belongs to: its package under okc, or the top-level module's name."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "okc"
+
+
+def climbs(edges: dict[str, set[str]]) -> dict[tuple[str, str], list[str]]:
+    """Every import that reaches a layer above its own, by (from, to) layer: the modules that do it."""
+    rank = {name: index for index, name in enumerate(LAYERS)}
+    found: dict[tuple[str, str], list[str]] = {}
+    for module, imported in edges.items():
+        for other in imported:
+            pair = (layer_of(module), layer_of(other))
+            if pair[0] != pair[1] and rank[pair[1]] < rank[pair[0]]:
+                found.setdefault(pair, []).append(f"{module} -> {other}")
+    return found
+
+
+def test_every_package_has_its_place_in_the_order():
+    assert {layer_of(m) for m in graph()} - set(LAYERS) == set()
+
+
+def test_the_order_check_finds_a_climb():
+    assert climbs({"okc.pods.runpod": {"okc.lab.costs"}, "okc.lab.costs": {"okc.tables"}}) == {
+        ("pods", "lab"): ["okc.pods.runpod -> okc.lab.costs"]}
+
+
+def test_no_package_imports_one_above_it():
+    found = climbs(graph())
+    assert {pair: sorted(where) for pair, where in found.items() if pair not in ALLOWED_CLIMBS} == {}
+    assert set(ALLOWED_CLIMBS) <= set(found), "a circle allowed here is gone: take it out of ALLOWED_CLIMBS"
+
+
+def test_no_package_circle_is_left_but_the_allowed_ones():
+    packages: dict[str, set[str]] = {}
+    for module, imported in graph().items():
+        packages.setdefault(layer_of(module), set()).update(
+            layer_of(other) for other in imported
+            if layer_of(other) != layer_of(module) and (layer_of(module), layer_of(other)) not in ALLOWED_CLIMBS)
+    cycle = find_cycle(packages)
+    assert cycle is None, "package circle: " + " -> ".join(cycle)
+
+
 def test_no_module_is_longer_than_one_sitting():
     long = {str(p.relative_to(PACKAGE)): n for p in PACKAGE.rglob("*.py")
             if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
@@ -80,7 +142,7 @@ def test_no_module_is_longer_than_one_sitting():
 
 def test_the_gpu_side_imports_no_local_side_module():
     edges = graph()
-    shared = ("okc.worker", "okc.contract", "okc.podfiles", "okc.benchrules", "okc.deadline")  # standard library only
+    shared = ("okc.worker", "okc.standby", "okc.contract", "okc.podfiles", "okc.benchrules", "okc.deadline")  # standard library only
     gpu_side = [m for m in edges if m.startswith(("okc.judge", "okc.problems")) or m in shared]
     allowed = ("okc.judge", "okc.problems", *shared)
     wrong = {m: sorted(d for d in edges[m] if d != "okc" and not d.startswith(allowed)) for m in gpu_side}
@@ -143,3 +205,18 @@ def test_jobs_and_pods_do_not_import_each_other_and_the_launcher_needs_only_the_
 
     assert "jobs" not in package_imports("pods"), "pods imports jobs while jobs imports pods"
     assert package_imports("launch") == {"contract", "podfiles"}
+
+
+def test_no_test_module_imports_another():
+    """Shared fixtures and helpers live in conftest.py or a helper module (tests/sshd.py, ...), never in a test_*.py."""
+    tests = Path(__file__).parent
+    modules = {p.stem for p in tests.glob("test_*.py")}
+    found = {}
+    for path in sorted(tests.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
+            if hits := [n for n in names if n in modules]:
+                found.setdefault(path.name, []).extend(hits)
+    assert found == {}
+

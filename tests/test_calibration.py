@@ -5,13 +5,11 @@ import math
 import statistics
 
 import pytest
-from typer.testing import CliRunner
 
+from conftest import invoke
 from okc.reports.calibration import BAND_SIGMAS, MIN_PAIRS, calibrate, fit
-from okc.cli.app import app
 from okc.lab.ledger import Run, open_ledger, record_run, runs
 
-runner = CliRunner()
 RATIOS = {1: 0.98, 2: 0.99, 3: 1.0}  # official / local, by candidate
 LOCAL = {1: 1.10, 2: 1.20, 3: 1.3234}
 PREDICTED_LOCAL = 1.40  # candidate 4 has only a local bench
@@ -23,10 +21,6 @@ def run(number, kind, score, sha=None, **extra):
                   score=score, ci_lo=score * 0.99, ci_hi=score * 1.01)
     values.update(extra)
     return Run(**values)
-
-
-def invoke(*args):
-    return runner.invoke(app, list(args))
 
 
 def fill(lab, numbers):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -15,39 +14,16 @@ import torch
 import okc
 from okc.judge.verdict import rules
 from okc.judge.kinds.check import run_check, select_cases
-from okc.contract import write_json
 from okc.judge.loader import CandidateLoadError, load_candidate
 from okc.judge.problem import Case, Tolerance
 from okc.problems import BUILT_IN, load_problem
+from workerjobs import PROBLEMS_DIR, make_job, run_worker
 
-PROBLEMS_DIR = Path(okc.__file__).resolve().parent / "problems"
 # Cases that expose every wrong muse solution on the CPU while staying cheap there: the
 # sliced unpooler, probe rows on a bf16 layer (o at m = 8), and the router at a larger m.
 MUSE_CPU_CASES = ["o/m=8", "unpooler/m=5", "router/m=9", "router/m=512"]
 PROCESS_RULES = {"timeout", "crash"}  # verdicts only the launcher can give: the worker cannot finish
 IN_A_WORKER = "Judged in a worker"  # a solution's docstring says so when it rebinds torch for its process
-
-
-def make_job(job_dir: Path, source: Path, problem_name: str, **fields) -> Path:
-    (job_dir / "candidate").mkdir(parents=True)
-    target = job_dir / "candidate" / source.name
-    target.write_bytes(source.read_bytes())
-    job = {
-        "schema_version": 1, "job_id": job_dir.name, "kind": "check", "problem": problem_name,
-        "candidate": {"number": 1, "name": source.stem, "sha256": "0" * 64, "source": f"candidate/{source.name}"},
-        "against": None, "aa": False, "device": "auto", "seed": None, "prepare_timeout_s": 300,
-        "job_timeout_s": 600, "cases": None, "weight_seeds": None, "bench": {},
-    }
-    job.update(fields)
-    write_json(job_dir / "job.json", job)
-    return job_dir
-
-
-def run_worker(job_dir: Path, timeout: float = 120) -> tuple[int, dict]:
-    done = subprocess.run([sys.executable, "-m", "okc.worker", str(job_dir)], capture_output=True, text=True,
-                          timeout=timeout, cwd=job_dir)
-    (job_dir / "log.txt").write_text(done.stdout + done.stderr)
-    return done.returncode, json.loads((job_dir / "result.json").read_text())
 
 
 # --- the tiny problem, end to end through the worker -----------------------------------------

@@ -14,7 +14,7 @@ import torch
 from okc.judge.protocol.capture import CaptureError, capture
 from okc.judge.kinds.check import run_check
 from okc.problems import load_problem
-from test_check import PROBLEMS_DIR, make_job
+from workerjobs import PROBLEMS_DIR, make_job
 
 pytestmark = pytest.mark.gpu
 REPO = Path(__file__).resolve().parent.parent

@@ -4,15 +4,10 @@ import json
 
 import pytest
 import typer
-from typer.testing import CliRunner
 
+from conftest import invoke
 from okc.cli.app import app
 
-runner = CliRunner()
-
-
-def invoke(*args):
-    return runner.invoke(app, list(args))
 
 
 def all_commands(typer_app: typer.Typer, prefix=()):

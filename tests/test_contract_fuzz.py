@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from okc import contract, incoming
 from okc.errors import OkcError
 from okc.jobs import folder as jobs
+from okc.lab import records
 from okc.lab.candidates import resolve
 from okc.lab.ledger import ledger
 from okc.reports import timeline, views
@@ -86,7 +87,7 @@ def _handled(lab, job_dir: Path) -> None:
         return  # refused: the only other outcome
     with ledger(lab.ledger_path) as conn:
         try:
-            jobs.record_job(conn, job_dir)
+            records.record_job(conn, job_dir)
         except OkcError:
             pass  # a row the ledger refused is said in one line
         result = jobs.finish_job(job_dir)

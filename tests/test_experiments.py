@@ -28,7 +28,7 @@ from okc.lab.sweep_ledger import sweep_rows
 from okc.problems.tiny_matvec import PROBLEM as TINY
 
 from conftest import REPO, jobs_of_kind, write_lab
-from test_output import SCHEMA
+from outputschema import SCHEMA
 
 # A template whose points differ in speed (a sleep), in correctness and in whether they import.
 TEMPLATE = '''\

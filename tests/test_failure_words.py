@@ -9,32 +9,16 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import jobs_of_kind
-from typer.testing import CliRunner
+from conftest import invoke, jobs_of_kind
 
 from okc.cli.app import app
 
-runner = CliRunner()
-
-
-def invoke(*args):
-    return runner.invoke(app, [str(a) for a in args])
 
 
 def one_line(result, code: int) -> str:
     text = result.output.strip()
     assert result.exit_code == code and len(text.splitlines()) == 1 and "Traceback" not in text, result.output
     return text
-
-
-@pytest.fixture
-def tiny(tmp_path, monkeypatch) -> Path:
-    """A tiny_matvec lab made by okc init, the current lab."""
-    root = tmp_path / "tiny"
-    assert invoke("init", root, "--problem", "tiny_matvec").exit_code == 0
-    monkeypatch.setenv("OKC_LAB", str(root))
-    monkeypatch.chdir(root)
-    return root
 
 
 # -- 4: refused before anything is written ----------------------------------------------------------
@@ -100,7 +84,7 @@ def test_a_subcommands_usage_error_names_it_as_typed(tiny):
 def test_a_job_stopped_by_a_signal_shows_the_signal_not_a_negative_code():
     from okc.contract import JobState
     from okc.pods.views import jobs_document
-    from okc.reports.tables import to_json, to_markdown
+    from okc.tables import to_json, to_markdown
 
     document = jobs_document([(JobState("j", "finished", exit_code=-15, started_at=0.0), False),
                               (JobState("k", "finished", exit_code=1, started_at=0.0), True)], "local")

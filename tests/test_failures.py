@@ -13,23 +13,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from okc.cli.app import app
+from conftest import invoke
 
 runner = CliRunner()
-
-
-def invoke(*args):
-    return runner.invoke(app, [str(a) for a in args])
-
-
-@pytest.fixture
-def tiny(tmp_path, monkeypatch) -> Path:
-    """A tiny_matvec lab made by okc init (candidates 000 and 001), the current lab."""
-    root = tmp_path / "tiny"
-    assert invoke("init", root, "--problem", "tiny_matvec").exit_code == 0
-    monkeypatch.setenv("OKC_LAB", str(root))
-    monkeypatch.chdir(root)
-    return root
 
 
 def candidate(root: Path, name: str, text: str | bytes) -> None:

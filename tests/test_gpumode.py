@@ -12,12 +12,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO, jobs_of_kind
+from conftest import REPO, invoke, jobs_of_kind
 from PIL import Image
-from test_output import SCHEMA
-from typer.testing import CliRunner
+from outputschema import SCHEMA
 
-from okc.cli.app import app
 from okc.errors import ConfigError
 from okc.judge.protocol import gpumode_timing
 from okc.judge.protocol.benchcases import BenchFailed
@@ -34,12 +32,7 @@ FOLDERS = REPO / "tests" / "gpumode"
 VECTORADD = FOLDERS / "vectoradd"
 WRONG = VECTORADD / "wrong"
 CPU = torch.device("cpu")
-runner = CliRunner()
 QUICK = gpumode_timing.Settings(max_repeats=20, max_time_s=1.0, max_wall_s=0.5)
-
-
-def invoke(*args: str):
-    return runner.invoke(app, list(args))
 
 
 def flat_problem(tmp_path: Path) -> GpuModeProblem:

@@ -22,6 +22,7 @@ from okc.errors import UnreachableError
 from okc.jobs import folder as job_folder
 from okc.jobs import runner
 from okc.jobs.target import LocalTarget, local_locks
+from okc.lab import records
 from okc.lab.candidates import resolve
 from okc.lab.ledger import ledger, runs
 from okc.launch import launcher
@@ -161,7 +162,7 @@ def test_a_job_lost_on_the_pod_is_recorded_once_as_an_error_and_pull_and_attach_
     assert attached.exit_code == 1 and LOST_REASON in attached.output
     assert CliRunner().invoke(app, ["pull"]).exit_code == 0
     assert len(_rows(ssh_lab)) == 1
-    assert job_folder.load_result(job_dir).error_kind == "infrastructure"
+    assert records.load_result(job_dir).error_kind == "infrastructure"
 
 
 def test_a_local_job_waits_for_the_gpu_a_sweep_holds(lab):
@@ -190,7 +191,7 @@ def test_a_local_job_waits_for_the_gpu_a_sweep_holds(lab):
             time.sleep(0.1)
         assert not done.is_set() and not (job_dir / "result.json").exists()
     assert done.wait(120)
-    assert job_folder.load_result(job_dir).status == "pass"
+    assert records.load_result(job_dir).status == "pass"
     assert f"running on {launcher.slot_name(0)}" in "".join(logged)
 
 
@@ -216,7 +217,7 @@ def test_ctrl_c_stops_a_local_job_and_leaves_no_ledger_row(lab):
     result = job_folder.finish_job(job_dir)
     assert result.error_kind == "interrupted" and not result.recorded
     with ledger(lab.ledger_path) as conn:
-        assert job_folder.record_job(conn, job_dir) is False
+        assert records.record_job(conn, job_dir) is False
 
 
 def test_a_run_on_an_unreachable_pod_leaves_no_folder(lab_root, sshd, tmp_path):

@@ -6,26 +6,18 @@ from pathlib import Path
 
 import pytest
 
-from okc.jobs import folder as job_folder, runner
+from okc.jobs import runner
+from okc.lab import records
 from okc.lab.candidates import resolve
-from okc.lab.config import find_lab
 from okc.lab.ledger import open_ledger, runs
 from okc.problems.tiny_matvec import PROBLEM as TINY
 from typer.testing import CliRunner
 
-from conftest import jobs_of_kind, write_lab
+from conftest import jobs_of_kind
 from okc.cli.app import app
 
 BASELINE = TINY.baseline_source
 FAST_TIMEOUT_S = 8.0
-
-
-@pytest.fixture
-def tiny_lab(tmp_path, monkeypatch):
-    root = write_lab(tmp_path / "tiny", problem="tiny_matvec", baseline=BASELINE)
-    monkeypatch.setenv("OKC_LAB", str(root))
-    monkeypatch.chdir(root)
-    return find_lab()
 
 
 def add_candidate(lab, name: str, body: str) -> Path:
@@ -50,7 +42,7 @@ def test_a_check_leaves_a_complete_job_folder_and_one_ledger_row(tiny_lab):
     assert json.loads((folder / "env.json").read_text())["seed"] == outcome.result.seed
     (row,) = runs(open_ledger(tiny_lab.ledger_path))
     assert row.kind == "check" and row.passed and row.job_id == outcome.result.job_id
-    assert job_folder.record_job(open_ledger(tiny_lab.ledger_path), folder) is False  # exactly once
+    assert records.record_job(open_ledger(tiny_lab.ledger_path), folder) is False  # exactly once
     # Where the worker's seconds went: torch ready, env read, each phase's first entry, the result.
     timeline = json.loads((folder / "result.json").read_text())["timeline"]
     spec_written = (folder / "job.json").stat().st_mtime
@@ -133,7 +125,7 @@ def test_quick_check_is_partial_and_says_so(tiny_lab):
     assert result.exit_code == 0, result.output
     rows = json.loads(result.output)["cases"]
     assert {row["m"] for row in rows} == {1, 3, 8}  # m <= 16 only: 500 and 17 are left out
-    outcome = job_folder.load_result(jobs_of_kind(tiny_lab.results, "check")[-1])
+    outcome = records.load_result(jobs_of_kind(tiny_lab.results, "check")[-1])
     assert "partial check" in outcome.reason and "1 of 2 weight sets" in outcome.reason
 
 

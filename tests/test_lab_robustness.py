@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from conftest import invoke
 from okc.cli.app import app
 from okc import benchrules
 from okc.jobs import options
@@ -27,10 +28,6 @@ from okc.lab.ledger import open_ledger, runs
 runner = CliRunner()
 REPO = Path(__file__).resolve().parent.parent
 NO_GPU = not options.nvidia_driver()
-
-
-def invoke(*args):
-    return runner.invoke(app, [str(a) for a in args])
 
 
 def one_line(result, code: int, *words: str) -> str:
@@ -49,16 +46,6 @@ def one_line(result, code: int, *words: str) -> str:
 def job_folders(root: Path) -> list[Path]:
     results = root / "results"
     return sorted(p for p in results.iterdir() if p.is_dir()) if results.exists() else []
-
-
-@pytest.fixture
-def tiny(tmp_path, monkeypatch) -> Path:
-    """A tiny_matvec lab, made by okc init (candidates 000 and 001, the tiny_demo sweep)."""
-    root = tmp_path / "tiny"
-    assert invoke("init", root, "--problem", "tiny_matvec").exit_code == 0
-    monkeypatch.setenv("OKC_LAB", str(root))
-    monkeypatch.chdir(root)
-    return root
 
 
 @pytest.fixture
@@ -462,7 +449,7 @@ def test_22_bad_lab_settings_are_refused_at_load(tiny, setting, message):
 
 
 def test_23_one_name_per_kind_of_job_field():
-    from test_output import SCHEMA
+    from outputschema import SCHEMA
 
     for name, keys in SCHEMA.items():
         for key in keys:

@@ -10,21 +10,14 @@ from pathlib import Path
 
 import pytest
 import tomllib
-from conftest import REPO, cuda_available, jobs_of_kind
+from conftest import REPO, cuda_available, invoke, jobs_of_kind
 from PIL import Image
-from typer.testing import CliRunner
 
-from okc.cli.app import app
 from okc.lab.config import find_lab
 
-runner = CliRunner()
 INIT_PROBLEMS = ("muse_bf16_proj", "tiny_matvec")
 PROBLEMS = REPO / "okc" / "problems"
 CPU_TIMING = "CPU timing: no CUDA graphs, no L2 flush"
-
-
-def invoke(*args: str):
-    return runner.invoke(app, list(args))
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:

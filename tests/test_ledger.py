@@ -195,9 +195,9 @@ def test_latest_aa_is_per_target(tmp_path):
 def test_bench_settings_take_the_targets_aa_floor(lab):
     from okc.jobs import runner
 
-    assert "aa_floor" not in runner.with_aa_floor(lab, "local", {})
     conn = open_ledger(lab.ledger_path)
+    assert "aa_floor" not in runner.with_aa_floor(conn, "local", {})
     record_run(conn, run(number=0, target="local", kind="bench", against=f"000_baseline{ledger.AA_MARK}",
                          score=0.996, ci_lo=0.993, ci_hi=0.999))
-    assert runner.with_aa_floor(lab, "local", {})["aa_floor"] == 0.007
-    assert runner.with_aa_floor(lab, "local", {"aa_floor": 0.02})["aa_floor"] == 0.02
+    assert runner.with_aa_floor(conn, "local", {})["aa_floor"] == 0.007
+    assert runner.with_aa_floor(conn, "local", {"aa_floor": 0.02})["aa_floor"] == 0.02

@@ -17,42 +17,14 @@ import typer
 from typer.testing import CliRunner
 
 import reportdata
-from conftest import REPO, write_lab
+from conftest import REPO, invoke, write_lab
+from outputschema import SCHEMA, assert_schema
 from okc.cli.app import app
 from okc.contract import parse_result
 from okc.problems.tiny_matvec import PROBLEM as TINY
 from okc.reports import views
 
 runner = CliRunner()
-DOC = REPO / "docs" / "output.md"
-SNAKE = re.compile(r"^[a-z][a-z0-9_]*$")
-
-
-def invoke(*args, **kwargs):
-    return runner.invoke(app, list(args), **kwargs)
-
-
-def schema() -> dict[str, list[str]]:
-    """{name: keys} from docs/output.md: each `<!-- schema: NAME -->` marks the key table under it."""
-    found, name = {}, None
-    for line in DOC.read_text(encoding="utf-8").splitlines():
-        if match := re.match(r"<!-- schema: ([a-z_.]+) -->", line):
-            name, found[match[1]] = match[1], []
-        elif name and line.startswith("| ") and not line.startswith(("| key", "|---")):
-            found[name].append(line.split("|")[1].strip())
-        elif name and not line.strip() and found[name]:
-            name = None
-    return found
-
-
-SCHEMA = schema()
-
-
-def assert_schema(records, name):
-    keys = SCHEMA[name]
-    assert all(SNAKE.match(k) for k in keys)
-    for record in records:
-        assert list(record) == keys, name
 
 
 def is_iso(text):
@@ -129,7 +101,7 @@ def test_bench_and_report_match_the_schema(lab):
     job_dir = reportdata.bench_job(lab, "36")
     result = parse_result(json.loads((job_dir / "result.json").read_text()))
     source = views.Source(36, "036_fast", "ab" * 32, "local")
-    from okc.reports.tables import to_json
+    from okc.tables import to_json
 
     data = json.loads(to_json(views.bench_document(result, source, "000_baseline", True)))
     assert list(data) == SCHEMA["bench"]
@@ -146,7 +118,7 @@ def test_bench_and_report_match_the_schema(lab):
 
 def test_floor_sweep_and_jobs_match_the_schema():
     from okc.pods.views import jobs_document
-    from okc.reports.tables import to_json
+    from okc.tables import to_json
     from okc.sweeps.view import sweep_document
 
     floor = parse_result({"schema_version": 1, "job_id": "f", "kind": "floor", "status": "ok", "gpu_name": "H200",
@@ -221,7 +193,7 @@ def test_an_error_quoting_what_the_user_typed_is_printed_literally(lab):
 def test_a_table_cell_with_markup_is_shown_literally():
     from rich.console import Console
 
-    from okc.reports.tables import render
+    from okc.tables import render
     from okc.sweeps.view import sweep_document
 
     sweep = SimpleNamespace(run=SimpleNamespace(run_id="r1"), points=1, emitted=None, winners={}, params={},

@@ -2,21 +2,15 @@
 
 import pytest
 from PIL import Image
-from typer.testing import CliRunner
 
 import reportdata
-from okc.cli.app import app
+from conftest import invoke
 from okc.lab.ledger import Run, open_ledger, record_run
 from okc.reports.plot import DPI, HISTORY_SIZE_IN, SHAPES_COLUMNS, SHAPES_PANEL_IN
 
-runner = CliRunner()
 # matplotlib's tab10 colours, as drawn at full opacity.
 BLUE, ORANGE, GREEN, RED, GRAY = (31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40), (127, 127, 127)
 MIN_COLOURS = 50  # antialiased text and lines alone give hundreds; a blank image has one
-
-
-def invoke(*args):
-    return runner.invoke(app, list(args))
 
 
 def pixels_of(path, colour, tolerance=6) -> int:

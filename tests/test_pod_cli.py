@@ -6,20 +6,14 @@ import json
 from pathlib import Path
 
 import yaml
-from typer.testing import CliRunner
 
-from okc.cli.app import app
+from conftest import invoke
 from okc.pods.hostkeys import fingerprint, pins_path
 from okc.lab.ledger import open_ledger, runs
 from okc.launch import launcher
 from okc.pods.config import resolve_pod
 from sshd import POD_NAME, free_port
 
-runner = CliRunner()
-
-
-def invoke(*args, **kwargs):
-    return runner.invoke(app, list(args), **kwargs)
 
 
 def test_trust_asks_then_pins(ssh_lab, sshd):

@@ -15,26 +15,21 @@ import stat
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 from hostile_sftp import Crafted, hostile_server
+from conftest import invoke
 from okc import contract, incoming, podfiles
-from okc.cli.app import app
 from okc.errors import LedgerError, LedgerUnusable
 from okc.jobs import folder as jobs
+from okc.lab import records
 from okc.lab import recovery
 from okc.lab.candidates import resolve
 from okc.lab.ledger import Run, ledger, record_run, runs, sound
 from okc.pods.config import resolve_pod
 from podjobs import pod_job
 
-runner = CliRunner()
 DEEP = "[" * 10**6 + "]" * 10**6  # JSON a million brackets deep: Python's json would raise RecursionError
 DEEP_FILES = ("result.json", "job.json", "env.json", "launcher.json", "phase.json", "pid.json", "progress.json")
-
-
-def invoke(*args: str):
-    return runner.invoke(app, list(args))
 
 
 def _job_ids(lab) -> list[str]:
@@ -174,7 +169,7 @@ def _recorded_folders(lab, count: int) -> list[str]:
             contract.write_json(job_dir / "result.json", {"schema_version": 1, "job_id": job_dir.name, "kind": "check",
                                                           "status": "pass", "duration_s": 1.0})
             (job_dir / "exit_code").write_text("0\n")
-            assert jobs.record_job(conn, job_dir)
+            assert records.record_job(conn, job_dir)
             names.append(job_dir.name)
     return names
 

@@ -10,23 +10,17 @@ from __future__ import annotations
 import json
 
 import pytest
-from typer.testing import CliRunner
 
 import reportdata
 from hostile_sftp import Crafted, hostile_server
+from conftest import invoke
 from okc import contract
-from okc.cli.app import app
 from okc.jobs import folder as jobs
 from okc.lab.candidates import resolve
 from podjobs import pod_job
 
-runner = CliRunner()
 EVIL = "\x1b]0;owned\x07\x1b[2J\x9b31m root:x:0:0 [bold]big[/bold] :smile:"
 FORMATS = ("table", "json", "nl", "csv", "markdown")
-
-
-def invoke(*args: str):
-    return runner.invoke(app, list(args))
 
 
 def _literal(output: str) -> None:

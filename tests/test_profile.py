@@ -11,12 +11,10 @@ import statistics
 import profiledata
 import pytest
 import reportdata
-from conftest import jobs_of_kind, write_lab
+from conftest import invoke, jobs_of_kind, write_lab
 from PIL import Image
-from test_output import SCHEMA, assert_schema
-from typer.testing import CliRunner
+from outputschema import SCHEMA, assert_schema
 
-from okc.cli.app import app
 from okc.jobs import options
 from okc.judge.kinds import profile as judge_profile
 from okc.judge import traces
@@ -24,15 +22,10 @@ from okc.lab import ledger
 from okc.lab.config import find_lab
 from okc.lab.ledger import open_ledger
 from okc.problems.tiny_matvec import PROBLEM as TINY
-from okc.reports.tables import render
+from okc.tables import render
 
-runner = CliRunner()
 DENIED = ("==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance "
           "Counters on the target device 0.")
-
-
-def invoke(*args, **kwargs):
-    return runner.invoke(app, list(args), **kwargs)
 
 
 def kernel(name, ts, dur, cat="kernel", grid=None, block=None):
@@ -206,7 +199,7 @@ def test_the_options_limits_are_the_judges():
 
 
 def test_the_profile_sets_each_side_against_its_bench_time_and_the_floor(lab):
-    from okc.jobs.folder import load_spec
+    from okc.lab.records import load_spec
     from okc.reports.profile import profile_document
     from okc.reports.views import Source
 
@@ -302,7 +295,7 @@ decode1,qkv_gate,my_gemv,7.10,candidate,1
 
 
 def test_an_official_profile_is_recorded_once_and_shown_beside_the_local_kernels(lab, tmp_path):
-    from okc.jobs.folder import load_spec
+    from okc.lab.records import load_spec
     from okc.reports.profile import profile_document
 
     reportdata.add_candidate(lab, "036_fast")

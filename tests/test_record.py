@@ -3,14 +3,12 @@
 import json
 
 import pytest
-from typer.testing import CliRunner
 
 import reportdata
-from okc.cli.app import app
+from conftest import invoke
 from okc.errors import ConfigError
 from okc.lab.ledger import open_ledger, runs
 
-runner = CliRunner()
 SCORED = ["--official", "scored", "--score", "1.3218", "--ci", "1.3036:1.3433", "--job", "a9df1c"]
 
 # The seed write-up's official 036 table (load, layer, M / N / K, baseline µs, 036 µs, ratio), as its CSV reads.
@@ -42,10 +40,6 @@ def seed_csv(rows=SEED_036, header="Load,Layer,M / N / K,Baseline μs,036 μs,Ra
     lines = [header] + [f'{load},{layer},"{mnk}",{base:.3f},{cand:.3f},{base / cand:.3f}×'
                         for load, layer, mnk, base, cand in rows]
     return "\n".join(lines) + "\n"
-
-
-def invoke(*args):
-    return runner.invoke(app, list(args))
 
 
 def ledger_rows(lab):

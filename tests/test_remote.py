@@ -14,6 +14,7 @@ import pytest
 import okc
 
 from okc.jobs import folder as job_folder, runner
+from okc.lab import records
 from okc.launch import agent, launcher
 from okc.pods import lifecycle
 from okc.pods.target import PodTarget
@@ -91,7 +92,7 @@ def test_connection_killed_mid_job_then_attach_resumes_and_the_ledger_has_it_onc
     assert "".join(resumed).encode() == whole[len(seen_before):]
     assert (job_dir / "log.txt").read_bytes() == whole
     assert "preparing" in whole.decode()
-    assert job_folder.load_result(job_dir).status == "pass"
+    assert records.load_result(job_dir).status == "pass"
     with _pod_target(ssh_lab) as target:
         assert runner.pull(ssh_lab, target).pulled == ()
         assert runner.pull(ssh_lab, target, job_dir.name).pulled == ()
@@ -140,7 +141,7 @@ def test_a_second_job_waits_for_the_gpu_lock(ssh_lab):
     _wait_finished(ssh_lab, job_dir.name)
     with _pod_target(ssh_lab) as target:
         assert runner.pull(ssh_lab, target).pulled == (job_dir,)
-    assert job_folder.load_result(job_dir).status == "pass"
+    assert records.load_result(job_dir).status == "pass"
     assert f"running on {launcher.slot_name(0)}" in (job_dir / "log.txt").read_text()
     assert [r.job_id for r in _ledger_rows(ssh_lab)] == [job_dir.name]
 

@@ -8,23 +8,16 @@ import sqlite3
 import pytest
 
 from okc.jobs import options
-from typer.testing import CliRunner
 
 import reportdata
-from conftest import jobs_of_kind
+from conftest import invoke, jobs_of_kind
 from okc.lab import ledger
-from okc.cli.app import app
 from okc.lab.ledger import Floor, latest_floor, open_ledger, record_floor
 from okc.reports.report import build_report, measured_floor_us, read_us
 from okc.contract import FloorSize, ShapeResult
 
-runner = CliRunner()
 SHAPE_COLUMNS = ["load", "layer", "m", "N", "K", "baseline µs", "candidate µs", "ratio", "floor µs", "time/floor"]
 READ_COLUMNS = ["read floor µs", "time/read floor"]
-
-
-def invoke(*args):
-    return runner.invoke(app, list(args))
 
 
 def markdown_tables(text: str) -> dict[str, list[dict[str, str]]]:

@@ -12,21 +12,15 @@ from pathlib import Path
 import paramiko
 import pytest
 import yaml
-from typer.testing import CliRunner
 
-from okc.cli.app import app
+from conftest import invoke
 from okc.errors import ConfigError
 from okc.pods.config import parse_pod_file, resolve_pod
 from okc.pods.hostkeys import KNOWN_HOSTS_ENV, HostKeyPins, fingerprint, pin_name, pins_path
 from sshd import POD_NAME, write_ed25519
 
-runner = CliRunner()
 GOOD = {"host": "203.0.113.7", "remote_dir": "/workspace/okc"}
 RELAY = Path(__file__).with_name("relay.py")
-
-
-def invoke(*args, **kwargs):
-    return runner.invoke(app, list(args), **kwargs)
 
 
 def _pods(lab) -> dict:

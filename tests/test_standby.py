@@ -10,24 +10,20 @@ import time
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from conftest import invoke, jobs_of_kind
 
-from okc.cli.app import app
 from okc.launch import standby
+from okc.launch.proc import process_start
 from okc.jobs.target import local_locks
-from okc.judge.standby import READY_FILE
+from okc.standby import READY_FILE
 from okc.lab.config import find_lab
 
 CRASH = Path(__file__).resolve().parent.parent / "okc/problems/tiny_matvec/solutions/wrong/crash.py"  # os.abort()
 READY_WAIT_S = 60.0  # a standby's python imports torch: seconds on a busy 2-core machine
 
 
-def invoke(*args: str):
-    return CliRunner().invoke(app, list(args))
-
-
 def living(pid: int, start: str | None) -> bool:
-    return start is not None and standby._process_start(pid) == start
+    return start is not None and process_start(pid, living=True) == start
 
 
 @pytest.fixture
@@ -57,8 +53,7 @@ def warmed() -> None:
 
 
 def newest(lab, kind: str) -> Path:
-    return max((p for p in lab.results.iterdir() if (p / "job.json").is_file()
-                and json.loads((p / "job.json").read_text())["kind"] == kind), key=lambda p: p.name)
+    return jobs_of_kind(lab.results, kind)[-1]
 
 
 def test_the_next_check_runs_in_the_standby_the_last_one_left_and_each_serves_one_job(tiny):

@@ -5,17 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_output import SCHEMA, assert_schema
-from typer.testing import CliRunner
+from outputschema import SCHEMA, assert_schema
 
-from okc.cli.app import app
+from conftest import invoke
 from okc.contract import JOB_FILE, PID_FILE, RESULT_FILE
 from okc.judge.kinds.trial import CHECK_FILE
 from okc.reports.timeline import SPAWN, Span, job_document, spans, step_seconds, timeline_tables
-
-
-def invoke(*args: str):
-    return CliRunner().invoke(app, list(args))
 
 
 TIMELINE = {"started_at": 1000.0, "torch": 0.9, "env": 0.95, "job": 0.96, "check.import": 1.0, "check.prepare": 1.1,

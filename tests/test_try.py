@@ -7,12 +7,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import REPO, cuda_available
-from typer.testing import CliRunner
+from conftest import REPO, cuda_available, invoke, jobs_of_kind
 
-from okc.cli.app import app
 from okc.contract import LAUNCHER_FILE, PHASE_FILE, write_json
 from okc.jobs import folder as job_folder, runner
+from okc.lab import records
 from okc.lab.candidates import resolve
 from okc.lab.config import find_lab
 from okc.lab.ledger import AA_MARK, Run, open_ledger, record_run, recorded_job_ids, runs
@@ -42,10 +41,6 @@ def kernel_fn(x, layer):
 '''
 
 
-def invoke(*args: str):
-    return CliRunner().invoke(app, list(args))
-
-
 @pytest.fixture
 def tiny(tmp_path, monkeypatch):
     """`okc init DIR --problem tiny_matvec`: 000_baseline and 001_matmul."""
@@ -62,8 +57,7 @@ def rows(lab):
 
 
 def only_job(lab) -> Path:
-    (job_dir,) = [p for p in lab.results.iterdir() if (p / "job.json").is_file()
-                  and json.loads((p / "job.json").read_text())["kind"] == "try"]
+    (job_dir,) = jobs_of_kind(lab.results, "try")
     return job_dir
 
 
@@ -108,7 +102,7 @@ def test_try_passes_checks_then_benches_in_one_worker_with_a_ledger_row_per_step
     assert bench_row.score == pytest.approx(result["score"]) and (bench_row.ci_lo, bench_row.ci_hi) == tuple(result["score_ci"])
     # Recorded once; the job counts as recorded (okc jobs, okc pull); okc ledger sees both.
     with open_ledger(tiny.ledger_path) as conn:
-        assert job_folder.record_job(conn, job_dir) is False and len(runs(conn)) == 2
+        assert records.record_job(conn, job_dir) is False and len(runs(conn)) == 2
         assert job_dir.name in recorded_job_ids(conn)
         costs = conn.execute("SELECT kind FROM job_costs").fetchall()
     assert [c[0] for c in costs] == ["try"]
@@ -151,15 +145,15 @@ def test_a_try_folder_whose_worker_died_in_the_check_makes_only_a_check_row(tiny
     write_json(job_dir / LAUNCHER_FILE, {"returncode": -11})
     result = job_folder.finish_job(job_dir)
     assert result.status == "error" and "SIGSEGV during check.prepare" in result.reason
-    (run,) = job_folder.runs_for(job_dir)
+    (run,) = records.runs_for(records.read_finished(job_dir))
     assert (run.kind, run.status, run.job_id) == ("check", "error", f"{job_dir.name}.check")
     # With the check's verdict written, the same death is the bench's.
-    spec = job_folder.load_spec(job_dir)
+    spec = records.load_spec(job_dir)
     write_json(job_dir / CHECK_FILE, step_document(spec, job_dir, "check", {"status": "pass"}))
-    assert [(r.kind, r.status) for r in job_folder.runs_for(job_dir)] == [("check", "pass"), ("bench", "error")]
+    assert [(r.kind, r.status) for r in records.runs_for(records.read_finished(job_dir))] == [("check", "pass"), ("bench", "error")]
     # A failed check.json: no bench row, whatever result.json says.
     write_json(job_dir / CHECK_FILE, step_document(spec, job_dir, "check", {"status": "fail", "reason": "row 3"}))
-    (run,) = job_folder.runs_for(job_dir)
+    (run,) = records.runs_for(records.read_finished(job_dir))
     assert (run.status, run.note) == ("fail", "row 3")
 
 

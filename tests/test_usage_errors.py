@@ -12,16 +12,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from conftest import cuda_available, write_lab
+from conftest import cuda_available, invoke, write_lab
 from okc.cli.app import app
 from okc.lab.ledger import open_ledger, runs
 from okc.problems.tiny_matvec import PROBLEM as TINY
 
-runner = CliRunner()
-
-
-def invoke(*args):
-    return runner.invoke(app, list(args))
 
 
 def assert_refused(result, lab_root, message):

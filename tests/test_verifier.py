@@ -192,7 +192,7 @@ def _is_verifier(pid: int) -> bool:
 
 
 def test_the_verifier_dies_with_a_worker_that_crashed(tmp_path):
-    from test_check import make_job, run_worker
+    from workerjobs import make_job, run_worker
 
     record = tmp_path / "children.txt"
     source = tmp_path / "crash_after_looking.py"

@@ -226,7 +226,7 @@ def handles_errors(command: Callable) -> Callable:
 
 def output_format(fmt: str, as_json: bool = False, nl: bool = False) -> str:
     """The one format that --format, --json and --nl ask for; asking for two is a usage error."""
-    from okc.reports.tables import FORMATS
+    from okc.tables import FORMATS
 
     if fmt not in FORMATS:
         raise ConfigError(f"unknown format {fmt!r}; use {FORMAT_HELP}")
@@ -284,7 +284,7 @@ def candidate_ref(words: list[str]) -> str:
 
 def show(document, fmt: str) -> None:
     """Print a Document in the chosen format; its lines only beside the tables for people."""
-    from okc.reports.tables import render
+    from okc.tables import render
 
     rendered = render(document, fmt, out.width)
     if fmt != "table":

@@ -13,8 +13,8 @@ def cost(fmt: str = "table") -> None:
 
     Example: okc cost --json
     """
-    from okc.pods import lifecycle
-    from okc.reports.tables import EVERY, Document
+    from okc.reports.costs import cost_report
+    from okc.tables import EVERY, Document
 
-    tables, notes = lifecycle.cost_report(load_lab())
+    tables, notes = cost_report(load_lab())
     show(Document(tables=tuple(tables), lines=tuple(notes), main=EVERY), fmt)

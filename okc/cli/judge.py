@@ -11,6 +11,7 @@ from okc.cli.app import (
     CANDIDATE_HELP, ON_HELP, app, candidate_ref, echo_log, echo_okc_lines, err, error_line, failed_exit, handles_errors,
     load_lab, output_options, raise_failed, show,
 )
+from okc.benchrules import MAX_PAIRS, MIN_PAIRS, TARGET_HALF_WIDTH
 from okc.errors import EXIT_FAILED, EXIT_USAGE
 from okc.jobs.options import QUICK_MAX_M
 
@@ -21,9 +22,9 @@ VERBOSE_HELP = "Also show where the job's seconds went (the worker's timeline an
 # Judge: check, bench and the measured floor
 
 
-def _source(outcome):
+def source_of(outcome):
     """The candidate the job ran (number, name, hash of the copy in its folder) and where it ran."""
-    from okc.jobs.folder import load_spec
+    from okc.lab.records import load_spec
     from okc.reports.views import Source
 
     spec = load_spec(outcome.job_dir)
@@ -31,7 +32,7 @@ def _source(outcome):
     return Source(ran.number, ran.name, ran.sha256, spec.target) if ran else None
 
 
-def _not_recorded(outcome) -> None:
+def not_recorded(outcome) -> None:
     """The verdict is printed already; say (one line) that the ledger did not take it."""
     if outcome.record_error:
         job = outcome.job_dir.name
@@ -72,8 +73,8 @@ def check(
         outcome = runner.submit(lab, "check", candidate, on=on, on_log=echo_log if fmt == "table" else None,
                                 **checking.job_options())
     result = outcome.result
-    show(_verbose(views.check_document(result, _source(outcome), outcome.recorded), outcome, verbose), fmt)
-    _not_recorded(outcome)
+    show(_verbose(views.check_document(result, source_of(outcome), outcome.recorded), outcome, verbose), fmt)
+    not_recorded(outcome)
     if not result.passed:
         raise typer.Exit(failed_exit(result))
     if outcome.record_error:
@@ -88,9 +89,9 @@ def bench(
     against: Optional[str] = typer.Option(None, "--against", help="'baseline' or another candidate (default: the lab's baseline)."),
     aa: bool = typer.Option(False, "--aa", help="A/A: the candidate against a second capture of itself (000: the noise floor)."),
     on: Optional[str] = typer.Option(None, "--on", help=ON_HELP),
-    target: float = typer.Option(0.005, "--target", help="Stop when the score's CI half-width is under this (0.005 = ±0.5%)."),
-    min_pairs: int = typer.Option(50, "--min-pairs", help="Pairs before the stopping rule is consulted."),
-    max_pairs: int = typer.Option(2000, "--max-pairs", help="Cap on pairs."),
+    target: float = typer.Option(TARGET_HALF_WIDTH, "--target", help="Stop when the score's CI half-width is under this (0.005 = ±0.5%)."),
+    min_pairs: int = typer.Option(MIN_PAIRS, "--min-pairs", help="Pairs before the stopping rule is consulted."),
+    max_pairs: int = typer.Option(MAX_PAIRS, "--max-pairs", help="Cap on pairs."),
     overhead_us: Optional[float] = typer.Option(None, "--overhead-us", help="Fixed replay cost to subtract (default: the judge's)."),
     solo: bool = typer.Option(False, "--solo", help="Time each side alone (blocks of its own replays; same graphs, flush, inputs)."),
     device: str = typer.Option("auto", help="auto, cuda or cpu (local target)."),
@@ -124,12 +125,12 @@ def bench(
                                 on_log=echo_okc_lines() if fmt == "table" else None, bench=benching.settings(),
                                 device=running.device, seed=running.seed)
     result = outcome.result
-    document = views.bench_document(result, _source(outcome), other.name, outcome.recorded, _gpumode(outcome))
+    document = views.bench_document(result, source_of(outcome), other.name, outcome.recorded, _gpumode(outcome))
     if not result.passed:
-        _not_recorded(outcome)
+        not_recorded(outcome)
         raise_failed(result, fmt, document, outcome.job_dir)
     show(_verbose(document, outcome, verbose), fmt)
-    _not_recorded(outcome)
+    not_recorded(outcome)
     if outcome.record_error:
         raise typer.Exit(EXIT_USAGE)
 
@@ -150,9 +151,9 @@ def try_command(
     device: str = typer.Option("auto", help="auto, cuda or cpu (local target)."),
     seed: Optional[int] = typer.Option(None, help="Reuse a recorded seed instead of a fresh one."),
     quick: bool = typer.Option(False, "--quick", help=f"Check one weight set and m <= {QUICK_MAX_M} only (the bench is whole)."),
-    target: float = typer.Option(0.005, "--target", help="Stop when the score's CI half-width is under this (0.005 = ±0.5%)."),
-    min_pairs: int = typer.Option(50, "--min-pairs", help="Pairs before the stopping rule is consulted."),
-    max_pairs: int = typer.Option(2000, "--max-pairs", help="Cap on pairs."),
+    target: float = typer.Option(TARGET_HALF_WIDTH, "--target", help="Stop when the score's CI half-width is under this (0.005 = ±0.5%)."),
+    min_pairs: int = typer.Option(MIN_PAIRS, "--min-pairs", help="Pairs before the stopping rule is consulted."),
+    max_pairs: int = typer.Option(MAX_PAIRS, "--max-pairs", help="Cap on pairs."),
     overhead_us: Optional[float] = typer.Option(None, "--overhead-us", help="Fixed replay cost to subtract (default: the judge's)."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help=VERBOSE_HELP),
     fmt: str = "table",
@@ -164,10 +165,10 @@ def try_command(
     Example: okc try 036 --target 0.003
     """
     from okc.jobs import options, runner
-    from okc.jobs.folder import try_steps
+    from okc.lab.records import try_steps
     from okc.lab import candidates
     from okc.reports import views
-    from okc.reports.tables import Document
+    from okc.tables import Document
 
     checking = options.CheckOptions.parse(device, seed, None, quick)
     benching = options.BenchOptions(target, min_pairs, max_pairs, overhead_us)
@@ -180,7 +181,7 @@ def try_command(
                                 on_log=echo_log if fmt == "table" else None, bench=benching.settings(),
                                 **checking.job_options())
     steps = dict(try_steps(outcome.job_dir))
-    source = _source(outcome)
+    source = source_of(outcome)
     checked = views.check_document(steps["check"], source, outcome.recorded)
     benched = steps.get("bench")
     document = (views.bench_document(benched, source, baseline.name, outcome.recorded, _gpumode(outcome))
@@ -195,7 +196,7 @@ def try_command(
         fields = {"verdict": checked.fields["verdict"], "job_id": outcome.job_dir.name,
                   "check": checked.data(), "bench": document.data() if document else None}
         show(_verbose(Document(fields=fields, main=None), outcome, verbose), fmt)
-    _not_recorded(outcome)
+    not_recorded(outcome)
     if benched is not None and not benched.passed and fmt == "table":
         raise_failed(benched, fmt, job_dir=outcome.job_dir)
     if not steps["check"].passed or (benched is not None and not benched.passed):

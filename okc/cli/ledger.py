@@ -43,7 +43,7 @@ def ledger(
         if fmt in ("table", "markdown"):
             out.print(rebuilt.message, markup=False, soft_wrap=True)
             return
-        from okc.reports.tables import Document
+        from okc.tables import Document
 
         fields = {"ledger": str(lab.ledger_path), "kept_as": str(rebuilt.kept_as) if rebuilt.kept_as else None,
                   "jobs": rebuilt.jobs, "official": rebuilt.official, "salvaged": rebuilt.salvaged,

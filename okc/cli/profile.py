@@ -31,7 +31,7 @@ def profile(
 
     Example: okc profile 036 --against baseline --on h200
     """
-    from okc.cli.judge import _not_recorded, _source
+    from okc.cli.judge import not_recorded, source_of
     from okc.jobs import options, runner
     from okc.lab import candidates
     from okc.reports.profile import profile_document
@@ -47,10 +47,10 @@ def profile(
                                 profile=profiling.settings(), on_log=echo_log if fmt == "table" else None)
     result = outcome.result
     if not result.passed:
-        _not_recorded(outcome)
+        not_recorded(outcome)
         raise_failed(result, fmt, job_dir=outcome.job_dir)
-    show(profile_document(lab, outcome.job_dir, _source(outcome), outcome.recorded), fmt)
-    _not_recorded(outcome)
+    show(profile_document(lab, outcome.job_dir, source_of(outcome), outcome.recorded), fmt)
+    not_recorded(outcome)
     if outcome.record_error:
         raise typer.Exit(EXIT_USAGE)
 

@@ -27,7 +27,7 @@ def sweep(
 
     Example: okc sweep gemv_decode --on h200a,h200b --emit 040
     """
-    from okc.jobs.options import SweepOptions
+    from okc.sweeps.options import SweepOptions
     from okc.sweeps import view as sweepview
     from okc.sweeps.funnel import run_sweep
 

@@ -1,8 +1,8 @@
-"""Job folders on this machine: laid out before a job runs, read and recorded after.
+"""Job folders on this machine: laid out before a job runs, finished after.
 
 ``create_job`` lays out results/<job-id>/ (job.json and a copy of the exact source that
-will run); ``finish_job`` writes the launcher's verdict when the worker left none;
-``record_job`` puts the outcome in the ledger exactly once (the ledger's job id is unique).
+will run); ``finish_job`` writes the launcher's verdict when the worker left none. Reading a
+finished folder and recording it in the ledger is okc.lab.records'.
 """
 
 from __future__ import annotations
@@ -15,20 +15,16 @@ from pathlib import Path
 from typing import Any
 
 import okc
-from okc import podfiles
 from okc.contract import (
-    ENV_FILE, EXIT_FILE, JOB_FILE, LAUNCHER_FILE, LOG_FILE, LOST_REASON, PHASE_FILE, RESULT_FILE, BadJob,
-    ContractError, JobResult, JobSpec, SourceRef, is_job_id, parse_result, read_job, read_json, result_document, write_json,
+    JOB_FILE, LAUNCHER_FILE, LOG_FILE, LOST_REASON, PHASE_FILE, RESULT_FILE, ContractError, JobResult, JobSpec,
+    SourceRef, read_json, result_document, write_json,
 )
-from okc.errors import ConfigError, JudgeError
-from okc import incoming
-from okc.judge.kinds.trial import CHECK_FILE  # a try job's check verdict (that module imports only okc.contract)
+from okc.errors import ConfigError
 from okc.lab.candidates import Candidate
 from okc.lab.config import Lab
-from okc.lab.ledger import AA_MARK, Floor, Run, insert_run, record_floor, transaction
+from okc.lab.records import load_result, load_spec
 
 LOG_TAIL_BYTES = 64 << 10  # the end of a log that its last line is looked for in
-CPU_LABEL = "CPU"  # the ledger's gpu column for a job that ran on the CPU (its numbers are CPU timings)
 
 
 def now() -> str:
@@ -98,28 +94,6 @@ def create_job(lab: Lab, kind: str, candidate: Candidate | None, *, against: Can
     return job_dir
 
 
-def load_spec(job_dir: Path) -> JobSpec:
-    try:
-        return read_job(job_dir)
-    except BadJob as exc:
-        raise JudgeError(str(exc)) from None
-
-
-def load_result(job_dir: Path, name: str = RESULT_FILE) -> JobResult:
-    path = job_dir / name
-    if not path.is_file():
-        raise JudgeError(f"{path} is missing: the job has not finished")
-    try:
-        return parse_result(podfiles.load(path) or {}, name)
-    except ContractError as exc:  # not JSON, too big or deep, or not a result this okc reads (okc.podfiles)
-        raise JudgeError(f"{path}: {exc}") from None
-
-
-def is_home(job_dir: Path) -> bool:
-    """The job is over and its folder is complete here (exit_code travels last)."""
-    return (job_dir / EXIT_FILE).is_file()
-
-
 def _signal_name(returncode: int) -> str:
     import signal
 
@@ -171,132 +145,3 @@ def finish_job(job_dir: Path) -> JobResult:
         document = result_document(load_spec(job_dir), job_dir.name, status, reason, error_kind, written_by="launcher")
         write_json(job_dir / RESULT_FILE, document, exclusive=True)
     return load_result(job_dir)
-
-
-def gpu_name(job_dir: Path) -> str | None:
-    env = read_json(job_dir / ENV_FILE) or {}
-    if env.get("device") == "cpu":
-        return CPU_LABEL
-    gpu = env.get("gpu")
-    return gpu.get("name") if isinstance(gpu, dict) else (gpu if isinstance(gpu, str) else None)
-
-
-def gpu_uuid(job_dir: Path) -> str | None:
-    gpu = (read_json(job_dir / ENV_FILE) or {}).get("gpu")
-    return gpu.get("uuid") if isinstance(gpu, dict) else None
-
-
-def floor_for(job_dir: Path) -> Floor | None:
-    """The floors row a finished floor job makes (None for other kinds, or a floor that failed)."""
-    spec, result = load_spec(job_dir), load_result(job_dir)
-    if spec.kind != "floor" or not result.passed:
-        return None
-    return Floor(job_id=spec.job_id, gpu_name=result.gpu_name or gpu_name(job_dir) or "unknown GPU",
-                 gpu_uuid=result.gpu_uuid or gpu_uuid(job_dir), sizes=result.sizes, created_at=spec.created_at or now())
-
-
-def try_steps(job_dir: Path) -> list[tuple[str, JobResult]]:
-    """A try job's steps that ran, with their results: the check's (check.json, written when it ended;
-    else result.json, the worker's or a launcher's verdict on a check that never ended), then the
-    bench's (result.json) once the check passed."""
-    if not (job_dir / CHECK_FILE).is_file():
-        return [("check", load_result(job_dir))]
-    checked = load_result(job_dir, CHECK_FILE)
-    return [("check", checked)] + ([("bench", load_result(job_dir))] if checked.passed else [])
-
-
-def _run(spec: JobSpec, job_dir: Path, kind: str, result: JobResult, job_id: str) -> Run | None:
-    if spec.candidate is None or not result.recorded:
-        return None
-    score_ci = result.score_ci or (None, None)
-    return Run(
-        candidate_number=spec.candidate.number,
-        candidate_name=spec.candidate.name,
-        candidate_sha256=spec.candidate.sha256,
-        kind=kind,
-        status=result.status,
-        passed=result.passed,
-        job_id=job_id,
-        target=spec.target,
-        gpu=gpu_name(job_dir),
-        score=result.score if result.passed else None,
-        ci_lo=score_ci[0] if result.passed else None,
-        ci_hi=score_ci[1] if result.passed else None,
-        speedups=result.speedups,
-        against=(spec.against.name + (AA_MARK if spec.aa else "")) if spec.against and kind == "bench" else None,
-        against_sha256=spec.against.sha256 if spec.against and kind == "bench" else None,
-        note=result.reason,
-        result_path=job_dir.name,  # relative to the results folder: the ledger travels
-        created_at=spec.created_at or now(),
-    )
-
-
-def runs_for(job_dir: Path) -> list[Run]:
-    """The ledger rows a finished check, bench or try job makes (none for other kinds, and none for
-    results that say nothing of the candidate: a usage error, an interruption, a fault of okc).
-
-    A try job makes a row per step that ran, each as its own command would (job ids JOB.check and
-    JOB.bench; both rows' result_path is the one job folder).
-    """
-    spec = load_spec(job_dir)
-    if spec.kind == "try":
-        steps = [(kind, result, f"{spec.job_id}.{kind}") for kind, result in try_steps(job_dir)]
-    elif spec.kind in ("check", "bench"):
-        steps = [(spec.kind, load_result(job_dir), spec.job_id)]
-    else:
-        return []
-    return [run for kind, result, job_id in steps if (run := _run(spec, job_dir, kind, result, job_id)) is not None]
-
-
-def profile_row(job_dir: Path):
-    """The profiles row a finished profile job makes (okc.lab.profiles), None for other kinds."""
-    spec = load_spec(job_dir)
-    if spec.kind != "profile":
-        return None
-    from okc.lab.profiles import profile_for
-
-    return profile_for(spec, load_result(job_dir), job_dir, gpu_name(job_dir))
-
-
-def record_job(conn, job_dir: Path) -> bool:
-    """Record a finished job in the ledger (a floor job in floors, a profile in profiles); False if already there or nothing to record.
-
-    Every job also gets its cost row: GPU seconds, and dollars where its pod's $/h is known.
-    """
-    from okc.lab.costs import record_job_cost
-
-    record_job_cost(conn, job_dir)
-    floor = floor_for(job_dir)
-    if floor is not None:
-        return record_floor(conn, floor)
-    profile = profile_row(job_dir)
-    if profile is not None:
-        from okc.lab.profiles import record_profile
-
-        return record_profile(conn, profile)
-    rows = runs_for(job_dir)
-    if not rows:
-        return False
-    with transaction(conn):  # a try job's rows together, or neither
-        return any([insert_run(conn, run) for run in rows])
-
-
-def recordable(job_dir: Path) -> bool:
-    """Whether a finished job makes a ledger row at all."""
-    return floor_for(job_dir) is not None or bool(runs_for(job_dir)) or profile_row(job_dir) is not None
-
-
-def settled(results: Path, job_id: str, known: set[str]) -> bool:
-    """Whether the lab is done with a finished job: recorded (``known``), refused, or home with
-    nothing to record."""
-    if job_id in known:
-        return True
-    if not is_job_id(job_id):  # names no folder here: pull refuses it each time, with a line
-        return False
-    if incoming.refused(results, job_id) is not None:
-        return True
-    job_dir = results / job_id
-    try:
-        return is_home(job_dir) and (job_dir / RESULT_FILE).exists() and not recordable(job_dir)
-    except (JudgeError, ValueError, OSError):  # a folder an older okc let home unchecked: pull says why
-        return False

@@ -30,7 +30,8 @@ CUDA_PROBE = "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)
 NVIDIA_PATHS = ("/proc/driver/nvidia/version", "/dev/nvidiactl", "/dev/nvidia0")
 
 
-def _integer(name: str, value: Any) -> int:
+def integer_option(name: str, value: Any) -> int:
+    """``value`` as an integer option ``name`` (a bool is not one), or a ConfigError that names it."""
     try:
         return benchrules.integer(name, value)
     except ValueError as exc:
@@ -51,7 +52,7 @@ class CheckOptions:
 
         if self.device not in DEVICES:
             raise ConfigError(f"--device must be one of {', '.join(DEVICES)}, got {self.device!r}")
-        if self.seed is not None and not 0 <= _integer("--seed", self.seed) < 2**SEED_BITS:
+        if self.seed is not None and not 0 <= integer_option("--seed", self.seed) < 2**SEED_BITS:
             raise ConfigError(f"--seed must be from 0 to 2**{SEED_BITS} - 1 (a seed okc printed), got {self.seed}")
 
     @classmethod
@@ -105,41 +106,6 @@ class BenchOptions:
         if self.solo:
             settings["layout"] = "solo"
         return settings
-
-
-@dataclass(frozen=True)
-class SweepOptions:
-    """``okc sweep``'s options: at most ``gpus`` GPUs per target, winners emitted as candidate ``emit``."""
-
-    gpus: int | None = None
-    emit: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.gpus is not None and _integer("--gpus", self.gpus) < 1:
-            raise ConfigError(f"--gpus is how many GPUs a target may use, 1 or more; got {self.gpus}")
-        if self.emit is not None:
-            from okc.lab.candidates import check_emit
-
-            check_emit(_integer("--emit", self.emit))
-
-    def check_free(self, lab: Lab) -> None:
-        """The number --emit will write is free now, not only after hours of sweeping."""
-        from okc.lab.candidates import check_emit
-
-        if self.emit is not None:
-            check_emit(self.emit, lab.candidates)
-
-    def preflight(self, lab: Lab, experiment: Any, on: str | None) -> None:
-        """The sweep's shapes (an okc.sweeps.experiments.Experiment's) are the problem's cases, and this
-        machine can run its jobs if it is a target."""
-        try:
-            check_cases(lab.problem, tuple(experiment.check_cases()), None)
-        except ConfigError as exc:
-            raise ConfigError(f"sweep {experiment.name} ({experiment.path.name}): {exc}") from None
-        from okc.sweeps.fanout import target_names
-
-        if any(runs_here(lab, target) for target in target_names(on)):
-            needs_here(lab, "sweep")
 
 
 def check_cases(problem: str, cases: tuple[str, ...] | None, max_m: int | None) -> None:
@@ -284,7 +250,7 @@ class ProfileOptions:
     counters: bool = False
 
     def __post_init__(self) -> None:
-        if not 1 <= _integer("--replays", self.replays) <= PROFILE_MAX_REPLAYS:
+        if not 1 <= integer_option("--replays", self.replays) <= PROFILE_MAX_REPLAYS:
             raise ConfigError(f"--replays must be from 1 to {PROFILE_MAX_REPLAYS}, got {self.replays}")
         if self.shapes is not None and (not self.shapes or any(not key.strip() for key in self.shapes)):
             raise ConfigError("--shapes names scored shapes or loads separated by commas, e.g. router/m=8,decode1")

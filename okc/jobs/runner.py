@@ -24,11 +24,12 @@ from okc.errors import (
 )
 from okc import incoming
 from okc.jobs.follow import JobDetached, Watch, follow
-from okc.jobs.folder import create_job, finish_job, is_home, job_spec, record_job, recordable, settled
+from okc.jobs.folder import create_job, finish_job, job_spec
 from okc.jobs.target import LocalTarget, Target
 from okc.lab.candidates import Candidate
 from okc.lab.config import Lab
 from okc.lab.ledger import latest_aa, ledger, recorded_job_ids
+from okc.lab.records import is_home, record_job, recordable, settled
 from okc.lab.recovery import record_pending
 
 LOG_CHUNK = 1 << 20  # okc logs reads and prints this much at a time, whatever the log's size
@@ -71,9 +72,12 @@ def open_target(lab: Lab, on: str | None = None, pod=None, results: Path | None 
     pod = pod if pod is not None else pod_for(lab, on)
     if pod is None:
         return LocalTarget(results if results is not None else lab.results)
+    from okc.lab.costs import note_rate
     from okc.pods.target import PodTarget
 
-    return PodTarget(lab, pod)
+    target = PodTarget(lab, pod)
+    note_rate(lab, target.pod)  # the pod's $/h as connecting read it: a job's dollars are recorded from it
+    return target
 
 
 def check_job_id(job_id: str) -> str:
@@ -183,12 +187,11 @@ def run_on(lab: Lab, pod, gpu: int | None, job_dir: Path, cancel: threading.Even
             raise
 
 
-def with_aa_floor(lab: Lab, target: str, settings: dict[str, Any]) -> dict[str, Any]:
+def with_aa_floor(conn, target: str, settings: dict[str, Any]) -> dict[str, Any]:
     """Bench settings whose verdict uses the target's measured A/A floor, when the ledger has one."""
     if "aa_floor" in settings:
         return settings
-    with ledger(lab.ledger_path) as conn:
-        aa = latest_aa(conn, target)
+    aa = latest_aa(conn, target)
     if aa is not None:
         settings["aa_floor"] = round(aa_floor((aa.ci_lo, aa.ci_hi)), 6)
     return settings
@@ -201,13 +204,15 @@ def submit(lab: Lab, kind: str, candidate: Candidate | None, *, on: str | None =
 
     Everything that can be refused is refused before a job folder exists: the options (the
     job contract validates them), the ledger (opened first, so a broken one cannot swallow a
-    verdict after the run), the target (a pod is connected and synced first).
+    verdict after the run), the target (a pod is connected and synced first). The ledger is opened
+    once before the run and once after it, to record: a connection held through a run of minutes
+    would write into a ledger file that was replaced meanwhile.
     """
     with open_target(lab, on) as target:
         job_spec(lab, kind, candidate, against=against, target=target.name, **options)
-        if kind in ("bench", "try") and not options.get("aa"):
-            options["bench"] = with_aa_floor(lab, target.name, dict(options.get("bench") or {}))
         with ledger(lab.ledger_path) as conn:  # opened before the job exists; jobs it refused before go in now
+            if kind in ("bench", "try") and not options.get("aa"):
+                options["bench"] = with_aa_floor(conn, target.name, dict(options.get("bench") or {}))
             record_pending(lab, conn)
         target.prepare()
         job_dir = create_job(lab, kind, candidate, against=against, target=target.name, **options)

@@ -1,7 +1,7 @@
 """What GPU time cost: every job's GPU seconds and, where its pod's $/h is known, dollars.
 
-A pod's $/h is noted in the ledger whenever okc reads it (Runpod's API at each connection,
-or ``cost_per_hour`` in pod.yaml for other hosts), so recording a job needs no network:
+A pod's $/h is noted in the ledger whenever a job's target is opened (Runpod's API at each
+connection, or ``cost_per_hour`` in pod.yaml for other hosts), so recording a job needs no network:
 its dollars are its GPU seconds at the latest rate of its target, per GPU (a job holds one
 GPU of the pod). GPU seconds are the worker's own duration (``duration_s`` in result.json),
 or the launcher's when the worker wrote no result. Rows are appended, never updated.
@@ -17,8 +17,8 @@ from typing import Any
 
 from okc.contract import JOB_FILE, LAUNCHER_FILE, RESULT_FILE, read_json
 from okc.errors import LedgerError
-from okc.lab.ledger import now, transaction
-from okc.reports.tables import Table, table
+from okc.lab.ledger import ledger, now, transaction
+from okc.tables import Table, table
 
 SECONDS_PER_HOUR = 3600.0
 HOURS_DIGITS = 4
@@ -79,6 +79,20 @@ def note_pod_rate(conn: sqlite3.Connection, rate: PodRate) -> bool:
             f"INSERT INTO pod_rates ({', '.join(values)}) VALUES ({', '.join(':' + k for k in values)})", values
         )
     return True
+
+
+def note_rate(lab, pod) -> None:
+    """Note the $/h connecting to ``pod`` read (okc.pods.runpod.connectable) in the ledger; a broken or
+    busy ledger is passed over (the rate is a nicety, and reaching the pod must not depend on it)."""
+    if pod.rate is None:
+        return
+    rate = PodRate(pod=pod.name, usd_per_hour=pod.rate.usd_per_hour, gpus=pod.rate.gpus, source=pod.rate.source,
+                   runpod_id=pod.runpod_id, started_at=pod.rate.started_at)
+    try:
+        with ledger(lab.ledger_path) as conn:
+            note_pod_rate(conn, rate)
+    except (LedgerError, sqlite3.Error):  # opening reports LedgerError; a lock held past the busy timeout, sqlite3's own
+        pass
 
 
 def latest_rate(conn: sqlite3.Connection, pod: str) -> PodRate | None:

@@ -220,7 +220,7 @@ class ProfileRow:
 
 
 def profile_for(spec, result, job_dir: Path, gpu: str | None) -> ProfileRow | None:
-    """The profiles row a finished profile job makes (okc.jobs.folder gives its job.json, result and GPU):
+    """The profiles row a finished profile job makes (okc.lab.records gives its job.json, result and GPU):
     None for other kinds and for results that say nothing of the candidate (a usage error, an
     interruption, a fault of okc)."""
     if spec.kind != "profile" or spec.candidate is None or not result.recorded:

@@ -20,6 +20,7 @@ from okc.errors import LedgerError
 from okc.lab.config import Lab
 from okc.lab.backlog import PENDING, PENDING_OFFICIAL, official_log
 from okc.lab.ledger import OFFICIAL_KINDS, TABLES, Run, ledger, recorded_job_ids, run_from_row, sound, transaction
+from okc.lab.records import is_home, record_job
 
 # Tables copied row by row from a damaged database (what job folders cannot make again).
 SALVAGED = ("candidates", "floors", "job_costs", "sweep_rows", "sweep_winners", "official_tables")
@@ -33,7 +34,6 @@ def record_pending(lab: Lab, conn: sqlite3.Connection) -> int:
     """
     from okc.contract import is_job_id
     from okc.errors import OkcError
-    from okc.jobs.folder import is_home, record_job
 
     path = lab.ledger_path.with_name(PENDING)
     try:
@@ -196,7 +196,6 @@ def _copy_runs(conn: sqlite3.Connection, old_runs: list[dict]) -> tuple[int, int
 def _record_folders(conn: sqlite3.Connection, lab: Lab) -> int:
     from okc.contract import is_job_id
     from okc.errors import OkcError
-    from okc.jobs.folder import is_home, record_job
 
     recorded = 0
     known = recorded_job_ids(conn)

@@ -232,16 +232,16 @@ def main(argv: list) -> None:
 
 
 def program() -> str:
-    """The source okc sends to a pod: okc.contract's and this file's, run as ``python -c``.
+    """The source okc sends to a pod: okc.contract's, the launcher's and this file's, run as ``python -c``.
 
     The pod needs nothing of okc installed: the modules are made from their text and
     registered under their names, so this file's own imports find them.
     """
     from okc import contract
-    from okc.launch import launcher
+    from okc.launch import launcher, proc
 
-    modules = (("okc.podfiles", podfiles), ("okc.contract", contract), ("okc.launch.launcher", launcher),
-               ("okc.launch.agent", sys.modules[__name__]))
+    modules = (("okc.podfiles", podfiles), ("okc.contract", contract), ("okc.launch.proc", proc),
+               ("okc.launch.launcher", launcher), ("okc.launch.agent", sys.modules[__name__]))
     sources = {name: Path(module.__file__).read_text(encoding="utf-8") for name, module in modules}
     return (
         "import sys, types\n"

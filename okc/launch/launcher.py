@@ -18,6 +18,7 @@ import traceback
 from pathlib import Path
 
 from okc.contract import EXIT_FILE, JOB_FILE, LAUNCHER_FILE, LOG_FILE, PID_FILE, is_job_id, read_json, write_json
+from okc.launch.proc import process_start
 
 LOCKS_DIR = ".locks"  # under the results folder: one flock file per GPU
 LOCKS_ENV = "OKC_LOCKS_DIR"  # or this folder, if set
@@ -49,17 +50,6 @@ def atomic_write(path: str, data: bytes) -> None:
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(temporary, path)
-
-
-def process_start(pid: int, living: bool = False) -> str | None:
-    """The kernel's start time of ``pid`` (field 22 of /proc/PID/stat), None if it is gone
-    (``living``: or ended and not yet reaped, a zombie)."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            fields = handle.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return None if living and fields[0] == "Z" else fields[19]
 
 
 def job_dir(results: str, job_id: str) -> str:

@@ -3,7 +3,7 @@
 Opt-in (``OKC_STANDBY=1`` in the launcher's environment). A launcher that has just finished a
 job on GPU i, still holding that GPU's lock, leaves one standby for GPU i (at most one a GPU):
 the folder ``standby-gpuI/`` beside the locks, holding a FIFO and ``standby.json``, and a
-*keeper*, a small process without torch that starts the worker proper (okc.judge.standby) and
+*keeper*, a small process without torch that starts the worker proper (okc.standby) and
 waits. The next launcher that takes GPU i's lock claims the folder (a rename: one claimant),
 writes its job folder into the FIFO and follows the keeper as it would the worker's process:
 the keeper hands the folder to the worker, waits for it and writes its return code into the job
@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from okc.contract import read_json, write_json
+from okc.launch.proc import process_start
 
 ENABLED_ENV = "OKC_STANDBY"
 IDLE_ENV = "OKC_STANDBY_IDLE_S"
@@ -46,16 +47,6 @@ def slot_dir(locks: str, index: int) -> Path:
     return Path(locks) / f"standby-gpu{index}"
 
 
-def _process_start(pid: int) -> str | None:
-    """The kernel's start time of a living ``pid`` (okc.pods.launcher.process_start's rule; that module imports this one)."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            fields = handle.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return None if fields[0] == "Z" else fields[19]
-
-
 class Standby:
     """A claimed standby, followed as the launcher follows a worker's Popen: pid, poll, wait, returncode."""
 
@@ -68,7 +59,7 @@ class Standby:
             written = read_json(self.job_dir / EXIT_FILE)
             if written is not None and isinstance(written.get("returncode"), int):
                 self.returncode = written["returncode"]
-            elif _process_start(self.pid) != self.start:
+            elif process_start(self.pid, living=True) != self.start:
                 self.returncode = -signal.SIGKILL  # the keeper is gone without a word: it was killed
         return self.returncode
 
@@ -83,7 +74,7 @@ class Standby:
 
 def _stop(folder: Path, info: dict | None) -> None:
     pid = (info or {}).get("pid")
-    if isinstance(pid, int) and pid > 0 and _process_start(pid) == info.get("start"):
+    if isinstance(pid, int) and pid > 0 and process_start(pid, living=True) == info.get("start"):
         try:
             os.killpg(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
@@ -108,7 +99,7 @@ def take(locks: str, index: int, code_dir: str, job_dir: str, env: dict) -> Stan
         return None
     info = read_json(claimed / INFO_FILE)
     fits = info is not None and info.get("made_for") == _made_for(code_dir, env) \
-        and isinstance(info.get("pid"), int) and _process_start(info["pid"]) == info.get("start")
+        and isinstance(info.get("pid"), int) and process_start(info["pid"], living=True) == info.get("start")
     if not fits:
         _stop(claimed, info)
         return None
@@ -134,7 +125,7 @@ def leave(locks: str, index: int, code_dir: str, env: dict) -> None:
         keeper = subprocess.Popen([sys.executable, "-m", "okc.launch.standby", str(slot)], env=env, cwd=slot,
                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                   start_new_session=True)
-        write_json(slot / INFO_FILE, {"pid": keeper.pid, "start": _process_start(keeper.pid), "gpu": index,
+        write_json(slot / INFO_FILE, {"pid": keeper.pid, "start": process_start(keeper.pid, living=True), "gpu": index,
                                       "made_for": _made_for(code_dir, env), "made_at": time.time()})
     except OSError as exc:  # a standby is an optimisation: without one the next job starts its own worker
         print(f"okc: no standby worker for GPU {index}: {exc}", flush=True)
@@ -165,7 +156,7 @@ def keep(slot: Path) -> int:
     reader = os.open(slot / FIFO, os.O_RDONLY | os.O_NONBLOCK)
     holder = os.open(slot / FIFO, os.O_WRONLY | os.O_NONBLOCK)  # a writer always: no end of file while idle
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the launcher's TERM is for the worker; the keeper reports it
-    worker = subprocess.Popen([sys.executable, "-m", "okc.judge.standby"], stdin=subprocess.PIPE,
+    worker = subprocess.Popen([sys.executable, "-m", "okc.standby"], stdin=subprocess.PIPE,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=slot)
     line = _read_line(reader, float(os.environ.get(IDLE_ENV) or IDLE_S))
     if line is None:

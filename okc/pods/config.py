@@ -23,7 +23,8 @@ from typing import Any, Mapping
 import yaml
 
 from okc.errors import ConfigError
-from okc.pods.runpod import RUNPOD_ID
+from okc.podfiles import is_integer
+from okc.pods.runpod import RUNPOD_ID, Rate
 
 SSH_CONFIG_ENV = "OKC_SSH_CONFIG"  # which ssh config to honour (tests point it at an empty file)
 DEFAULT_SSH_PORT = 22
@@ -68,6 +69,7 @@ class Pod:
     cost_per_hour: float | None = None  # $/h of the whole host, for hosts whose price no API tells
     ssh_timeout_s: float = DEFAULT_SSH_TIMEOUT_S
     resolved: bool = field(default=False, compare=False, repr=False)  # host/port/state already read from the API
+    rate: Rate | None = field(default=None, compare=False, repr=False)  # the $/h connecting read (okc.pods.runpod)
 
     def __post_init__(self) -> None:
         where = f"pod {self.name!r}"
@@ -117,7 +119,7 @@ class Pod:
         if rate is not None and (isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate < float("inf")):
             raise ConfigError(f"{where}: cost_per_hour must be dollars per hour (a number >= 0), got {rate!r}")
         _require_str(where, "python", self.python)
-        if isinstance(self.gpus, bool) or not isinstance(self.gpus, int) or self.gpus < 1:
+        if not is_integer(self.gpus, 1):
             raise ConfigError(f"{where}: gpus must be a positive integer, got {self.gpus!r}")
         if not isinstance(self.env, Mapping):
             raise ConfigError(f"{where}: env must be a mapping of NAME: value, got {self.env!r}")

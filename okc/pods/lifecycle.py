@@ -1,4 +1,4 @@
-"""Runpod pods' lifecycle: up, stop, terminate, create, status, and what they cost.
+"""Runpod pods' lifecycle: up, stop, terminate, create, status (their cost: okc.reports.costs).
 
 The verbs of ``okc pod`` that talk to Runpod's API (okc.pods.runpod) for pods whose
 pod.yaml entry carries ``runpod_id``. ``up`` starts or resumes the pod, waits until Runpod
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from okc.errors import ConfigError, OkcError, PodError, UnreachableError
-from okc.pods.config import Pod, load_pod_file
+from okc.pods.config import Pod
 from okc.pods.hostkeys import HostKeyPins, fingerprint, pins_path
 from okc.pods.runpod import ERROR, EXITED, TERMINATED, RunpodClient, RunpodPod, connectable, require_reachable
 from okc.pods.ssh import SSHTarget
@@ -354,28 +354,3 @@ def _watchdog(target) -> dict | None:
     except PodError as exc:
         return {"watchdog": "not running", "pid": None, "idle_stop_minutes": target.pod.idle_stop_minutes, "health": None,
                 "log": [str(exc)]}
-
-
-# -- cost ------------------------------------------------------------------------------
-
-
-def cost_report(lab) -> tuple[list, list[str]]:
-    """``okc cost``: spend per candidate, day and pod; a running Runpod pod's idle hours from its uptime."""
-    from okc.lab.costs import Session, cost_tables, job_costs
-    from okc.lab.ledger import ledger
-
-    with ledger(lab.ledger_path) as conn:
-        costs = job_costs(conn)
-    sessions, notes = [], []
-    pods = load_pod_file(lab.pod_file).pods.values() if lab.pod_file.exists() else []
-    for pod in [p for p in pods if p.runpod_id is not None]:
-        try:
-            info = RunpodClient().get_pod(pod.runpod_id)
-        except OkcError as exc:
-            notes.append(f"pod {pod.name}: uptime unknown ({exc})")
-            continue
-        uptime = info.uptime_s()
-        if uptime is not None and info.started_at is not None:
-            sessions.append(Session(pod.name, info.started_at.isoformat(timespec="seconds"), uptime,
-                                    pod.cost_per_hour if pod.cost_per_hour is not None else info.usd_per_hour))
-    return cost_tables(costs, sessions), notes

@@ -32,7 +32,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from okc.errors import ConfigError, LedgerError, PodError, UnreachableError
+from okc.errors import ConfigError, PodError, UnreachableError
+from okc.podfiles import is_integer
 from okc.pods import rest
 from okc.pods.rest import API_URL_ENV, DEFAULT_API_URL
 
@@ -93,7 +94,7 @@ def _number(value: Any) -> float | None:
 
 
 def _port(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and 0 < value < 65536 else None
+    return value if is_integer(value, 1, 65535) else None
 
 
 def _text(value: Any) -> str | None:
@@ -125,6 +126,16 @@ def _volume_path(mounts: Any) -> str | None:
     if isinstance(network, list) and network and isinstance(network[0], dict) and isinstance(network[0].get("path"), str):
         return network[0]["path"]
     return None
+
+
+@dataclass(frozen=True)
+class Rate:
+    """A pod's $/h (the whole pod: all its GPUs) as connecting to it read it; okc.lab.costs notes it in the ledger."""
+
+    usd_per_hour: float
+    gpus: int
+    source: str  # "runpod" (the API) or "pod.yaml"
+    started_at: str | None = None  # the Runpod session this rate belongs to
 
 
 @dataclass(frozen=True)
@@ -162,7 +173,7 @@ class RunpodPod:
             ssh_port=_port(direct.get("port")),
             usd_per_hour=_number(data.get("cost")),
             gpu_name=_text(gpu.get("id")),
-            gpu_count=count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 1,
+            gpu_count=count if is_integer(count, 1) else 1,
             started_at=parse_time(data.get("startedAt")),
             image=_text(data.get("image")),
             volume_mount_path=_text(_volume_path(data.get("mounts"))),
@@ -308,24 +319,26 @@ def connectable(lab, pod, info: RunpodPod | None = None):
     Runpod maps the pod's port 22 to a new public port at every start, so a pod.yaml entry
     with only ``runpod_id`` is resolved here at each connection (an explicit ``host`` in
     pod.yaml wins, but the pod's state is still checked). A stopped pod is one line and
-    exit 3. The pod's $/h is noted in the ledger, so each job's dollars can be recorded.
+    exit 3. The pod's $/h comes back as its ``rate`` (okc.jobs.runner notes it in the ledger, so
+    each job's dollars can be recorded).
     """
     if pod is None or pod.resolved:
         return pod
     if pod.runpod_id is None:
-        if pod.cost_per_hour is not None:
-            note_rate(lab, pod, pod.cost_per_hour, pod.gpus, "pod.yaml")
-        return replace(pod, resolved=True)
+        rate = Rate(pod.cost_per_hour, pod.gpus, "pod.yaml") if pod.cost_per_hour is not None else None
+        return replace(pod, resolved=True, rate=rate)
     info = info or RunpodClient().get_pod(pod.runpod_id)
     # v2's cost is 0 while the pod is stopped: only a running pod's price is its rate
     runpod_rate = info.usd_per_hour if info.running and info.usd_per_hour else None
+    rate = None
     if runpod_rate is not None or pod.cost_per_hour is not None:
-        rate = pod.cost_per_hour if pod.cost_per_hour is not None else runpod_rate
-        note_rate(lab, pod, rate, info.gpu_count, "pod.yaml" if pod.cost_per_hour is not None else "runpod", info)
+        started = info.started_at.isoformat(timespec="seconds") if info.started_at else None
+        rate = Rate(pod.cost_per_hour if pod.cost_per_hour is not None else runpod_rate, info.gpu_count,
+                    "pod.yaml" if pod.cost_per_hour is not None else "runpod", started)
     require_reachable(pod, info)
     if pod.host is not None:
-        return replace(pod, resolved=True)
-    return replace(pod, host=info.ssh_host, port=info.ssh_port, resolved=True)
+        return replace(pod, resolved=True, rate=rate)
+    return replace(pod, host=info.ssh_host, port=info.ssh_port, resolved=True, rate=rate)
 
 
 def require_reachable(pod, info: RunpodPod) -> None:
@@ -339,21 +352,3 @@ def require_reachable(pod, info: RunpodPod) -> None:
                                f"okc pod up {pod.name} waits for it")
     if not info.running:
         raise UnreachableError(f"pod {pod.name} is stopped: okc pod up {pod.name}")
-
-
-def note_rate(lab, pod, usd_per_hour: float, gpus: int, source: str, info: RunpodPod | None = None) -> None:
-    """Note the pod's $/h in the ledger; a broken or busy ledger is passed over (the rate is a
-    nicety, and reaching the pod must not depend on it)."""
-    import sqlite3
-
-    from okc.lab.costs import PodRate, note_pod_rate
-    from okc.lab.ledger import ledger
-
-    started = info.started_at.isoformat(timespec="seconds") if info and info.started_at else None
-    rate = PodRate(pod=pod.name, usd_per_hour=usd_per_hour, gpus=gpus, source=source,
-                   runpod_id=pod.runpod_id, started_at=started)
-    try:
-        with ledger(lab.ledger_path) as conn:
-            note_pod_rate(conn, rate)
-    except (LedgerError, sqlite3.Error):  # opening reports LedgerError; a lock held past the busy timeout, sqlite3's own
-        pass

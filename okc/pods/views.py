@@ -7,7 +7,7 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any
 
-from okc.reports.tables import Column, Document, Table, table
+from okc.tables import Column, Document, Table, table
 
 
 def _iso(epoch: float | None) -> str | None:

@@ -13,7 +13,7 @@ from okc.lab import candidates
 from okc.lab.config import Lab
 from okc.lab.ledger import Run, ledger, runs
 from okc.lab.status import Status, statuses
-from okc.reports.tables import Column, Document, Table, table
+from okc.tables import Column, Document, Table, table
 from okc.reports.views import fmt_score, rounded, rounded_pair
 
 TABLE_HASH = 8  # hash characters in the table: enough to tell versions apart, and the table fits 80 columns
@@ -162,7 +162,7 @@ def _emitted(key: str):
 
 def _local_loads(lab: Lab):
     from okc.errors import JudgeError
-    from okc.jobs.folder import load_result
+    from okc.lab.records import load_result
     from okc.reports.calibration import LocalLoad
 
     def loads(run: Run) -> dict[str, LocalLoad]:

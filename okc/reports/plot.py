@@ -13,7 +13,7 @@ from pathlib import Path
 
 from okc.contract import PLOTS_DIR  # named there: no job id may take it
 from okc.errors import ConfigError
-from okc.jobs.folder import CPU_LABEL, load_spec
+from okc.lab.records import CPU_LABEL, load_spec
 from okc.lab.config import Lab
 from okc.lab.ledger import Run, ledger, runs
 from okc.reports.report import Report, build_report
@@ -40,7 +40,7 @@ class Plotted:
     note: str | None = None
 
 
-def _pyplot():
+def pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
@@ -72,7 +72,7 @@ def draw_history(history: list[Run], path: Path, stale: frozenset[int] = frozens
         raise ConfigError("nothing to plot yet: the ledger has no bench or official score")
     gpus = Counter(r.gpu for r in scored if r.kind == "bench" and r.gpu)
     gpu = gpus.most_common(1)[0][0] if gpus else "an unknown GPU"
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=HISTORY_SIZE_IN)
     for kind, label, marker, colour, offset in SERIES:
         for old in (False, True):
@@ -107,7 +107,7 @@ def draw_shapes(report: Report, title: str, path: Path) -> Path:
         raise ConfigError(f"bench job {result.job_id} has no per-shape numbers to plot")
     speedups = {load.name: load for load in result.loads}
     bars = BARS if report.floor else BARS[:3]
-    plt = _pyplot()
+    plt = pyplot()
     rows = math.ceil(len(loads) / SHAPES_COLUMNS)
     columns = min(len(loads), SHAPES_COLUMNS)
     fig, axes = plt.subplots(rows, columns, squeeze=False,

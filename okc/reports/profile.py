@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from okc.jobs.folder import load_result, load_spec
+from okc.lab.records import load_result, load_spec
 from okc.lab.config import Lab
 from okc.lab.ledger import ledger, runs
 from okc.lab.profiles import SIDES, Profile, ProfileRow, latest_profile, read_profile
-from okc.reports.tables import Document, Table
-from okc.reports.views import Source, _job_fields
+from okc.tables import Document, Table
+from okc.reports.views import Source, job_fields
 
 SIDE_LABELS = {"candidate": "cand", "against": "base"}
 BENCHES_LOOKED_AT = 200  # the newest finished benches searched for a source's shape times
@@ -137,7 +137,7 @@ def _filled(t: Table) -> Table:
 
 
 def _shape_columns():
-    from okc.reports.tables import Column
+    from okc.tables import Column
 
     return (Column("shape", "shape"), Column("side", lambda r: SIDE_LABELS[r["side"]]),
             Column("kernels µs", "kernel_us"), Column("gaps µs", "gap_us", 3), Column("bench µs", "bench_us", 1),
@@ -146,14 +146,14 @@ def _shape_columns():
 
 
 def _official_columns():
-    from okc.reports.tables import Column
+    from okc.tables import Column
 
     return (Column("shape", "shape"), Column("side", lambda r: SIDE_LABELS[r["side"]]), Column("kernel", "kernel"),
             Column("n", "launches", 2), Column("official µs", "official_us"), Column("local µs", "local_us"))
 
 
 def _kernel_columns():
-    from okc.reports.tables import Column
+    from okc.tables import Column
 
     return (Column("shape", "shape"), Column("side", lambda r: SIDE_LABELS[r["side"]]),
                Column("kernel", "short_name"), Column("n", "launches"), Column("µs", "us"),
@@ -189,7 +189,7 @@ def profile_document(lab: Lab, job_dir: Path, source: Source | None, recorded: b
         official = official_profile(conn, shas["candidate"]) if shas["candidate"] else None
     rows = official.rows if official else []
     shapes, kernels, official_table = tables(profile, times, list(rows))
-    fields = {**_job_fields(result, source, recorded), "against": profile.against, "replays": profile.replays,
+    fields = {**job_fields(result, source, recorded), "against": profile.against, "replays": profile.replays,
               "activity": profile.activity, "counters": profile.counters_note,
               "bench_job_id": times["candidate"].job_id if times["candidate"] else None,
               "against_bench_job_id": times["against"].job_id if times["against"] else None}
@@ -219,7 +219,7 @@ def summary_table(row: ProfileRow | None) -> Table:
         records.append(dict(zip(SUMMARY_KEYS, (f"{item['layer']}/m={item['m']}", item["load"], item["layer"], item["m"],
                                                item["side"], item["kernel_us"], item["gap_us"], item["floor_us"],
                                                kernels))))
-    from okc.reports.tables import Column
+    from okc.tables import Column
 
     columns = (Column("shape", "shape"), Column("side", lambda r: SIDE_LABELS[r["side"]]),
                Column("kernels µs", "kernel_us"), Column("gaps µs", "gap_us", 2),

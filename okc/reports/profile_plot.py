@@ -12,7 +12,7 @@ from okc.lab.candidates import resolve
 from okc.lab.config import Lab
 from okc.lab.ledger import ledger
 from okc.lab.profiles import ProfileRow, latest_profile, profile_rows
-from okc.reports.plot import DPI, Plotted, _pyplot, plots_dir
+from okc.reports.plot import DPI, Plotted, pyplot, plots_dir
 from okc.reports.report import candidate_number
 
 NAMED_KERNELS = 9  # kernels with a colour of their own; the others are "other"
@@ -47,7 +47,7 @@ def draw_profile(row: ProfileRow, title: str, path) -> None:
         for name, _launches, us in item["kernels"]:
             totals[name] = totals.get(name, 0.0) + us
     named = sorted(totals, key=lambda n: -totals[n])[:NAMED_KERNELS]
-    plt = _pyplot()
+    plt = pyplot()
     colours = plt.get_cmap("tab10")
     fig, ax = plt.subplots(figsize=(max(8.0, INCHES_PER_SHAPE * len(shapes) + 2.5), HEIGHT_IN))
     by_key = {(i["load"], i["layer"], i["m"], i["side"]): i for i in items}

@@ -16,14 +16,14 @@ from pathlib import Path
 from okc.lab import candidates
 from okc.reports import views
 from okc.errors import ConfigError
-from okc.jobs.folder import gpu_name, gpu_uuid, load_result, load_spec
+from okc.lab.records import gpu_name, gpu_uuid, load_result, load_spec
 from okc.lab.config import Lab
 from okc.lab.ledger import Floor, latest_floor, ledger, runs
 from okc.lab.profiles import ProfileRow, latest_profile
 from okc.contract import JobResult, ShapeResult
 from okc.problems.catalog import shapes_of
 from okc.problems.shapes import H200_PEAK_FLOPS
-from okc.reports.tables import Document, Table
+from okc.tables import Document, Table
 
 
 
@@ -172,7 +172,7 @@ def current_sources(lab: Lab) -> dict[int, str]:
 
 def bench_staleness(lab: Lab, job_dir: Path, current: dict[int, str] | None = None) -> str | None:
     """Why a bench job's numbers are not of today's files: its candidate, or what it ran against, changed."""
-    from okc.jobs.folder import load_spec
+    from okc.lab.records import load_spec
     from okc.lab.status import stale_why
 
     spec = load_spec(job_dir)

@@ -18,8 +18,8 @@ from typing import Any
 
 from okc import podfiles
 from okc.contract import EXIT_FILE, JOB_FILE, PID_FILE, RESULT_FILE, is_job_id
-from okc.judge.kinds.trial import CHECK_FILE
-from okc.reports.tables import Document, Table, table
+from okc.podfiles import CHECK_FILE
+from okc.tables import Document, Table, table
 
 # The worker's marks before the kind runs, and what the span ending at each spent.
 BEFORE_THE_KIND = {"torch": "python and import torch", "env": "env.json (the machine, the seed)",
@@ -47,7 +47,7 @@ def _number(value: Any) -> bool:
 
 def spans(timeline: dict[str, Any], spawn_s: float | None = None) -> list[Span]:
     """The spans between the timeline's marks, in order; ``spawn_s`` (launcher start to worker start) first."""
-    marks = sorted((at, name) for name, at in timeline.items() if name != "started_at" and _number(at))
+    marks = sorted((at, name) for name, at in timeline.items() if name and name != "started_at" and _number(at))
     found = [Span(SPAWN, round(-spawn_s, 3), round(spawn_s, 3))] if spawn_s is not None and spawn_s >= 0 else []
     previous, previous_at = None, 0.0
     for at, name in marks:

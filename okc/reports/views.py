@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from okc.contract import CaseResult, JobResult, ShapeResult
-from okc.reports.tables import Document, Table, table
+from okc.tables import Document, Table, table
 
 TIME_ON_TABLE = 1.5  # a shape at this multiple of its floor or more is highlighted
 
@@ -47,7 +47,7 @@ def rounded_pair(ci: Any, digits: int = 4) -> list[float] | None:
     return None if ci is None else [round(ci[0], digits), round(ci[1], digits)]
 
 
-def _job_fields(result: JobResult, source: Source | None, recorded: bool | None) -> dict[str, Any]:
+def job_fields(result: JobResult, source: Source | None, recorded: bool | None) -> dict[str, Any]:
     fields: dict[str, Any] = {"job_id": result.job_id, "kind": result.kind, "status": result.status,
                               "passed": result.passed, "reason": result.reason}
     if source is not None:
@@ -95,7 +95,7 @@ def check_table(result: JobResult) -> Table:
 
 def check_document(result: JobResult, source: Source | None, recorded: bool | None) -> Document:
     verdict = "pass" if result.passed else result.status
-    fields = {"verdict": verdict, **_job_fields(result, source, recorded)}
+    fields = {"verdict": verdict, **job_fields(result, source, recorded)}
     name = source.name if source else "the candidate"
     line = f"{verdict.upper()} {name}: {result.reason or 'every case within its bounds'} (job {result.job_id})"
     shown = (check_table(result),) if result.cases else ()
@@ -204,7 +204,7 @@ def gpumode_table(result: JobResult, figure: dict) -> Table:
 
 def bench_document(result: JobResult, source: Source | None, against: str | None, recorded: bool | None,
                    gpumode: dict | None = None) -> Document:
-    fields = {**_job_fields(result, source, recorded), "against": against, **bench_fields(result)}
+    fields = {**job_fields(result, source, recorded), "against": against, **bench_fields(result)}
     # A passing bench's reason is its caveat (a CPU run says it is a CPU timing).
     lines = (score_line(result), protocol_line(result), *([result.reason] if result.reason else []),
              f"job {result.job_id}")

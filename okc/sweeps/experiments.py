@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from okc.benchrules import MAX_PAIRS, MIN_PAIRS, check_stopping
 from okc.errors import ConfigError
-from okc.benchrules import check_stopping
+from okc.podfiles import is_integer
 
 PARAMS_NAME = "PARAMS"
 TABLE_NAME = "PARAMS_BY_SHAPE"
@@ -41,15 +42,15 @@ class Funnel:
     screen_pairs: int = 20
     keep: int = 3
     target_half_width: float = 0.01
-    min_pairs: int = 50
-    max_pairs: int = 2000
+    min_pairs: int = MIN_PAIRS
+    max_pairs: int = MAX_PAIRS
     neighbours: tuple[int, ...] = ()  # extra m values every kept point is checked at
     point_timeout_s: float = 120.0  # one point's deadline in the screen (import, prepare, capture, pairs)
 
     def __post_init__(self) -> None:
         for name in ("screen_pairs", "keep", "min_pairs", "max_pairs"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if not is_integer(value, 1):
                 raise ConfigError(f"funnel.{name} must be a positive integer, got {value!r}")
         try:  # the judge's own rules (okc.benchrules), in the sweep file's words
             check_stopping(self.min_pairs, self.max_pairs, self.target_half_width,
@@ -59,7 +60,7 @@ class Funnel:
         value = self.point_timeout_s
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
             raise ConfigError(f"funnel.point_timeout_s must be a positive number of seconds, got {value!r}")
-        if not all(isinstance(m, int) and not isinstance(m, bool) and m > 0 for m in self.neighbours):
+        if not all(is_integer(m, 1) for m in self.neighbours):
             raise ConfigError(f"funnel.neighbours must be a list of positive m values, got {list(self.neighbours)!r}")
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from dataclasses import replace
 
-from okc.reports.tables import Column, Document, Table, table
+from okc.tables import Column, Document, Table, table
 from okc.sweeps.funnel import Progress, SweepResult
 
 REFRESH_PER_S = 4

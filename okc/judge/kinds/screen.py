@@ -205,7 +205,7 @@ class Screen:
 def run_job(job, job_dir: Path, *, device: torch.device, seed: int, phase, log) -> dict:
     """The worker's entry for ``kind: screen`` (see okc.worker.KINDS)."""
     from okc.judge.protocol.benchcases import scored_cases
-    from okc.judge.kinds.sweep import _bench_settings, parse_settings
+    from okc.judge.kinds.sweep import parse_settings, settings_for
     from okc.judge.protocol.warm import CpuScreener, CudaScreener
     from okc.problems import load_problem
 
@@ -221,7 +221,7 @@ def run_job(job, job_dir: Path, *, device: torch.device, seed: int, phase, log) 
         settings = parse_settings(job.bench)
         if settings.fixed_pairs is None:
             raise ValueError("bench.pairs: a screen times every point with a fixed number of pairs")
-        timing = _bench_settings(settings, problem, on_cuda)
+        timing = settings_for(settings, problem, on_cuda)
     except ValueError as exc:
         raise BadJob(str(exc)) from None
     kind = CudaScreener if on_cuda else CpuScreener

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from okc import benchrules
 from okc.judge.protocol import stats
 from okc.judge.protocol.benchcases import scored_cases
 from okc.judge.protocol.settings import BenchSettings
@@ -30,6 +31,7 @@ from okc.judge.kinds.check import describe, is_cuda_error
 from okc.judge.protocol.cpu_clock import CPU_NOTE, NO_OVERHEAD
 from okc.judge.protocol.pairs import PairTable
 from okc.judge.problem import Case, Problem
+from okc.podfiles import is_integer
 
 
 @dataclass(frozen=True)
@@ -44,17 +46,17 @@ class Settings:
 def parse_settings(bench: dict) -> Settings:
     """``job.bench`` as :class:`Settings`; ValueError naming the field when it is unusable."""
     overhead = bench.get("overhead_us")
-    if overhead is not None and (isinstance(overhead, bool) or not isinstance(overhead, (int, float)) or overhead < 0):
-        raise ValueError(f"bench.overhead_us must be a non-negative number, got {overhead!r}")
+    if overhead is not None:  # the rule a bench's settings follow (okc.benchrules), in job.json's words
+        overhead = benchrules.check_overhead_us(overhead, "bench.overhead_us")
     pairs = bench.get("pairs")
     if pairs is not None:
-        if isinstance(pairs, bool) or not isinstance(pairs, int) or not 1 <= pairs <= stats.MAX_PAIRS_LIMIT:
-            raise ValueError(f"bench.pairs must be an integer from 1 to {stats.MAX_PAIRS_LIMIT}, got {pairs!r}")
+        if not is_integer(pairs, 1, benchrules.MAX_PAIRS_LIMIT):
+            raise ValueError(f"bench.pairs must be an integer from 1 to {benchrules.MAX_PAIRS_LIMIT}, got {pairs!r}")
         return Settings(pairs, None, overhead)
     rule = stats.StoppingRule(
-        min_pairs=bench.get("min_pairs", stats.MIN_PAIRS),
-        max_pairs=bench.get("max_pairs", stats.MAX_PAIRS),
-        target_half_width=bench.get("target_half_width", stats.TARGET_HALF_WIDTH),
+        min_pairs=bench.get("min_pairs", benchrules.MIN_PAIRS),
+        max_pairs=bench.get("max_pairs", benchrules.MAX_PAIRS),
+        target_half_width=bench.get("target_half_width", benchrules.TARGET_HALF_WIDTH),
     )
     return Settings(None, rule, overhead)
 
@@ -82,7 +84,7 @@ def case_rows(table: PairTable, cases: list[Case], overhead_us: float) -> list[d
     return rows
 
 
-def _bench_settings(settings: Settings, problem: Problem, on_cuda: bool) -> BenchSettings:
+def settings_for(settings: Settings, problem: Problem, on_cuda: bool) -> BenchSettings:
     """The bench's settings for this job: a fixed count as min = max pairs (at least the 6 a median CI takes)."""
     if settings.fixed_pairs is not None:
         pairs = max(settings.fixed_pairs, stats.MIN_PAIRS_FOR_CI)
@@ -106,7 +108,7 @@ def _time(problem: Problem, candidate: Path, baseline: Path, cases: list[str], s
     from okc.judge.protocol.cpu_clock import CpuBench
 
     on_cuda = device.type == "cuda"
-    bench_settings = _bench_settings(settings, problem, on_cuda=on_cuda)
+    bench_settings = settings_for(settings, problem, on_cuda=on_cuda)
     bench = (Bench if on_cuda else CpuBench)(problem, candidate, baseline, device=device, seed=seed,
                                              settings=bench_settings, cases=cases, phase=phase, log=log)
     bench.setup()

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from okc.contract import BadJob, JobSpec
+from okc.podfiles import is_integer
 
 POINTS_FILE = "screened.jsonl"
 DEFAULT_POINT_TIMEOUT_S = 120.0
@@ -60,12 +61,12 @@ def read_spec(job: JobSpec) -> ScreenSpec:
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
         raise BadJob(f"screen.point_timeout_s must be a positive number, got {timeout!r}")
     share = settings.get("share", 1)
-    if isinstance(share, bool) or not isinstance(share, int) or share < 1:
+    if not is_integer(share, 1):
         raise BadJob(f"screen.share must be a positive integer (the GPUs sharing this host), got {share!r}")
     compilers = settings.get("compilers", 0)
     if compilers is None:  # this host's cores shared among its GPUs, one core left to each worker
         compilers = max(1, (os.cpu_count() or 2) // share - 1)
-    if isinstance(compilers, bool) or not isinstance(compilers, int) or compilers < 0:
+    if not is_integer(compilers, 0):
         raise BadJob(f"screen.compilers must be an integer >= 0 or null, got {compilers!r}")
     return ScreenSpec(points, float(timeout), compilers)
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from okc import benchrules
 from okc.judge.protocol import pairs, stats
+from okc.podfiles import is_integer
 
 if TYPE_CHECKING:
     from okc.judge.problem import Problem
@@ -65,20 +66,20 @@ class BenchSettings:
         if options.get("flush", "read") not in FLUSHES:
             raise ValueError(f"flush must be one of {', '.join(FLUSHES)}, got {options['flush']!r}")
         in_flight = options.get("in_flight", 2)
-        if type(in_flight) is not int or not 1 <= in_flight <= 2:
+        if not is_integer(in_flight, 1, 2):
             raise ValueError(f"in_flight must be 1 or 2, got {in_flight!r}")
         aa_floor = benchrules.check_aa_floor(options.get("aa_floor", stats.DEFAULT_AA_FLOOR))
         batch_ops = options.get("batch_ops", pairs.BATCH_OPS)
-        if isinstance(batch_ops, bool) or not isinstance(batch_ops, int) or batch_ops < pairs.OPS_PER_CASE:
+        if not is_integer(batch_ops, pairs.OPS_PER_CASE):
             raise ValueError(f"batch_ops must be an integer >= {pairs.OPS_PER_CASE}, got {batch_ops!r}")
         warmup = options.get("warmup_pairs", WARMUP_PAIRS)
-        if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        if not is_integer(warmup, 0):
             raise ValueError(f"warmup_pairs must be an integer >= 0, got {warmup!r}")
         copies, captures = options.get("copies", DEFAULT_COPIES), options.get("captures", DEFAULT_CAPTURES)
         for name, value in (("copies", copies), ("captures", captures)):
             if value is None and name == "copies":
                 continue
-            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SLOTS:
+            if not is_integer(value, 1, MAX_SLOTS):
                 raise ValueError(f"{name} must be an integer from 1 to {MAX_SLOTS}, got {value!r}")
         if (copies or 1) * captures > MAX_SLOTS:
             raise ValueError(f"copies x captures must be at most {MAX_SLOTS}, got {copies} x {captures}")

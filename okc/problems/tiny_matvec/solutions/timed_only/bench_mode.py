@@ -1,7 +1,7 @@
 """Correct whenever it is checked; inside a bench job it computes 1/16 of each output.
 
 It tells a bench from a check the way a hostile candidate can: the job folder's job.json,
-found through its working directory, the worker's argv or open files, or its parent's command line (job ids named
+found through the worker's working directory, argv or open files, or its parent's command line (job ids named
 their kind until issue 31; the job folder's job.json still does, and cannot be hidden). Expected: okc check PASS, okc bench INVALID (re-check).
 """
 
@@ -19,7 +19,7 @@ _weights = {}
 
 
 def _job_kind() -> str | None:
-    places = [Path.cwd(), *(Path(arg) for arg in __import__("sys").argv[1:])]  # the worker runs in JOB/candidate
+    places = [Path.cwd(), *(Path(arg) for arg in __import__("sys").argv[1:])]  # the worker runs in the job folder
     try:
         places += [Path(os.readlink(f"/proc/self/fd/{fd}")) for fd in os.listdir("/proc/self/fd")]
     except OSError:

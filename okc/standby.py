@@ -1,6 +1,6 @@
 """A standby worker: python and torch (and a GPU's CUDA context) ready before its one job exists.
 
-``python -m okc.judge.standby`` imports torch, makes the CUDA context where there is a GPU, then
+``python -m okc.standby`` imports torch, makes the CUDA context where there is a GPU, then
 waits on stdin for one line: the job folder it is handed (okc.launch.standby's keeper writes it).
 From then on it is the worker of that job, exactly as ``python -m okc.worker JOB_DIR`` would be:
 its output goes to the job's log, it runs in the job folder, and it exits with the job. It never
