@@ -24,8 +24,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from okc.judge.protocol import pairs as pairs_module  # noqa: E402
 from okc.judge import stats  # noqa: E402
+from okc.judge.protocol import pairs as pairs_module  # noqa: E402
 
 
 def load_matrix(cases: list[str], loads: list[str]) -> np.ndarray:

@@ -31,8 +31,8 @@ sys.path.insert(0, str(REPO))
 
 import torch
 
-from okc.judge.protocol import pairs, stats
 from okc.judge.kinds.bench import Bench, BenchSettings
+from okc.judge.protocol import pairs, stats
 from okc.problems.muse_bf16_proj import PROBLEM
 
 AA_PAIRS = 1000

@@ -18,10 +18,11 @@ sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
 
-from okc.judge.protocol import pairs
-
-from okc.judge.protocol import stats  # noqa: E402
 from okc.judge.kinds.bench import BenchSettings  # noqa: E402
+from okc.judge.protocol import (
+    pairs,
+    stats,  # noqa: E402
+)
 from okc.judge.protocol.cpu_clock import CpuBench, CpuClock  # noqa: E402
 from okc.problems.tiny_matvec import PROBLEM  # noqa: E402
 

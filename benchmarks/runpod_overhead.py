@@ -30,10 +30,11 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=50)
     args = parser.parse_args()
+    from runpod_fake import FakeRunpod
+
     from okc.lab.config import find_lab
     from okc.pods.config import parse_pod_file
     from okc.pods.runpod import API_URL_ENV, connectable
-    from runpod_fake import FakeRunpod
 
     fake = FakeRunpod(ssh_port=22, key=KEY)  # the relay is never connected to: only the API is timed
     fake.add_pod(POD_ID, status="RUNNING")

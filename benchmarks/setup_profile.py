@@ -22,7 +22,6 @@ import argparse
 import subprocess
 import sys
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent

@@ -15,21 +15,21 @@ set, the report is also written to $OUT/sweep_scaling.txt.
 from __future__ import annotations
 
 import argparse
-import json
 import dataclasses
+import json
 import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from okc.contract import read_json
 from okc.judge.protocol.ahead import AHEAD_DIR
 from okc.judge.protocol.batch import read_lines
-from okc.contract import read_json
+from okc.lab.config import find_lab
 from okc.sweeps.experiments import load_experiment
 from okc.sweeps.fanout import local_gpu_count, slots_for
 from okc.sweeps.funnel import Sweep, open_run
-from okc.lab.config import find_lab
 
 TRITON_CACHE = "TRITON_CACHE_DIR"
 

@@ -26,8 +26,18 @@ from typing import Callable, Iterable
 
 from okc import podfiles
 from okc.contract import (
-    ENV_FILE, JOB_FILE, LAUNCHER_FILE, PHASE_FILE, PID_FILE, PROGRESS_FILE, RESULT_FILE, ContractError, is_job_id,
-    parse_result, read_job, write_json,
+    ENV_FILE,
+    JOB_FILE,
+    LAUNCHER_FILE,
+    PHASE_FILE,
+    PID_FILE,
+    PROGRESS_FILE,
+    RESULT_FILE,
+    ContractError,
+    is_job_id,
+    parse_result,
+    read_job,
+    write_json,
 )
 from okc.errors import UnsafeRemote
 from okc.podfiles import CHECK_FILE, MAX_DOCUMENT_BYTES, MAX_DURATION_S, MAX_NAME_CHARS, escaped, escaped_log  # noqa: F401

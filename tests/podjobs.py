@@ -6,11 +6,12 @@ import json
 import shutil
 from pathlib import Path
 
+from sshd import POD_NAME
+
 from okc.contract import write_json
 from okc.jobs import folder as jobs
 from okc.lab.candidates import resolve
 from okc.pods.config import resolve_pod
-from sshd import POD_NAME
 
 
 def pod_results(lab) -> Path:

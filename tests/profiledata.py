@@ -12,13 +12,13 @@ import json
 from pathlib import Path
 
 import reportdata
+
 from okc.contract import result_document
 from okc.jobs import folder as job_folder
-from okc.lab.records import load_spec
 from okc.judge import traces
-from okc.judge.kinds.profile import FLUSH_KERNEL, SIDES, TRACES_DIR, order
+from okc.judge.kinds.profile import FLUSH_KERNEL, SIDES, TRACES_DIR, order, trace_name
 from okc.judge.problem import Case
-from okc.judge.kinds.profile import trace_name
+from okc.lab.records import load_spec
 
 NVJET_SPLITK = "nvjet_sm90_tst_128x8_64x12_4x1_v_bz_splitK_TNT"
 NVJET_WIDE = "nvjet_sm90_tst_96x64_64x10_2x4_h_bz_TNN"

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from runpod_fake import FakeRunpod
+from sshd import TINY_BASELINE
 
 from okc.lab.config import find_lab
 from okc.pods import runpod, watchdog
 from okc.pods.hostkeys import KNOWN_HOSTS_ENV, HostKeyPins
-from runpod_fake import FakeRunpod
-from sshd import TINY_BASELINE
 
 KEY = "rp-test-key-0123456789"
 POD_ID = "rpabc123"

@@ -6,12 +6,12 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from okc.judge.protocol import pairs, stats
 from okc.judge.kinds.bench import BenchSettings
+from okc.judge.protocol import pairs, stats
 from okc.judge.protocol.gpu_clock import GpuClock
 from okc.judge.protocol.loop import PairLoop
-from okc.judge.protocol.sides import Side, Sides
 from okc.judge.protocol.recheck import Draws
+from okc.judge.protocol.sides import Side, Sides
 from okc.judge.protocol.timing import HoldTimeout
 
 

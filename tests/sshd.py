@@ -28,8 +28,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
 import okc
-from okc.pods.hostkeys import KNOWN_HOSTS_ENV, HostKeyPins
 from okc.lab.config import find_lab
+from okc.pods.hostkeys import KNOWN_HOSTS_ENV, HostKeyPins
 
 SSHD_CANDIDATES = ("/usr/sbin/sshd", "/usr/local/sbin/sshd")
 READY_TIMEOUT_S = 10.0

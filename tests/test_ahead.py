@@ -10,12 +10,11 @@ import subprocess
 import sys
 
 import pytest
+from conftest import REPO
+from tritonpoints import NO_COMPILE, RIGHT, RIGHT_SMALL, TEMPLATE
 
 from okc.judge.protocol.ahead import AHEAD_DIR, read_marker
 from okc.sweeps.experiments import materialise
-
-from conftest import REPO
-from tritonpoints import NO_COMPILE, RIGHT, RIGHT_SMALL, TEMPLATE
 
 triton = pytest.importorskip("triton")
 

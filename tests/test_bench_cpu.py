@@ -13,12 +13,12 @@ from conftest import cuda_available
 from simgpu import SimulatedGPU, settings, simulated_runner
 
 from okc.jobs import runner
-from okc.lab.candidates import resolve
 from okc.judge import envinfo
-from okc.judge.protocol import pairs, stats, timing
 from okc.judge.kinds.bench import BenchSettings
-from okc.judge.protocol.sides import Side, Sides
+from okc.judge.protocol import pairs, stats, timing
 from okc.judge.protocol.pairs import PairTable, Unit
+from okc.judge.protocol.sides import Side, Sides
+from okc.lab.candidates import resolve
 from okc.problems.muse_bf16_proj import PROBLEM as MUSE
 from okc.problems.tiny_matvec import PROBLEM as TINY
 
@@ -350,7 +350,8 @@ def test_the_gpu_side_imports_only_stdlib_torch_and_numpy(tmp_path):
     import subprocess
     import sys
 
-    modules = "okc.worker, okc.judge.kinds.bench, okc.judge.kinds.floor, okc.judge.protocol.timing, okc.judge.protocol.pairs, okc.judge.protocol.stats"
+    modules = ("okc.worker, okc.judge.kinds.bench, okc.judge.kinds.floor, okc.judge.protocol.timing, okc.judge.protocol.pairs, "
+               "okc.judge.protocol.stats")
     forbidden = ("typer", "rich", "paramiko", "yaml", "okc.cli.app", "okc.lab.ledger", "triton")
     code = f"import sys, {modules}; print([m for m in {forbidden!r} if m in sys.modules])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, check=True)

@@ -78,8 +78,8 @@ def test_nvidia_smi_is_asked_for_the_gpu_torch_runs_on():
 
 def test_a_slow_prepare_gets_the_copies_its_setup_budget_holds_and_they_all_replay(tmp_path, monkeypatch):
     # Each copy of the candidate pays its prepare: 12 copies of 0.3 s would pass a 2 s budget.
-    from okc.judge.protocol import sides
     from okc.judge.kinds.bench import BenchSettings, run_bench
+    from okc.judge.protocol import sides
     from okc.problems import load_problem
 
     lab = find_lab()
@@ -186,8 +186,8 @@ def test_protocol_times_the_fixed_replay_cost():
 
 
 def test_a_persisting_l2_limit_is_reported_and_cleared():
-    from okc.judge.protocol import timing
     from okc.judge.kinds.bench import PersistingReport
+    from okc.judge.protocol import timing
 
     report = PersistingReport(torch.device("cuda"))
     if not report.l2.available:

@@ -5,10 +5,10 @@ import math
 import statistics
 
 import pytest
-
 from conftest import invoke
-from okc.reports.calibration import BAND_SIGMAS, MIN_PAIRS, calibrate, fit
+
 from okc.lab.ledger import Run, open_ledger, record_run, runs
+from okc.reports.calibration import BAND_SIGMAS, MIN_PAIRS, calibrate, fit
 
 RATIOS = {1: 0.98, 2: 0.99, 3: 1.0}  # official / local, by candidate
 LOCAL = {1: 1.10, 2: 1.20, 3: 1.3234}

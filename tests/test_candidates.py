@@ -2,8 +2,8 @@ import hashlib
 
 import pytest
 
-from okc.lab.candidates import discover, parse_name, resolve, scan
 from okc.errors import CandidateError
+from okc.lab.candidates import discover, parse_name, resolve, scan
 
 
 def write(path, text="def prepare(w):\n    pass\n"):

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from workerjobs import PROBLEMS_DIR, make_job, run_worker
 
 import okc
-from okc.judge.verdict import rules
 from okc.judge.kinds.check import run_check, select_cases
 from okc.judge.loader import CandidateLoadError, load_candidate
 from okc.judge.problem import Case, Tolerance
+from okc.judge.verdict import rules
 from okc.problems import BUILT_IN, load_problem
-from workerjobs import PROBLEMS_DIR, make_job, run_worker
 
 # Cases that expose every wrong muse solution on the CPU while staying cheap there: the
 # sliced unpooler, probe rows on a bf16 layer (o at m = 8), and the router at a larger m.

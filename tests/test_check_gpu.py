@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from okc.judge.protocol.capture import CaptureError, capture
-from okc.judge.kinds.check import run_check
-from okc.problems import load_problem
 from workerjobs import PROBLEMS_DIR, make_job
+
+from okc.judge.kinds.check import run_check
+from okc.judge.protocol.capture import CaptureError, capture
+from okc.problems import load_problem
 
 pytestmark = pytest.mark.gpu
 REPO = Path(__file__).resolve().parent.parent

@@ -4,10 +4,9 @@ import json
 
 import pytest
 import typer
-
 from conftest import invoke
-from okc.cli.app import app
 
+from okc.cli.app import app
 
 
 def all_commands(typer_app: typer.Typer, prefix=()):

@@ -9,7 +9,15 @@ import sys
 import pytest
 
 from okc.contract import (
-    BadJob, ContractError, JobSpec, SourceRef, is_job_id, parse_result, read_json, result_document, write_json,
+    BadJob,
+    ContractError,
+    JobSpec,
+    SourceRef,
+    is_job_id,
+    parse_result,
+    read_json,
+    result_document,
+    write_json,
 )
 from okc.launch import agent
 

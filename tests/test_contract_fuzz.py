@@ -123,7 +123,8 @@ def test_every_field_of_every_document_fuzzed_by_type_is_refused_or_handled(lab,
                                                                                            "started_at", "jobs"]),
                                                                           inner, max_size=4)), max_leaves=12))
 def test_an_agent_job_list_of_any_shape_is_a_list_or_one_line(answer):
-    from okc.podfiles import ContractError, answer as read_answer
+    from okc.podfiles import ContractError
+    from okc.podfiles import answer as read_answer
 
     try:
         entries = read_answer(json.dumps({"jobs": answer}), "jobs")["jobs"]

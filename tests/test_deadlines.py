@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hostile_sftp import Crafted, hostile_server
 from typer.testing import CliRunner
 
-from hostile_sftp import Crafted, hostile_server
 from okc.cli.app import app
 
 runner = CliRunner()

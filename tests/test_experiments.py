@@ -14,21 +14,20 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import REPO, jobs_of_kind, write_lab
+from outputschema import SCHEMA
 from typer.testing import CliRunner
 
 from okc.cli.app import app
 from okc.contract import read_job
 from okc.errors import CandidateError, ConfigError
-from okc.sweeps.experiments import Point, load_experiment, materialise
-from okc.sweeps.funnel import TABLE_FILE, RunFolder, latest_run, run_sweep
-from okc.lab.config import find_lab
 from okc.judge.protocol.batch import read_lines
+from okc.lab.config import find_lab
 from okc.lab.ledger import open_ledger
 from okc.lab.sweep_ledger import sweep_rows
 from okc.problems.tiny_matvec import PROBLEM as TINY
-
-from conftest import REPO, jobs_of_kind, write_lab
-from outputschema import SCHEMA
+from okc.sweeps.experiments import Point, load_experiment, materialise
+from okc.sweeps.funnel import TABLE_FILE, RunFolder, latest_run, run_sweep
 
 # A template whose points differ in speed (a sleep), in correctness and in whether they import.
 TEMPLATE = '''\

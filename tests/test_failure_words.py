@@ -14,7 +14,6 @@ from conftest import invoke, jobs_of_kind
 from okc.cli.app import app
 
 
-
 def one_line(result, code: int) -> str:
     text = result.output.strip()
     assert result.exit_code == code and len(text.splitlines()) == 1 and "Traceback" not in text, result.output

@@ -11,9 +11,8 @@ import os
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
-
 from conftest import invoke
+from typer.testing import CliRunner
 
 runner = CliRunner()
 

@@ -13,20 +13,20 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import REPO, invoke, jobs_of_kind
-from PIL import Image
 from outputschema import SCHEMA
+from PIL import Image
+from sshd import POD_NAME
 
 from okc.errors import ConfigError
+from okc.judge.kinds.check import run_check
 from okc.judge.protocol import gpumode_timing
 from okc.judge.protocol.benchcases import BenchFailed
-from okc.judge.kinds.check import run_check
 from okc.lab.config import find_lab
 from okc.lab.gpumode import flat_files, read_task
 from okc.pods.config import resolve_pod
 from okc.problems import load_problem
 from okc.problems.gpumode.adapter import GpuModeProblem
 from okc.problems.gpumode.taskfile import parse
-from sshd import POD_NAME
 
 FOLDERS = REPO / "tests" / "gpumode"
 VECTORADD = FOLDERS / "vectoradd"

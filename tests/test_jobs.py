@@ -5,16 +5,15 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from conftest import jobs_of_kind
+from typer.testing import CliRunner
 
+from okc.cli.app import app
 from okc.jobs import runner
 from okc.lab import records
 from okc.lab.candidates import resolve
 from okc.lab.ledger import open_ledger, runs
 from okc.problems.tiny_matvec import PROBLEM as TINY
-from typer.testing import CliRunner
-
-from conftest import jobs_of_kind
-from okc.cli.app import app
 
 BASELINE = TINY.baseline_source
 FAST_TIMEOUT_S = 8.0

@@ -17,11 +17,11 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import invoke
 from typer.testing import CliRunner
 
-from conftest import invoke
-from okc.cli.app import app
 from okc import benchrules
+from okc.cli.app import app
 from okc.jobs import options
 from okc.lab.ledger import open_ledger, runs
 
@@ -279,6 +279,7 @@ def test_10_editing_the_baseline_makes_benches_against_it_stale_everywhere(lab):
 
 def test_11_a_candidate_against_itself_is_refused_and_kept_out_of_the_score_history(lab):
     import reportdata
+
     from okc.jobs import folder
     from okc.lab.candidates import resolve
     from okc.lab.status import against_baseline

@@ -6,10 +6,10 @@ import importlib.util
 import json
 import shlex
 import time
+import tomllib
 from pathlib import Path
 
 import pytest
-import tomllib
 from conftest import REPO, cuda_available, invoke, jobs_of_kind
 from PIL import Image
 

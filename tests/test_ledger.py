@@ -3,8 +3,8 @@ import sqlite3
 
 import pytest
 
-from okc.lab import ledger
 from okc.errors import LedgerError
+from okc.lab import ledger
 from okc.lab.ledger import Run, open_ledger, record_run, runs
 from okc.lab.status import statuses
 

@@ -12,13 +12,12 @@ import threading
 from datetime import datetime
 from types import SimpleNamespace
 
-import pytest
-import typer
-from typer.testing import CliRunner
-
 import reportdata
+import typer
 from conftest import REPO, invoke, write_lab
 from outputschema import SCHEMA, assert_schema
+from typer.testing import CliRunner
+
 from okc.cli.app import app
 from okc.contract import parse_result
 from okc.problems.tiny_matvec import PROBLEM as TINY
@@ -118,8 +117,8 @@ def test_bench_and_report_match_the_schema(lab):
 
 def test_floor_sweep_and_jobs_match_the_schema():
     from okc.pods.views import jobs_document
-    from okc.tables import to_json
     from okc.sweeps.view import sweep_document
+    from okc.tables import to_json
 
     floor = parse_result({"schema_version": 1, "job_id": "f", "kind": "floor", "status": "ok", "gpu_name": "H200",
                           "sizes": [{"layer": "o", "bytes": 16777216, "us": 5.4, "tb_per_s": 3.1}]})
@@ -193,8 +192,8 @@ def test_an_error_quoting_what_the_user_typed_is_printed_literally(lab):
 def test_a_table_cell_with_markup_is_shown_literally():
     from rich.console import Console
 
-    from okc.tables import render
     from okc.sweeps.view import sweep_document
+    from okc.tables import render
 
     sweep = SimpleNamespace(run=SimpleNamespace(run_id="r1"), points=1, emitted=None, winners={}, params={},
                             failed={"p[/x]": "check: error: RuntimeError('[/x] [bold]no[/bold]')"})

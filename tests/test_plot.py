@@ -1,10 +1,10 @@
 """okc plot: PNG files opened with PIL and checked for size and content."""
 
 import pytest
-from PIL import Image
-
 import reportdata
 from conftest import invoke
+from PIL import Image
+
 from okc.lab.ledger import Run, open_ledger, record_run
 from okc.reports.plot import DPI, HISTORY_SIZE_IN, SHAPES_COLUMNS, SHAPES_PANEL_IN
 

@@ -6,14 +6,13 @@ import json
 from pathlib import Path
 
 import yaml
-
 from conftest import invoke
-from okc.pods.hostkeys import fingerprint, pins_path
+from sshd import POD_NAME, free_port
+
 from okc.lab.ledger import open_ledger, runs
 from okc.launch import launcher
 from okc.pods.config import resolve_pod
-from sshd import POD_NAME, free_port
-
+from okc.pods.hostkeys import fingerprint, pins_path
 
 
 def test_trust_asks_then_pins(ssh_lab, sshd):

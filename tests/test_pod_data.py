@@ -15,18 +15,17 @@ import stat
 from pathlib import Path
 
 import pytest
-
-from hostile_sftp import Crafted, hostile_server
 from conftest import invoke
+from hostile_sftp import Crafted, hostile_server
+from podjobs import pod_job
+
 from okc import contract, incoming, podfiles
 from okc.errors import LedgerError, LedgerUnusable
 from okc.jobs import folder as jobs
-from okc.lab import records
-from okc.lab import recovery
+from okc.lab import records, recovery
 from okc.lab.candidates import resolve
 from okc.lab.ledger import Run, ledger, record_run, runs, sound
 from okc.pods.config import resolve_pod
-from podjobs import pod_job
 
 DEEP = "[" * 10**6 + "]" * 10**6  # JSON a million brackets deep: Python's json would raise RecursionError
 DEEP_FILES = ("result.json", "job.json", "env.json", "launcher.json", "phase.json", "pid.json", "progress.json")

@@ -10,14 +10,14 @@ from __future__ import annotations
 import json
 
 import pytest
-
 import reportdata
-from hostile_sftp import Crafted, hostile_server
 from conftest import invoke
+from hostile_sftp import Crafted, hostile_server
+from podjobs import pod_job
+
 from okc import contract
 from okc.jobs import folder as jobs
 from okc.lab.candidates import resolve
-from podjobs import pod_job
 
 EVIL = "\x1b]0;owned\x07\x1b[2J\x9b31m root:x:0:0 [bold]big[/bold] :smile:"
 FORMATS = ("table", "json", "nl", "csv", "markdown")

@@ -12,12 +12,12 @@ import profiledata
 import pytest
 import reportdata
 from conftest import invoke, jobs_of_kind, write_lab
-from PIL import Image
 from outputschema import SCHEMA, assert_schema
+from PIL import Image
 
 from okc.jobs import options
-from okc.judge.kinds import profile as judge_profile
 from okc.judge import traces
+from okc.judge.kinds import profile as judge_profile
 from okc.lab import ledger
 from okc.lab.config import find_lab
 from okc.lab.ledger import open_ledger

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hostile_sftp import CRAFTED_CONTENT, Crafted, hostile_server
 from typer.testing import CliRunner
 
-from hostile_sftp import CRAFTED_CONTENT, Crafted, hostile_server
 from okc.cli.app import app
 from okc.jobs import folder as jobs
 from okc.lab.candidates import resolve
@@ -80,12 +80,13 @@ def test_pull_refuses_crafted_names_and_ids_and_pulls_the_honest_job(lab_root, s
 
 # -- values a pod chooses ---------------------------------------------------------------
 
+from podjobs import pod_job as _pod_job  # noqa: E402
+
 from okc import incoming  # noqa: E402
 from okc.jobs import runner as job_runner  # noqa: E402
 from okc.lab.ledger import ledger, runs  # noqa: E402
 from okc.pods.config import resolve_pod  # noqa: E402
 from okc.pods.target import PodTarget  # noqa: E402
-from podjobs import pod_job as _pod_job  # noqa: E402
 
 FUTURE_ID = "20991231-235959-check-future"
 

@@ -13,12 +13,12 @@ import sys
 import time
 
 import yaml
+from hostile_sftp import Crafted, hostile_server
+from podjobs import pod_job
 from typer.testing import CliRunner
 
-from hostile_sftp import Crafted, hostile_server
 from okc.cli.app import app
 from okc.lab.ledger import ledger, runs
-from podjobs import pod_job
 
 runner = CliRunner()
 REPO = __import__("pathlib").Path(__file__).resolve().parent.parent

@@ -15,17 +15,21 @@ import torch
 from simgpu import settings
 
 from okc.jobs import runner
-from okc.judge.protocol import pairs
+from okc.judge.protocol import pairs, stats
 from okc.judge.protocol.cpu_clock import CpuBench, CpuClock, CpuSide
 from okc.judge.protocol.gpu_clock import GpuClock
 from okc.judge.protocol.loop import PairLoop
 from okc.judge.protocol.pairs import Unit
 from okc.judge.protocol.recheck import (
-    DETECTION, MISSED_FRACTION, RECHECKS_PER_EPOCH, Draws, Picker, rechecks_needed,
+    DETECTION,
+    MISSED_FRACTION,
+    RECHECKS_PER_EPOCH,
+    Draws,
+    Picker,
+    rechecks_needed,
 )
 from okc.judge.protocol.settings import WARMUP_PAIRS, BenchSettings
 from okc.judge.protocol.sides import Side, Sides
-from okc.judge.protocol import stats
 from okc.lab.candidates import resolve
 from okc.problems.tiny_matvec import PROBLEM as TINY
 

@@ -3,9 +3,9 @@
 import json
 
 import pytest
-
 import reportdata
 from conftest import invoke
+
 from okc.errors import ConfigError
 from okc.lab.ledger import open_ledger, runs
 

@@ -11,19 +11,20 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-import okc
+from sshd import TINY_BASELINE, free_port
 
-from okc.jobs import folder as job_folder, runner
+import okc
+from okc.errors import ConfigError, PodError, UnreachableError
+from okc.jobs import folder as job_folder
+from okc.jobs import runner
 from okc.lab import records
+from okc.lab.candidates import resolve
+from okc.lab.ledger import open_ledger, runs
 from okc.launch import agent, launcher
 from okc.pods import lifecycle
+from okc.pods.config import resolve_pod
 from okc.pods.target import PodTarget
 from okc.pods.views import status_document
-from okc.lab.candidates import resolve
-from okc.errors import ConfigError, PodError, UnreachableError
-from okc.lab.ledger import open_ledger, runs
-from okc.pods.config import resolve_pod
-from sshd import TINY_BASELINE, free_port
 
 SLOW_PREPARE_S = 1
 HUNG_JOB_LIMIT_S = 4

@@ -6,15 +6,14 @@ import json
 import sqlite3
 
 import pytest
-
-from okc.jobs import options
-
 import reportdata
 from conftest import invoke, jobs_of_kind
+
+from okc.contract import FloorSize, ShapeResult
+from okc.jobs import options
 from okc.lab import ledger
 from okc.lab.ledger import Floor, latest_floor, open_ledger, record_floor
 from okc.reports.report import build_report, measured_floor_us, read_us
-from okc.contract import FloorSize, ShapeResult
 
 SHAPE_COLUMNS = ["load", "layer", "m", "N", "K", "baseline µs", "candidate µs", "ratio", "floor µs", "time/floor"]
 READ_COLUMNS = ["read floor µs", "time/read floor"]

@@ -16,19 +16,19 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import invoke
+from runpodlab import KEY, NAME, POD_ID, one_line, rp, wait_for  # noqa: F401 (rp is a fixture)
+from sshd import TINY_BASELINE, free_port, write_ed25519
+
 from okc.errors import ConfigError, PodError, UnreachableError
 from okc.jobs.folder import create_job
 from okc.lab.candidates import resolve
 from okc.lab.costs import job_costs
 from okc.lab.ledger import open_ledger, runs
 from okc.pods import runpod, watchdog
-from okc.pods.target import PodTarget
 from okc.pods.config import load_pod_file
 from okc.pods.hostkeys import HostKeyPins
-from runpodlab import KEY, NAME, POD_ID, one_line, rp, wait_for  # noqa: F401 (rp is a fixture)
-from sshd import TINY_BASELINE, free_port, write_ed25519
+from okc.pods.target import PodTarget
 
 
 def _ledger(lab):

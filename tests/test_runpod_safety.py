@@ -13,8 +13,11 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-
 from conftest import invoke
+from runpod_fake import FakeRunpod
+from runpodlab import KEY, NAME, POD_ID, one_line, rp, wait_for  # noqa: F401 (rp is a fixture)
+from sshd import TINY_BASELINE, free_port, write_ed25519
+
 from okc.errors import PodError, UnreachableError
 from okc.jobs.folder import create_job
 from okc.lab.candidates import resolve
@@ -23,9 +26,6 @@ from okc.lab.ledger import open_ledger
 from okc.pods import lifecycle, rest, runpod, selfstop, watchdog
 from okc.pods.config import load_pod_file
 from okc.pods.target import PodTarget
-from runpod_fake import FakeRunpod
-from sshd import TINY_BASELINE, free_port, write_ed25519
-from runpodlab import KEY, NAME, POD_ID, one_line, rp, wait_for  # noqa: F401 (rp is a fixture)
 
 REPO = Path(__file__).resolve().parent.parent
 BILLING = f"pod {NAME} is RUNNING and billing — okc pod stop {NAME}"

@@ -13,12 +13,13 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
+from conftest import write_lab
 
+from okc.contract import BadJob
 from okc.jobs.folder import create_job
 from okc.jobs.runner import run_local
 from okc.judge.protocol.batch import POINTS_FILE, read_lines, read_spec
 from okc.judge.protocol.stats import MIN_PAIRS_FOR_CI
-from okc.contract import BadJob
 from okc.lab.config import find_lab
 from okc.lab.ledger import open_ledger
 from okc.lab.sweep_ledger import sweep_rows
@@ -27,8 +28,6 @@ from okc.sweeps.experiments import Point, load_experiment
 from okc.sweeps.fanout import Detached, Slot, run_tasks
 from okc.sweeps.funnel import Sweep, open_run
 from okc.sweeps.screen import MAX_BATCH, batches
-
-from conftest import write_lab
 
 # tiny_chunks' computation, with modes that misbehave the ways a real point can.
 TEMPLATE = '''\

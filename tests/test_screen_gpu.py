@@ -7,6 +7,7 @@ import json
 
 import pytest
 import yaml
+from tritonpoints import NO_COMPILE, OOB, RIGHT, RIGHT_SMALL, TEMPLATE  # noqa: F401
 
 from okc.jobs.options import MIN_PAIRS_FOR_CI
 from okc.judge.protocol.batch import read_lines
@@ -14,7 +15,6 @@ from okc.lab.config import find_lab
 from okc.sweeps.experiments import Point, load_experiment
 from okc.sweeps.fanout import slots_for
 from okc.sweeps.funnel import Sweep, open_run
-from tritonpoints import NO_COMPILE, OOB, RIGHT, RIGHT_SMALL, TEMPLATE  # noqa: F401
 
 pytestmark = pytest.mark.gpu
 

@@ -10,13 +10,13 @@ from pathlib import Path
 import paramiko
 import pytest
 import yaml
+from sshd import free_port, write_ed25519
 
 from okc.errors import EXIT_UNREACHABLE, ConfigError, OkcError, PodError, UnreachableError
-from okc.pods.hostkeys import HostKeyPins, fingerprint, pins_path
 from okc.pods.config import SSH_CONFIG_ENV, Pod, load_pod_file, parse_pod_file, resolve_pod
-from okc.pods.sshconfig import resolve_endpoint
+from okc.pods.hostkeys import HostKeyPins, fingerprint, pins_path
 from okc.pods.ssh import SSHTarget, remote_command
-from sshd import free_port, write_ed25519
+from okc.pods.sshconfig import resolve_endpoint
 
 GOOD = {"host": "203.0.113.7", "remote_dir": "/workspace/okc"}
 

@@ -12,12 +12,12 @@ from pathlib import Path
 import paramiko
 import pytest
 import yaml
-
 from conftest import invoke
+from sshd import POD_NAME, write_ed25519
+
 from okc.errors import ConfigError
 from okc.pods.config import parse_pod_file, resolve_pod
 from okc.pods.hostkeys import KNOWN_HOSTS_ENV, HostKeyPins, fingerprint, pin_name, pins_path
-from sshd import POD_NAME, write_ed25519
 
 GOOD = {"host": "203.0.113.7", "remote_dir": "/workspace/okc"}
 RELAY = Path(__file__).with_name("relay.py")

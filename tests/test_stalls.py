@@ -11,13 +11,13 @@ import time
 from pathlib import Path
 
 import yaml
+from sshd import POD_NAME, TINY_BASELINE, session_pids
 from typer.testing import CliRunner
 
 from okc.cli.app import app
 from okc.jobs import folder as jobs
 from okc.lab.candidates import resolve
 from okc.pods.config import resolve_pod
-from sshd import POD_NAME, TINY_BASELINE, session_pids
 
 runner = CliRunner()
 SSH_TIMEOUT_S = 2.0

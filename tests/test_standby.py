@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from conftest import invoke, jobs_of_kind
 
+from okc.jobs.target import local_locks
+from okc.lab.config import find_lab
 from okc.launch import standby
 from okc.launch.proc import process_start
-from okc.jobs.target import local_locks
 from okc.standby import READY_FILE
-from okc.lab.config import find_lab
 
 CRASH = Path(__file__).resolve().parent.parent / "okc/problems/tiny_matvec/solutions/wrong/crash.py"  # os.abort()
 READY_WAIT_S = 60.0  # a standby's python imports torch: seconds on a busy 2-core machine

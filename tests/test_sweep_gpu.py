@@ -9,10 +9,10 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from okc.jobs.options import MIN_PAIRS_FOR_CI
 from okc.cli.app import app
-from okc.sweeps.funnel import run_sweep
+from okc.jobs.options import MIN_PAIRS_FOR_CI
 from okc.lab.config import find_lab
+from okc.sweeps.funnel import run_sweep
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from okc.errors import UnreachableError
-from okc.pods.hostkeys import HostKeyPins, pins_path
 from okc.pods.config import resolve_pod
+from okc.pods.hostkeys import HostKeyPins, pins_path
 from okc.pods.ssh import SSHTarget
 from okc.pods.sync import local_files, sync
 

@@ -5,13 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import invoke
 from outputschema import SCHEMA, assert_schema
 
-from conftest import invoke
 from okc.contract import JOB_FILE, PID_FILE, RESULT_FILE
 from okc.judge.kinds.trial import CHECK_FILE
 from okc.reports.timeline import SPAWN, Span, job_document, spans, step_seconds, timeline_tables
-
 
 TIMELINE = {"started_at": 1000.0, "torch": 0.9, "env": 0.95, "job": 0.96, "check.import": 1.0, "check.prepare": 1.1,
             "check.check": 1.3, "bench.import": 2.0, "bench.bench": 2.5, "done": 4.0, "result": 4.01}

@@ -10,12 +10,13 @@ import pytest
 from conftest import REPO, cuda_available, invoke, jobs_of_kind
 
 from okc.contract import LAUNCHER_FILE, PHASE_FILE, write_json
-from okc.jobs import folder as job_folder, runner
+from okc.jobs import folder as job_folder
+from okc.jobs import runner
+from okc.judge.kinds.trial import CHECK_FILE, step_document
 from okc.lab import records
 from okc.lab.candidates import resolve
 from okc.lab.config import find_lab
 from okc.lab.ledger import AA_MARK, Run, open_ledger, record_run, recorded_job_ids, runs
-from okc.judge.kinds.trial import CHECK_FILE, step_document
 
 WRONG = REPO / "okc" / "problems" / "tiny_matvec" / "solutions" / "wrong"
 QUICK_BENCH = ("--min-pairs", "24", "--max-pairs", "48", "--target", "0.5")  # a few pairs: this is about the plumbing

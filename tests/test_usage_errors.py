@@ -10,13 +10,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from conftest import cuda_available, invoke, write_lab
 from typer.testing import CliRunner
 
-from conftest import cuda_available, invoke, write_lab
 from okc.cli.app import app
 from okc.lab.ledger import open_ledger, runs
 from okc.problems.tiny_matvec import PROBLEM as TINY
-
 
 
 def assert_refused(result, lab_root, message):

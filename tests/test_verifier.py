@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from okc.judge.verdict import rules, verifier as verifier_module
 from okc.judge.problem import Case
 from okc.judge.seeds import derive_seed
+from okc.judge.verdict import rules
+from okc.judge.verdict import verifier as verifier_module
 from okc.judge.verdict.verifier import Verifier, VerifierError
 from okc.problems import load_problem
 

@@ -1,6 +1,6 @@
 """The okc command line. Importing this package registers every command on ``app``."""
 
+from okc.cli import costs, judge, labs, ledger, pods, profile, reports, sweeps  # noqa: E402,F401,I001  (this order is the order of --help)
 from okc.cli.app import app
-from okc.cli import labs, judge, profile, ledger, reports, sweeps, pods, costs  # noqa: E402,F401,I001  (this order is the order of --help)
 
 __all__ = ["app"]

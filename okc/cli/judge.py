@@ -7,11 +7,23 @@ from typing import Optional
 
 import typer
 
-from okc.cli.app import (
-    CANDIDATE_HELP, ON_HELP, app, candidate_ref, echo_log, echo_okc_lines, err, error_line, failed_exit, handles_errors,
-    load_lab, output_options, raise_failed, show,
-)
 from okc.benchrules import MAX_PAIRS, MIN_PAIRS, TARGET_HALF_WIDTH
+from okc.cli.app import (
+    CANDIDATE_HELP,
+    ON_HELP,
+    app,
+    candidate_ref,
+    echo_log,
+    echo_okc_lines,
+    err,
+    error_line,
+    failed_exit,
+    handles_errors,
+    load_lab,
+    output_options,
+    raise_failed,
+    show,
+)
 from okc.errors import EXIT_FAILED, EXIT_USAGE
 from okc.jobs.options import QUICK_MAX_M
 
@@ -165,8 +177,8 @@ def try_command(
     Example: okc try 036 --target 0.003
     """
     from okc.jobs import options, runner
-    from okc.lab.records import try_steps
     from okc.lab import candidates
+    from okc.lab.records import try_steps
     from okc.reports import views
     from okc.tables import Document
 

@@ -195,7 +195,8 @@ def pod_terminate(
 def pod_create(
     name: str = typer.Argument(..., help="The name to give it in pod.yaml."),
     gpu: str = typer.Option(..., "--gpu", help='Runpod GPU type, e.g. "NVIDIA H200".'),
-    image: str = typer.Option(..., "--image", help="Container image with PyTorch, e.g. runpod/pytorch:2.8.0-py3.11-cuda12.8.1-cudnn-devel-ubuntu22.04."),
+    image: str = typer.Option(..., "--image",
+                              help="Container image with PyTorch, e.g. runpod/pytorch:2.8.0-py3.11-cuda12.8.1-cudnn-devel-ubuntu22.04."),
     volume_gb: int = typer.Option(50, "--volume-gb", min=10, help="Volume at /workspace (kept across stops), GB (Runpod: 10 at least)."),
     disk_gb: int = typer.Option(30, "--disk-gb", min=1, help="Container disk (wiped at every stop), GB."),
     gpus: int = typer.Option(1, "--gpus", min=1, help="GPUs."),
@@ -208,7 +209,7 @@ def pod_create(
     Example: okc pod create h200 --gpu "NVIDIA H200" --image runpod/pytorch:2.8.0-py3.11-cuda12.8.1-cudnn-devel-ubuntu22.04
     """
     from okc.pods import lifecycle
-    from okc.pods.config import POD_NAME, LOCAL_TARGET
+    from okc.pods.config import LOCAL_TARGET, POD_NAME
 
     if not POD_NAME.match(name) or name == LOCAL_TARGET:
         raise ConfigError(f"pod name {name!r} is not usable: letters, digits, '_', '.', '-' (and not 'local')")

@@ -7,7 +7,17 @@ from typing import Optional
 import typer
 
 from okc.cli.app import (
-    CANDIDATE_HELP, ON_HELP, app, candidate_ref, echo_log, err, handles_errors, load_lab, output_options, raise_failed, show,
+    CANDIDATE_HELP,
+    ON_HELP,
+    app,
+    candidate_ref,
+    echo_log,
+    err,
+    handles_errors,
+    load_lab,
+    output_options,
+    raise_failed,
+    show,
 )
 from okc.errors import EXIT_USAGE
 from okc.jobs.options import PROFILE_REPLAYS

@@ -18,7 +18,8 @@ from okc.errors import EXIT_FAILED
 @output_options
 def sweep(
     name: str = typer.Argument(..., help="The sweep: experiments/NAME.yaml."),
-    on: Optional[str] = typer.Option(None, "--on", help="Pods from pod.yaml, comma-separated, or 'local' (default: pod.yaml's default pod, else this machine)."),
+    on: Optional[str] = typer.Option(
+        None, "--on", help="Pods from pod.yaml, comma-separated, or 'local' (default: pod.yaml's default pod, else this machine)."),
     emit: Optional[int] = typer.Option(None, "--emit", metavar="NNN", help="Write the winners into a new candidate NNN."),
     gpus: Optional[int] = typer.Option(None, "--gpus", help="Use at most this many GPUs per target."),
     fmt: str = "table",
@@ -27,11 +28,10 @@ def sweep(
 
     Example: okc sweep gemv_decode --on h200a,h200b --emit 040
     """
-    from okc.sweeps.options import SweepOptions
     from okc.sweeps import view as sweepview
-    from okc.sweeps.funnel import run_sweep
-
     from okc.sweeps.experiments import load_experiment
+    from okc.sweeps.funnel import run_sweep
+    from okc.sweeps.options import SweepOptions
 
     sweeping = SweepOptions(gpus=gpus, emit=emit)
     lab = load_lab()

@@ -16,8 +16,19 @@ from typing import Any
 
 import okc
 from okc.contract import (
-    JOB_FILE, LAUNCHER_FILE, LOG_FILE, LOST_REASON, PHASE_FILE, RESULT_FILE, ContractError, JobResult, JobSpec,
-    SourceRef, read_json, result_document, write_json,
+    JOB_FILE,
+    LAUNCHER_FILE,
+    LOG_FILE,
+    LOST_REASON,
+    PHASE_FILE,
+    RESULT_FILE,
+    ContractError,
+    JobResult,
+    JobSpec,
+    SourceRef,
+    read_json,
+    result_document,
+    write_json,
 )
 from okc.errors import ConfigError
 from okc.lab.candidates import Candidate

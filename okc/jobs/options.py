@@ -200,7 +200,6 @@ def preflight(lab: Lab, on: str | None, options: CheckOptions | None = None, kin
     """Everything a job needs from the lab and this machine, checked before its folder exists."""
     local = runs_here(lab, on)
     from okc.lab.gpumode import check_lab_problem
-
     from okc.problems import catalog
 
     gpumode_task = check_lab_problem(lab)  # a malformed task.yml is one line, before any job exists

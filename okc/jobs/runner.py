@@ -17,14 +17,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from okc import incoming
 from okc.benchrules import aa_floor
 from okc.contract import LOG_FILE, JobResult, JobState, is_job_id
 from okc.errors import (
-    ConfigError, Interrupted, JudgeError, LedgerError, LedgerUnusable, PodError, UnreachableError, UnsafeRemote,
+    ConfigError,
+    Interrupted,
+    JudgeError,
+    LedgerError,
+    LedgerUnusable,
+    PodError,
+    UnreachableError,
+    UnsafeRemote,
 )
-from okc import incoming
-from okc.jobs.follow import JobDetached, Watch, follow
 from okc.jobs.folder import create_job, finish_job, job_spec
+from okc.jobs.follow import JobDetached, Watch, follow
 from okc.jobs.target import LocalTarget, Target
 from okc.lab.candidates import Candidate
 from okc.lab.config import Lab

@@ -20,8 +20,8 @@ def main(argv: list[str]) -> None:
     import torch
 
     from okc.contract import read_job
-    from okc.judge.protocol import timing
     from okc.judge.kinds.profile import SIDES, Profiler
+    from okc.judge.protocol import timing
     from okc.problems import load_problem
 
     job_dir = Path(argv[0])

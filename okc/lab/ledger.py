@@ -16,8 +16,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from okc.errors import LedgerError, LedgerUnusable
 from okc.contract import FloorSize
+from okc.errors import LedgerError, LedgerUnusable
 from okc.lab.migrations import MIGRATIONS
 
 BUSY_TIMEOUT_S = 30.0

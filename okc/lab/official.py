@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from okc.errors import ConfigError, LedgerError, LedgerUnusable
+from okc.lab.backlog import PENDING_OFFICIAL, note_official, note_pending, official_log
 from okc.lab.candidates import Candidate
 from okc.lab.config import Lab
 from okc.lab.ledger import OFFICIAL_KINDS as LEDGER_KINDS
 from okc.lab.ledger import Run, insert_run, now, run_from_row, transaction
-from okc.lab.backlog import PENDING_OFFICIAL, note_official, note_pending, official_log
 from okc.lab.timings import Timing, parse_table
 from okc.problems.catalog import DEFAULT_MAX_SCORE, ProblemShapes, shapes_of
 

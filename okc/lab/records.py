@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from okc import incoming, podfiles
-from okc.contract import ENV_FILE, EXIT_FILE, RESULT_FILE, BadJob, ContractError, JobResult, JobSpec, is_job_id
-from okc.contract import parse_result, read_job, read_json
+from okc.contract import ENV_FILE, EXIT_FILE, RESULT_FILE, BadJob, ContractError, JobResult, JobSpec, is_job_id, parse_result, read_job, read_json
 from okc.errors import JudgeError
 from okc.lab.costs import record_job_cost
 from okc.lab.ledger import AA_MARK, Floor, Run, insert_run, now, record_floor, transaction

@@ -17,8 +17,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from okc.errors import LedgerError
-from okc.lab.config import Lab
 from okc.lab.backlog import PENDING, PENDING_OFFICIAL, official_log
+from okc.lab.config import Lab
 from okc.lab.ledger import OFFICIAL_KINDS, TABLES, Run, ledger, recorded_job_ids, run_from_row, sound, transaction
 from okc.lab.records import is_home, record_job
 

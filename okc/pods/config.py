@@ -13,7 +13,6 @@ whitespace or control characters, none of ``' ` " $ \\ ; & < > | ( ) { }``.
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath

@@ -22,8 +22,8 @@ from okc.pods.config import Pod
 from okc.pods.hostkeys import HostKeyPins, pins_path
 from okc.pods.paths import MAX_JOB_DEPTH, MAX_JOB_FILES, checked_job_id, checked_name, local_path_under
 from okc.pods.ssh import SSHTarget
-from okc.pods.transfer import remove_stale_parts
 from okc.pods.sync import call_agent, sync  # call_agent: also for this module's importers
+from okc.pods.transfer import remove_stale_parts
 
 READ_CHUNK = 1 << 20
 MAX_EPOCH_S = 253402300799.0  # 9999-12-31: a later start time is no date (and no datetime takes it)

@@ -65,7 +65,8 @@ class Watch:
             return UnreachableError(f"pod {pod_name!r}: {what} made no progress for {self.stall_s:g} s although the "
                                     "connection answers (the remote process is stopped or hung)")
         if self.fired == "deadline":
-            return UnreachableError(f"pod {pod_name!r}: {what} did not finish within {self.deadline_s:.0f} s; the network is too slow or the pod stalled")
+            return UnreachableError(f"pod {pod_name!r}: {what} did not finish within {self.deadline_s:.0f} s; "
+                                    "the network is too slow or the pod stalled")
         return UnreachableError(
             f"pod {pod_name!r} stopped answering: no reply within {self.silence_s:g} s during {what} (pod or network stalled)"
         )

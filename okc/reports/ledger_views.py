@@ -13,8 +13,8 @@ from okc.lab import candidates
 from okc.lab.config import Lab
 from okc.lab.ledger import Run, ledger, runs
 from okc.lab.status import Status, statuses
-from okc.tables import Column, Document, Table, table
 from okc.reports.views import fmt_score, rounded, rounded_pair
+from okc.tables import Column, Document, Table, table
 
 TABLE_HASH = 8  # hash characters in the table: enough to tell versions apart, and the table fits 80 columns
 STALE_CAPTION = ("stale: a result of an older version of the file, or a bench against an older baseline "

@@ -13,9 +13,9 @@ from pathlib import Path
 
 from okc.contract import PLOTS_DIR  # named there: no job id may take it
 from okc.errors import ConfigError
-from okc.lab.records import CPU_LABEL, load_spec
 from okc.lab.config import Lab
 from okc.lab.ledger import Run, ledger, runs
+from okc.lab.records import CPU_LABEL, load_spec
 from okc.reports.report import Report, build_report
 
 DPI = 120

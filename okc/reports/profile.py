@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from okc.lab.records import load_result, load_spec
 from okc.lab.config import Lab
 from okc.lab.ledger import ledger, runs
 from okc.lab.profiles import SIDES, Profile, ProfileRow, latest_profile, read_profile
-from okc.tables import Document, Table
+from okc.lab.records import load_result, load_spec
 from okc.reports.views import Source, job_fields
+from okc.tables import Document, Table
 
 SIDE_LABELS = {"candidate": "cand", "against": "base"}
 BENCHES_LOOKED_AT = 200  # the newest finished benches searched for a source's shape times

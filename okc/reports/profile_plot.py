@@ -12,7 +12,7 @@ from okc.lab.candidates import resolve
 from okc.lab.config import Lab
 from okc.lab.ledger import ledger
 from okc.lab.profiles import ProfileRow, latest_profile, profile_rows
-from okc.reports.plot import DPI, Plotted, pyplot, plots_dir
+from okc.reports.plot import DPI, Plotted, plots_dir, pyplot
 from okc.reports.report import candidate_number
 
 NAMED_KERNELS = 9  # kernels with a colour of their own; the others are "other"

@@ -13,18 +13,17 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
-from okc.lab import candidates
-from okc.reports import views
+from okc.contract import JobResult, ShapeResult
 from okc.errors import ConfigError
-from okc.lab.records import gpu_name, gpu_uuid, load_result, load_spec
+from okc.lab import candidates
 from okc.lab.config import Lab
 from okc.lab.ledger import Floor, latest_floor, ledger, runs
 from okc.lab.profiles import ProfileRow, latest_profile
-from okc.contract import JobResult, ShapeResult
+from okc.lab.records import gpu_name, gpu_uuid, load_result, load_spec
 from okc.problems.catalog import shapes_of
 from okc.problems.shapes import H200_PEAK_FLOPS
+from okc.reports import views
 from okc.tables import Document, Table
-
 
 
 def read_us(floor: Floor, nbytes: int) -> float:

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from okc.errors import ConfigError
 from okc.contract import JobResult
+from okc.errors import ConfigError
 from okc.jobs import runner
 from okc.jobs.runner import pod_for
 from okc.jobs.target import code_dir

@@ -32,14 +32,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from okc.lab.candidates import Candidate, resolve
+from okc.contract import SWEEPS_DIR, JobResult, write_json
 from okc.errors import ConfigError, JudgeError
+from okc.jobs.folder import create_job
+from okc.lab.candidates import Candidate, resolve
 from okc.sweeps.experiments import Experiment, Point, emit_winners, load_experiment, materialise
 from okc.sweeps.fanout import Detached, Slot, run_on, run_tasks, slots_meeting
 from okc.sweeps.record import Recorder
 from okc.sweeps.screen import ScreenStage, batches
-from okc.contract import SWEEPS_DIR, JobResult, write_json
-from okc.jobs.folder import create_job
 
 TABLE_FILE = "points.jsonl"
 RUN_FILE = "run.json"

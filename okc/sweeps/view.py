@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 from dataclasses import replace
 
-from okc.tables import Column, Document, Table, table
 from okc.sweeps.funnel import Progress, SweepResult
+from okc.tables import Column, Document, Table, table
 
 REFRESH_PER_S = 4
 VIEW_MIN_WIDTH = 72  # wide enough that the title line (stage, jobs, failures, ETA) does not wrap

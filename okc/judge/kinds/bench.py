@@ -21,20 +21,29 @@ from pathlib import Path
 
 import torch
 
-# Importing timing binds torch's timing objects, before any candidate module is imported.
-from okc.judge.protocol import cpu_clock as cpu_timing, timing
 from okc.judge import envinfo
+from okc.judge.problem import Problem
+
+# Importing timing binds torch's timing objects, before any candidate module is imported.
+from okc.judge.protocol import cpu_clock as cpu_timing
+from okc.judge.protocol import timing
 from okc.judge.protocol.benchcases import (
-    BenchFailed, case_load_matrix, make_inputs, run_paired, scored_cases, scored_loads, shape_rows, bench_summary,
+    BenchFailed,
+    bench_summary,
+    case_load_matrix,
+    make_inputs,
+    run_paired,
+    scored_cases,
+    scored_loads,
+    shape_rows,
 )
 from okc.judge.protocol.gpu_clock import GpuClock
 from okc.judge.protocol.loop import PairLoop
 from okc.judge.protocol.pairs import PairTable
-from okc.judge.problem import Problem
 from okc.judge.protocol.recheck import Draws, Picker
-from okc.judge.seeds import derive_seed
 from okc.judge.protocol.settings import BenchSettings
 from okc.judge.protocol.sides import Side, Sides, copies_that_fit
+from okc.judge.seeds import derive_seed
 
 NEEDS_CUDA = ("okc bench needs a CUDA GPU; this machine has none (torch.cuda.is_available() is False). "
               "Run it on a pod: okc bench NNN --on POD")

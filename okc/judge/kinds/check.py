@@ -19,14 +19,14 @@ from types import ModuleType
 
 import torch
 
-from okc.judge.verdict import rules
-from okc.judge.protocol.capture import Captured, CaptureError, capture
 from okc.contract import BadJob, JobSpec
 from okc.judge.loader import CandidateLoadError, load_candidate
-from okc.judge.tracebacks import MissingDefinition, describe, is_cuda_error, traceback_text
 from okc.judge.problem import Case, Problem, clone_data
-from okc.judge.verdict.rules import Verdict, fail
+from okc.judge.protocol.capture import Captured, CaptureError, capture
 from okc.judge.seeds import derive_seed
+from okc.judge.tracebacks import MissingDefinition, describe, is_cuda_error, traceback_text
+from okc.judge.verdict import rules
+from okc.judge.verdict.rules import Verdict, fail
 from okc.judge.verdict.verifier import Verifier, VerifierError
 from okc.problems import load_problem
 

@@ -24,13 +24,14 @@ from pathlib import Path
 
 import torch
 
-# Importing timing binds torch's timing objects, before any candidate module is imported.
-from okc.judge.protocol import timing
 from okc.judge import traces
-from okc.judge.protocol.benchcases import BenchFailed, error_result, make_inputs, scored_cases
-from okc.judge.protocol.capture import CaptureError, capture
 from okc.judge.loader import CandidateLoadError, load_candidate
 from okc.judge.problem import Case, Problem
+
+# Importing timing binds torch's timing objects, before any candidate module is imported.
+from okc.judge.protocol import timing
+from okc.judge.protocol.benchcases import BenchFailed, error_result, make_inputs, scored_cases
+from okc.judge.protocol.capture import CaptureError, capture
 from okc.judge.seeds import derive_seed
 from okc.judge.tracebacks import explain
 

@@ -119,8 +119,8 @@ class Screen:
 
     def point(self, point: ScreenPoint) -> dict:
         """Screen one point; its line (``lost``: the CUDA context is gone, the job must end)."""
-        from okc.judge.protocol.benchcases import BenchFailed
         from okc.judge.kinds.check import describe, is_cuda_error
+        from okc.judge.protocol.benchcases import BenchFailed
         from okc.judge.protocol.cpu_clock import CPU_NOTE
         from okc.judge.protocol.timing import TimingError
         from okc.judge.protocol.warm import Seconds
@@ -204,8 +204,8 @@ class Screen:
 
 def run_job(job, job_dir: Path, *, device: torch.device, seed: int, phase, log) -> dict:
     """The worker's entry for ``kind: screen`` (see okc.worker.KINDS)."""
-    from okc.judge.protocol.benchcases import scored_cases
     from okc.judge.kinds.sweep import parse_settings, settings_for
+    from okc.judge.protocol.benchcases import scored_cases
     from okc.judge.protocol.warm import CpuScreener, CudaScreener
     from okc.problems import load_problem
 

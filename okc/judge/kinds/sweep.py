@@ -24,13 +24,13 @@ import numpy as np
 import torch
 
 from okc import benchrules
+from okc.judge.kinds.check import describe, is_cuda_error
+from okc.judge.problem import Case, Problem
 from okc.judge.protocol import stats
 from okc.judge.protocol.benchcases import scored_cases
-from okc.judge.protocol.settings import BenchSettings
-from okc.judge.kinds.check import describe, is_cuda_error
 from okc.judge.protocol.cpu_clock import CPU_NOTE, NO_OVERHEAD
 from okc.judge.protocol.pairs import PairTable
-from okc.judge.problem import Case, Problem
+from okc.judge.protocol.settings import BenchSettings
 from okc.podfiles import is_integer
 
 

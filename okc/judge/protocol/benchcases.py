@@ -15,6 +15,7 @@ import torch
 from okc.judge.problem import Case, Problem
 from okc.judge.seeds import derive_seed
 
+
 class BenchFailed(Exception):
     """The bench cannot go on; the message is result.json's reason, ``side`` the side at fault (None: neither).
 

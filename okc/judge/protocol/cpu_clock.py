@@ -34,14 +34,20 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from okc.judge.loader import CandidateLoadError, load_candidate
+from okc.judge.problem import Case, Problem, clone_data, copy_data
 from okc.judge.protocol import pairs
 from okc.judge.protocol.benchcases import (
-    BenchFailed, case_load_matrix, make_inputs, scored_cases, scored_loads, shape_rows, bench_summary,
+    BenchFailed,
+    bench_summary,
+    case_load_matrix,
+    make_inputs,
+    scored_cases,
+    scored_loads,
+    shape_rows,
 )
-from okc.judge.loader import CandidateLoadError, load_candidate
 from okc.judge.protocol.loop import PairLoop
 from okc.judge.protocol.pairs import PairTable, Unit
-from okc.judge.problem import Case, Problem, clone_data, copy_data
 from okc.judge.protocol.recheck import Draws, Picker, Recheck
 from okc.judge.seeds import derive_seed
 
@@ -207,7 +213,7 @@ class CpuBench:
 
     def setup_shared(self) -> None:
         """The weights, the fresh inputs, the loop: what both sides share."""
-        problem, rule = self.problem, self.settings.rule
+        problem = self.problem
         self.weights = problem.make_weights(derive_seed(self.seed, "weights"), CPU)
         self.first = make_inputs(problem, self.cases, self.seed, "capture", 1, CPU)[0]
         self.warm = make_inputs(problem, self.cases, self.seed, "warm", 1, CPU)[0]

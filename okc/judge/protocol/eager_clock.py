@@ -28,7 +28,14 @@ import torch
 from okc.judge.problem import Problem, copy_data
 from okc.judge.protocol import pairs, timing
 from okc.judge.protocol.benchcases import (
-    BenchFailed, bench_summary, case_load_matrix, make_inputs, run_paired, scored_cases, scored_loads, shape_rows,
+    BenchFailed,
+    bench_summary,
+    case_load_matrix,
+    make_inputs,
+    run_paired,
+    scored_cases,
+    scored_loads,
+    shape_rows,
 )
 from okc.judge.protocol.cpu_clock import CpuSide
 from okc.judge.protocol.loop import PairLoop

@@ -31,9 +31,9 @@ from pathlib import Path
 
 import torch
 
-from okc.judge.protocol.benchcases import BenchFailed
 from okc.judge.loader import CandidateLoadError, load_candidate
 from okc.judge.problem import clone_data
+from okc.judge.protocol.benchcases import BenchFailed
 
 # Bound at import (the worker imports this before any candidate): a candidate patching torch or time cannot move them.
 _now = time.perf_counter_ns

@@ -33,11 +33,11 @@ from pathlib import Path
 
 import torch
 
-from okc.judge.protocol import pairs, stats, timing
-from okc.judge.protocol.benchcases import BenchFailed
-from okc.judge.protocol.capture import CaptureError, Captured, OutputPlace, capture
 from okc.judge.loader import CandidateLoadError, load_candidate
 from okc.judge.problem import Case, Problem, clone_data
+from okc.judge.protocol import pairs, stats, timing
+from okc.judge.protocol.benchcases import BenchFailed
+from okc.judge.protocol.capture import Captured, CaptureError, OutputPlace, capture
 from okc.judge.protocol.settings import MAX_SLOTS
 
 MEMORY_SHARE = 0.4  # of the GPU memory free before setup, the most the copies of both sides may take

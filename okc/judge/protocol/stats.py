@@ -35,8 +35,18 @@ from dataclasses import dataclass
 import numpy as np
 
 # The settings' defaults and ranges, and the A/A floor, are the bench rules both sides share.
-from okc.benchrules import (DEFAULT_AA_FLOOR, MAX_PAIRS, MAX_PAIRS_LIMIT, MIN_PAIRS, MIN_PAIRS_FOR_CI,  # noqa: F401
-                            MIN_SAMPLES_FOR_CI, QUAD, TARGET_HALF_WIDTH, aa_floor, check_stopping)
+from okc.benchrules import (  # noqa: F401
+    DEFAULT_AA_FLOOR,
+    MAX_PAIRS,
+    MAX_PAIRS_LIMIT,
+    MIN_PAIRS,
+    MIN_PAIRS_FOR_CI,
+    MIN_SAMPLES_FOR_CI,
+    QUAD,
+    TARGET_HALF_WIDTH,
+    aa_floor,
+    check_stopping,
+)
 
 CONFIDENCE = 0.95
 BOOTSTRAP_RESAMPLES = 2000

@@ -20,17 +20,17 @@ from pathlib import Path
 
 import torch
 
-from okc.judge.protocol import timing
 from okc.judge.kinds.bench import PersistingReport
+from okc.judge.kinds.sweep import case_rows
+from okc.judge.problem import Problem
+from okc.judge.protocol import timing
+from okc.judge.protocol.benchcases import case_load_matrix, make_inputs, scored_cases, scored_loads
 from okc.judge.protocol.gpu_clock import GpuClock
 from okc.judge.protocol.loop import PairLoop
-from okc.judge.protocol.settings import BenchSettings
-from okc.judge.protocol.benchcases import case_load_matrix, make_inputs, scored_cases, scored_loads
 from okc.judge.protocol.recheck import Draws
-from okc.judge.problem import Problem
-from okc.judge.seeds import derive_seed
+from okc.judge.protocol.settings import BenchSettings
 from okc.judge.protocol.sides import Side, Sides, copies_that_fit
-from okc.judge.kinds.sweep import case_rows
+from okc.judge.seeds import derive_seed
 
 Step = Callable[[str], None]  # the screener names each step of a point as it starts it
 

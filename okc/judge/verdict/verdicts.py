@@ -19,10 +19,10 @@ from typing import BinaryIO, TextIO
 
 import torch
 
-from okc.judge.verdict import rules
 from okc.judge.problem import Case, Problem
-from okc.judge.verdict.rules import Verdict, fail
 from okc.judge.seeds import derive_seed
+from okc.judge.verdict import rules
+from okc.judge.verdict.rules import Verdict, fail
 
 VERIFIER_ERROR = "verifier_error"  # the verifier could not judge: a harness failure, never a verdict
 PR_SET_PDEATHSIG = 1

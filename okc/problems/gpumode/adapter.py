@@ -27,9 +27,10 @@ from types import ModuleType
 import torch
 
 from okc.contract import BadJob
-from okc.judge.protocol import eager_clock
 from okc.judge.problem import Case, Inputs, Load, Problem, Tolerance, clone_data, tensors_of
+from okc.judge.protocol import eager_clock
 from okc.judge.verdict.rules import NONFINITE, Verdict, fail
+
 # Imported with the problem, before any candidate: okc's stand-in loop binds its clock at import
 # (okc.judge.protocol.gpumode_timing).
 from okc.problems.gpumode.figure import add_figure
