@@ -120,8 +120,9 @@ def people_text(result: dict, width: int = 80) -> str:
 
     from rich.console import Console
 
+    from okc import tables
     from okc.contract import parse_result
-    from okc.reports import tables, views
+    from okc.reports import views
 
     console = Console(width=width, record=True, file=io.StringIO())
     for shown in tables.render(views.bench_document(parse_result(result), None, None, None, result["gpumode"]), "table",
