@@ -115,18 +115,15 @@ class GpuClock:
         poison = self._poison.get((unit.case, name))
         if poison is not None:
             before.append((place.view(), poison))
-        after = ()
         scratch = self._scratch.get((unit.case, name))
+        picked = final or (self.picker is not None and self.picker.pick(unit.pair))
+        out = None  # no CUDA tensor to copy: a picked replay then fails at collect (BenchFailed)
         if scratch is not None:
-            picked = final or (self.picker is not None and self.picker.pick(unit.pair))
             out = _empty(scratch.shape, dtype=scratch.dtype, device=scratch.device) if picked else scratch
-            after = ((out, place.view()),)
-            if picked:
-                kept.append((Recheck(name, unit.case, None if final else unit.pair, number,
-                                     self.sides.slot_of(unit.pair, name), poisoned=poison is not None), out))
-        elif final or (self.picker is not None and self.picker.pick(unit.pair)):
-            kept.append((Recheck(name, unit.case, None if final else unit.pair, number,
-                                 self.sides.slot_of(unit.pair, name)), None))
+        if picked:
+            kept.append((Recheck(name, unit.case, None if final else unit.pair, number, self.sides.slot_of(unit.pair, name),
+                                 poisoned=poison is not None), out))
+        after = () if out is None else ((out, place.view()),)
         return Step(captured.graph, before=tuple(before), after=after)
 
     def steps(self, units: list[Unit], number: int, final: bool = False) -> tuple[list[Step], list, list, list]:
