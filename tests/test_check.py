@@ -250,7 +250,8 @@ def test_loader_turns_import_failures_into_a_message(tmp_path, text, expected):
 
 def _solutions():
     """Every shipped solution, once per device: on the CPU (eager calls) and, gpu-marked, on CUDA
-    (graph capture and replay). A solution whose docstring says "GPU only" is judged on CUDA only."""
+    (graph capture and replay). A solution whose docstring says "GPU only" is judged on CUDA only,
+    "CPU only" on the CPU only (its GPU twin stands for it there)."""
     for device in ("cpu", "cuda"):
         for name in BUILT_IN:
             for kind in ("correct", "wrong"):
@@ -259,7 +260,7 @@ def _solutions():
                     doc = text.split('"""')[1] if text.startswith('"""') else ""
                     match = re.search(r"^Rule: (.+)$", doc, re.MULTILINE)
                     expected = set(match.group(1).split(" | ")) if match else set()
-                    if device == "cpu" and "GPU only" in doc:
+                    if (device == "cpu" and "GPU only" in doc) or (device == "cuda" and "CPU only" in doc):
                         continue
                     marks = [pytest.mark.gpu] if device == "cuda" else []
                     yield pytest.param(device, name, path, kind, expected, marks=marks,

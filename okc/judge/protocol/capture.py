@@ -11,6 +11,8 @@ with a dangling workspace.
 
 from __future__ import annotations
 
+import contextlib
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -167,8 +169,25 @@ def capture(
             finally:
                 graph.capture_end()
     except Exception as exc:  # the capture's own failure, or the candidate's raise inside it
+        _end_generator_capture()
         raise _translate(exc) from exc
     return Captured(graph=graph, x=x_buf, out=out)
+
+
+def _end_generator_capture() -> None:
+    """Tell torch's CUDA generators that the failed capture is over.
+
+    capture_begin marks the default generator as capturing and only a capture_end that succeeds
+    unmarks it; after a capture CUDA invalidated (a host sync inside kernel_fn) every later
+    random draw outside a graph raised "Offset increment outside graph capture encountered
+    unexpectedly" (the eager GPU MODE bench of a histogram, issue 33). An empty capture that
+    ends well resets the mark."""
+    with contextlib.suppress(Exception), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "the CUDA graph is empty"
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.stream(capture_stream()):
+            graph.capture_begin()
+            graph.capture_end()
 
 
 def _translate(exc: BaseException) -> CaptureError:

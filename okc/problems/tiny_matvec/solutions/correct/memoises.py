@@ -4,6 +4,9 @@ stored output is handed back whenever an input comes again (counted in HITS).
 Always right, so every check and re-check passes; fast only where a bench times an input that an
 earlier call read. okc draws a fresh input for every timed call (issue 31): in a bench HITS stays
 0 and the score is what its matmul earns, never "faster" for remembering.
+
+CPU only: it reads its input's bytes on the host, which a captured CUDA graph cannot do; on the GPU
+muse_bf16_proj's correct/counts_repeats.py fingerprints every input on the device instead.
 """
 
 import torch
