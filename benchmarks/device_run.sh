@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on a GPU machine of the device tool: set up what the image lacks, run the GPU tests
 # and the benchmark scripts, and leave every log under $OUT (at most 8 files come back).
-# Usage there: bash benchmarks/device_run.sh [stage ...]   (stages: tests check bench floor ssh cli aa setup scaling screen loop ab abmore abnext alone recheck profile gpumode)
+# Usage there: bash benchmarks/device_run.sh [stage ...]   (stages: tests check bench floor ssh cli aa setup scaling screen loop ab abmore abnext alone recheck vcost profile gpumode)
 # A stage's seconds are capped where it says ${OKC_T_<stage>:-N}: the call's 600 s must hold them all.
 set -uo pipefail
 export OUT=${OUT:-/tmp/okc-out}
@@ -45,8 +45,9 @@ for s in $stages; do
                     --variants paired,one_in_flight,sum_flush,no_rechecks,harness_like ;;
         alone) stage alone_harness timeout ${OKC_T_alone:-90} python3 benchmarks/alone_harness.py --candidates ${OKC_ALONE_CANDIDATES:-001,delay,mixed,triton,aa}
                stage alone_alternated timeout ${OKC_T_alone_alt:-30} python3 benchmarks/alone_harness.py --mode alternated --candidates 001 ;;
-        recheck) stage recheck_cost timeout ${OKC_T_recheck:-90} python3 benchmarks/recheck_cost.py --runs ${OKC_RECHECK_RUNS:-1}
+        recheck) stage recheck_cost timeout ${OKC_T_recheck:-90} python3 benchmarks/recheck_cost.py --runs ${OKC_RECHECK_RUNS:-1} ${OKC_RECHECK_ARGS:-}
                  stage verifier_transport timeout ${OKC_T_transport:-40} python3 benchmarks/verifier_transport.py --device cuda --total-mb 2048 ;;
+        vcost) stage verifier_cost timeout ${OKC_T_vcost:-90} python3 benchmarks/verifier_cost.py --device cuda ;;
         profile) stage profile_bench timeout ${OKC_T_profile:-60} python3 benchmarks/profile_bench.py ;;
         gpumode) stage gpumode_bench timeout ${OKC_T_gpumode:-60} python3 benchmarks/gpumode_bench.py --runs ${OKC_GPUMODE_RUNS:-2} ;;
         check) stage check_walltime python3 benchmarks/check_walltime.py ;;

@@ -7,7 +7,10 @@ alternating re-checks on and off; prints per run the job's duration, the seconds
 re-checks' judging took, how many outputs were judged, and the medians' difference.
 Target: re-checks at most 5% of a bench's wall time.
 
-Usage: python benchmarks/recheck_cost.py [--runs 3] [--target 0.005]
+With ``--pairs N`` every bench runs exactly N pairs (min = max = N), so both configurations time
+the same work; without it each stops by its own rule (the pairs then differ between them).
+
+Usage: python benchmarks/recheck_cost.py [--runs 3] [--target 0.005] [--pairs 150]
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--target", type=float, default=0.005)
+    parser.add_argument("--pairs", type=int, default=0, help="exactly this many pairs a bench (0: its stopping rule)")
     args = parser.parse_args()
 
     import torch
@@ -58,8 +62,10 @@ def main() -> None:
             for rechecks in (True, False):
                 candidate = resolve(lab.candidates, number)
                 started = time.monotonic()
-                outcome = runner.submit(lab, "bench", candidate, aa=aa,
-                                        bench={"target_half_width": args.target, "rechecks": rechecks})
+                settings = {"target_half_width": args.target, "rechecks": rechecks}
+                if args.pairs:
+                    settings.update(min_pairs=args.pairs, max_pairs=args.pairs)
+                outcome = runner.submit(lab, "bench", candidate, aa=aa, bench=settings)
                 wall = time.monotonic() - started
                 result = json.loads((outcome.job_dir / "result.json").read_text())
                 walls[rechecks].append(wall)
@@ -67,7 +73,7 @@ def main() -> None:
                 print(f"{number}{' A/A' if aa else ''} run {run} re-checks {'on ' if rechecks else 'off'}: "
                       f"{result['status']} wall {wall:.2f} s, job {result.get('duration_s', 0):.2f} s, "
                       f"{result.get('pairs')} pairs; judged {checks.get('judged', 0)} outputs in "
-                      f"{checks.get('seconds', 0):.2f} s", flush=True)
+                      f"{checks.get('seconds', 0):.2f} s; phases {result.get('seconds')}", flush=True)
         on, off = statistics.median(walls[True]), statistics.median(walls[False])
         print(f"{number}{' A/A' if aa else ''}: median wall {on:.2f} s with re-checks, {off:.2f} s without: "
               f"{100 * (on / off - 1):+.1f}%")

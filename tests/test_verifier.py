@@ -180,9 +180,42 @@ def test_cuda_outputs_are_read_by_address_and_judged_on_the_gpu():
     session.submit(request, right + 1e-3, x=inputs.x.clone())
     session.submit(request, right.cpu(), x=inputs.x.clone())
     weights, plain, strided, off, on_cpu = session.results()
-    session.close()
+    assert session.transport == "arena"  # device to device, through the buffer both processes map
     assert weights["ok"] and plain["ok"] and strided["ok"], (weights, plain, strided)
     assert off["rule"] == rules.WHOLE and on_cpu["rule"] == rules.DEVICE
+    # Far more bytes than the arena holds: it wraps round, the submits wait for answers, and every
+    # output is still judged as itself (a region reused too early would fail the ones after it).
+    big = Case("unpooler", 256)
+    inputs = [muse.make_input(big, derive_seed(SEED, "big", n), "normal", cuda) for n in range(3)]
+    outs = [muse.reference(truth, big, one.x) for one in inputs]
+    count = 3 * verifier_module.ARENA_BYTES // outs[0].nbytes
+    for n in range(count):
+        wrong = n % 7 == 3
+        session.submit({"weights": 0, "case": big.key, "input": ["big", n % 3], "variant": "normal", "tag": {"n": n},
+                        "stream": str(n % 3)}, outs[n % 3] * 1.1 if wrong else outs[n % 3])
+    results = session.results()
+    session.close()
+    assert [result["tag"]["n"] for result in results] == list(range(count))
+    assert [result["ok"] for result in results] == [n % 7 != 3 for n in range(count)], results[:8]
+
+
+def test_the_arenas_ring_gives_space_in_order_and_waits_when_full():
+    ring = verifier_module.Ring(100)
+    assert ring.take(40) == 0 and ring.take(40) == 40
+    ring.sent(True), ring.sent(False), ring.sent(True)  # a pipe message sits between the two
+    assert ring.take(30) is None  # 20 left at the end, none at the start
+    ring.answered()  # the first region comes back: [0, 40) is free again
+    assert ring.take(30) == 0  # wrapped round
+    assert ring.take(15) is None  # [30, 40) is all the wrapped ring has
+    assert ring.take(10) == 30
+    ring.untake()  # never sent: given back at once
+    ring.answered()  # the pipe message: no region
+    assert ring.take(10) == 30
+    ring.sent(True), ring.sent(True)
+    ring.answered(), ring.answered()  # [40, 80) and [0, 30) back
+    assert ring.live == verifier_module.deque([(30, 40)])
+    ring.answered()
+    assert not ring.live and ring.take(100) == 0
 
 
 def _is_verifier(pid: int) -> bool:

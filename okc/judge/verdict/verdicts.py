@@ -8,6 +8,7 @@ as torch ships it.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -86,10 +87,34 @@ def to_tensor(facts: dict, data, device: torch.device) -> torch.Tensor:
     """The tensor the worker described (shape, strides, dtype), rebuilt from its bytes on ``device``."""
     dtype = _dtype(facts["dtype"])
     shape, stride = tuple(facts["shape"]), tuple(facts["stride"])
-    if not data:
+    if not len(data):
         return torch.empty(shape, dtype=dtype, device=device)
-    flat = torch.frombuffer(data, dtype=torch.uint8).view(dtype)
+    flat = (data if isinstance(data, torch.Tensor) else torch.frombuffer(data, dtype=torch.uint8)).view(dtype)
     return torch.as_strided(flat, shape, stride).clone(memory_format=torch.contiguous_format).to(device)
+
+
+def encode_handle(value: object) -> object:
+    """A CUDA IPC share handle (``UntypedStorage._share_cuda_``'s tuple) as JSON: bytes as hex."""
+    if isinstance(value, bytes):
+        return {"hex": value.hex()}
+    if isinstance(value, (list, tuple)):
+        return [encode_handle(part) for part in value]
+    return value
+
+
+def decode_handle(value: object) -> object:
+    if isinstance(value, dict) and set(value) == {"hex"}:
+        return bytes.fromhex(value["hex"])
+    if isinstance(value, list):
+        return tuple(decode_handle(part) for part in value)
+    return value
+
+
+def open_arena(shared: list, device: torch.device) -> torch.Tensor:
+    """The worker's arena (okc.judge.verdict.verifier), mapped into this process by its CUDA IPC handle."""
+    torch.cuda.init()  # opening a handle in a process whose CUDA is not yet up crashed it (SIGSEGV)
+    storage = torch.UntypedStorage._new_shared_cuda(*decode_handle(shared))
+    return torch.empty((0,), dtype=torch.uint8, device=device).set_(storage, 0, (storage.nbytes(),), (1,))
 
 
 def _dtype(name: str) -> torch.dtype:
@@ -190,30 +215,47 @@ def serve(stream: BinaryIO, answers: TextIO) -> None:
     from okc.problems import load_problem
 
     session: Session | None = None
+    arena: torch.Tensor | None = None  # the worker's device buffer, where a message names "arena"
     buffers: list[bytearray] = []
     while (message := read_message(stream, buffers)) is not None:
         header, parts = message
         kind = header.get("kind")
         if kind == "hello":
             torch.backends.cuda.matmul.allow_tf32 = False  # the reference is float64 anyway: say so
-            if torch.device(header["device"]).type == "cpu":
+            device = torch.device(header["device"])
+            if device.type == "cpu":
                 # The worker's calls run beside it: two pools of spinning threads on a few cores
                 # made each tiny call 10x slower; the references here are small on a CPU.
                 torch.set_num_threads(1)
-            session = Session(load_problem(header["problem"]), int(header["seed"]), torch.device(header["device"]))
+            session, arena, why = Session(load_problem(header["problem"]), int(header["seed"]), device), None, None
+            if "arena" in header:
+                try:
+                    arena = open_arena(header["arena"], device)
+                except Exception as exc:  # the worker sends bytes through the pipe instead
+                    why = f"{type(exc).__name__}: {exc}".splitlines()[0]
+            answers.write(json.dumps({"kind": "hello", "arena": arena is not None, "message": why}) + "\n")
             continue
         if kind == "bye":
-            session = None
+            session = arena = None  # unmapped before the answer: the worker may free its buffer then
+            if torch.cuda.is_initialized():
+                torch.cuda.synchronize()
             answers.write(json.dumps({"kind": "bye"}) + "\n")
             continue
         tag = (header.get("ref") or {}).get("tag", {})
         try:
             if session is None:
                 raise ValueError("an output came before the session's hello")
+            if "arena" in header:
+                if arena is None:
+                    raise ValueError("a message names the arena, and none is mapped")
+                parts = [arena[offset:offset + nbytes] for offset, nbytes in header["arena"]]
             verdict = session.judge_weights(header, parts) if kind == "weights" else session.judge_output(header, parts)
             result = answer(tag, verdict)
         except Exception as exc:
             traceback.print_exc()
             result = {"tag": tag, "ok": False, "rule": VERIFIER_ERROR, "message": f"{type(exc).__name__}: {exc}",
                       "value": None, "bound": None, "row": None}
+        if "arena" in header and arena is not None:
+            with contextlib.suppress(Exception):
+                torch.cuda.synchronize()  # every read of the arena is done: the answer gives its region back
         answers.write(json.dumps(result) + "\n")

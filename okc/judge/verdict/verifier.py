@@ -60,6 +60,7 @@ import os
 import subprocess
 import sys
 import threading
+from collections import deque
 from pathlib import Path
 
 import torch
@@ -75,6 +76,8 @@ POOLED_MIN_BYTES = 2**16  # smaller buffers are cheaper made than looked up
 PIPE_BYTES = 2**20  # the pipe's buffer (Linux's default limit for one): 64 KiB made a switch per 64 KiB
 F_SETPIPE_SZ = 1031
 CUDA_MEMCPY_DEFAULT = 4  # cudaMemcpyDefault: the direction from the pointers (unified addressing)
+ARENA_BYTES = 256 * 2**20  # the device buffer both processes map (CUDA): outputs travel through it, not the pipe
+ARENA_ALIGN = 256  # every part starts on this boundary (any dtype's view of it is aligned)
 
 # --- bound at import, before any candidate runs: the transport never looks these up again ----------
 _TensorBase = torch._C.TensorBase
@@ -97,6 +100,9 @@ _loads = json.loads
 _os_write = os.write
 _pack = verdicts.HEADER.pack
 _cuda_memcpy = None  # cudaMemcpy of the libcudart torch loaded, bound by Verifier.start
+_empty = torch.empty
+_share_cuda = getattr(torch.UntypedStorage, "_share_cuda_", None)
+_untyped_storage = _TensorBase.untyped_storage
 
 _spare: subprocess.Popen | None = None  # a verifier process started early (okc.worker) or left by close()
 
@@ -185,6 +191,56 @@ def read_bytes(address: int, nbytes: int, device_type: str, buffer: bytearray | 
     return buffer
 
 
+class Ring:
+    """Space in a buffer of ``size`` bytes, taken in order and given back in the same order (the
+    verifier answers its messages in the order they were sent): the arena's bookkeeping."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.live: deque[tuple[int, int]] = deque()  # the regions not yet given back, oldest first
+        self.messages: deque[bool] = deque()  # per message awaiting its answer: does it hold a region?
+
+    def take(self, nbytes: int) -> int | None:
+        """The offset of ``nbytes`` free bytes (0 < nbytes <= size), or None until answers give some back."""
+        if not self.live:
+            start = 0
+        else:
+            tail, head = self.live[0][0], self.live[-1][1]
+            if self.live[-1][0] >= tail:  # not wrapped: free are [head, size) and [0, tail)
+                start = head if head + nbytes <= self.size else 0 if nbytes <= tail else None
+            else:  # wrapped: free is [head, tail)
+                start = head if head + nbytes <= tail else None
+        if start is not None:
+            self.live.append((start, start + nbytes))
+        return start
+
+    def untake(self) -> None:
+        """Give back the region taken last (its message was never sent)."""
+        self.live.pop()
+
+    def sent(self, holds_region: bool) -> None:
+        self.messages.append(holds_region)
+
+    def answered(self) -> None:
+        if self.messages and self.messages.popleft():
+            self.live.popleft()
+
+
+def _aligned(nbytes: int) -> int:
+    return -(-nbytes // ARENA_ALIGN) * ARENA_ALIGN
+
+
+def _make_arena(device: torch.device) -> tuple[torch.Tensor, list] | None:
+    """A device buffer and the handle another process opens it by (CUDA IPC); None where it cannot be shared."""
+    if _share_cuda is None:
+        return None
+    try:
+        arena = _empty(ARENA_BYTES, dtype=torch.uint8, device=device)
+        return arena, verdicts.encode_handle(_share_cuda(_untyped_storage(arena)))
+    except Exception:  # no IPC here (expandable segments, a restricted /dev/shm ...): the pipe carries the bytes
+        return None
+
+
 class Verifier:
     """The worker's side of one verifier session (see the module docstring)."""
 
@@ -200,6 +256,10 @@ class Verifier:
         self.free_bytes = 0
         self.queue: list[tuple[bytes, list[bytearray], int]] = []
         self.lock = threading.Condition()
+        self.arena: torch.Tensor | None = None  # CUDA: outputs are copied here, device to device (start)
+        self.arena_address = 0
+        self.ring: Ring | None = None
+        self.arena_open: bool | None = None  # the verifier's answer to the hello: did it map the arena?
         self.writer = threading.Thread(target=self._write_loop, name="okc-verifier-writer", daemon=True)
         self.reader = threading.Thread(target=self._read_loop, name="okc-verifier-reader", daemon=True)
         self.writer.start()
@@ -213,36 +273,100 @@ class Verifier:
         if process is None or process.poll() is not None:
             process = spawn(job_dir)
             _spare = None
+        hello = {"kind": "hello", "problem": problem_name, "seed": int(seed), "device": str(device)}
+        shared = None
         if torch.device(device).type == "cuda":
             _bind_cuda_memcpy()
+            shared = _make_arena(torch.device(device))
         verifier = cls(process)
-        verifier._send({"kind": "hello", "problem": problem_name, "seed": int(seed), "device": str(device)}, [], 0)
+        if shared is not None:
+            verifier.arena, hello["arena"] = shared
+            verifier.arena_address = _int(_data_ptr(verifier.arena))
+            verifier.ring = Ring(ARENA_BYTES)
+        else:
+            verifier.arena_open = False
+        verifier._send(hello, [], 0)
         return verifier
+
+    @property
+    def transport(self) -> str:
+        """How outputs reach the verifier: "arena" (a device buffer both map) or "pipe" (bytes through the host)."""
+        return "arena" if self.arena_open else "pipe"
 
     def submit(self, ref: dict, out: object, x: torch.Tensor | None = None) -> None:
         facts, address, nbytes, device_type = describe(out)
-        payload = [read_bytes(address, nbytes, device_type, self._buffer(nbytes))]
         header = {"kind": "output", "ref": ref, "out": facts}
+        parts = [(address, nbytes, device_type)]
         if x is not None:
             x_facts, x_address, x_bytes, x_device = describe(x)
-            payload.append(read_bytes(x_address, x_bytes, x_device, self._buffer(x_bytes)))
+            parts.append((x_address, x_bytes, x_device))
             header["x"] = x_facts
-        self._send(header, payload, 1)
+        self._hand_over(header, parts)
 
     def check_weights(self, weights: object, tensors: dict, tag: dict | None = None) -> None:
-        names, payload = [], []
+        names, parts = [], []
         for name, tensor in tensors.items():
             facts, address, nbytes, device_type = describe(tensor)
             names.append([_str(name), facts])
-            payload.append(read_bytes(address, nbytes, device_type, self._buffer(nbytes)))
-        self._send({"kind": "weights", "ref": {"weights": weights, "tag": tag or {}}, "tensors": names}, payload, 1)
+            parts.append((address, nbytes, device_type))
+        self._hand_over({"kind": "weights", "ref": {"weights": weights, "tag": tag or {}}, "tensors": names}, parts)
+
+    def _hand_over(self, header: dict, parts: list[tuple[int, int, str]]) -> None:
+        """Send one message that the verifier answers: its parts' bytes through the arena where they
+        fit (device to device), else through the pipe."""
+        placed = self._into_arena(parts)
+        if placed is not None:
+            header["arena"] = placed
+            self._send(header, [], 1, holds_region=True)
+        else:
+            self._send(header, [read_bytes(address, nbytes, device_type, self._buffer(nbytes))
+                                for address, nbytes, device_type in parts], 1)
+
+    def _into_arena(self, parts: list[tuple[int, int, str]]) -> list[list[int]] | None:
+        """Copy ``parts`` (address, bytes, device type) into the arena: their [offset, bytes], or None (the pipe)."""
+        if self.ring is None or not parts or any(device_type != "cuda" for _, _, device_type in parts):
+            return None
+        total = sum(_aligned(nbytes) for _, nbytes, _ in parts)
+        if not total or total > self.ring.size:
+            return None
+        with self.lock:
+            while self.arena_open is None and self.failure is None:  # the verifier has not mapped it yet
+                self.lock.wait(0.5)
+                self._note_death()
+            if not self.arena_open:
+                return None
+            while (start := self.ring.take(total)) is None and self.failure is None:
+                self.lock.wait(0.5)
+                self._note_death()
+            if self.failure is not None:
+                raise VerifierError(f"the verifier failed: {self.failure}")
+        try:
+            _device_synchronize()  # the output is written (the worker's streams are done)
+            placed, offset = [], start
+            for address, nbytes, _ in parts:
+                if nbytes:
+                    error = _cuda_memcpy(self.arena_address + offset, address, nbytes, CUDA_MEMCPY_DEFAULT)
+                    if error:
+                        raise RuntimeError(f"CUDA error {error} while reading an output (an illegal memory access earlier?)")
+                placed.append([offset, nbytes])
+                offset += _aligned(nbytes)
+            _device_synchronize()  # the copies are done before the verifier reads them
+        except BaseException:
+            with self.lock:
+                self.ring.untake()
+            raise
+        return placed
+
+    def _note_death(self) -> None:
+        """(Under the lock) a verifier that ended without a word fails the session."""
+        if self.process.poll() is not None and not self.reader.is_alive() and self.failure is None:
+            self.failure = f"the verifier process ended (exit code {self.process.returncode})"
 
     def results(self) -> list[dict]:
         with self.lock:
             while self.returned + len(self.received) < self.submitted and self.failure is None:
                 self.lock.wait(0.5)
-                if self.process.poll() is not None and not self.reader.is_alive() and self.failure is None:
-                    self.failure = self.failure or f"the verifier process ended (exit code {self.process.returncode})"
+                self._note_death()
             if self.failure is not None:
                 raise VerifierError(f"the verifier failed: {self.failure}")
             fresh, self.received = self.received, []
@@ -269,6 +393,7 @@ class Verifier:
             self.queue.append((b"", [], -1))  # tells the writer thread to stop
             self.lock.notify_all()
         self.writer.join()
+        self.arena = None  # the verifier let go of its mapping before acknowledging the bye
         if healthy and _spare is None:
             _spare = self.process
         else:
@@ -286,7 +411,7 @@ class Verifier:
                 return free.pop()
         return None
 
-    def _send(self, header: dict, payload: list[bytearray], expected: int) -> None:
+    def _send(self, header: dict, payload: list[bytearray], expected: int, holds_region: bool = False) -> None:
         header["nbytes"] = [len(part) for part in payload]
         text = _dumps(header).encode()
         size = sum(len(part) for part in payload)
@@ -294,9 +419,13 @@ class Verifier:
             while self.in_flight and self.in_flight + size > IN_FLIGHT_BYTES and self.failure is None:
                 self.lock.wait(0.5)
             if self.failure is not None:
+                if holds_region:
+                    self.ring.untake()
                 raise VerifierError(f"the verifier failed: {self.failure}")
             self.in_flight += size
             self.submitted += expected
+            if expected and self.ring is not None:
+                self.ring.sent(holds_region)
             self.queue.append((_pack(len(text), len(payload)) + text, payload, size))
             self.lock.notify_all()
 
@@ -340,10 +469,17 @@ class Verifier:
             if result.get("kind") == "bye":
                 return
             with self.lock:
-                self.received.append(result)
+                if result.get("kind") == "hello":  # did it map the arena? (no answer of a message)
+                    self.arena_open = bool(result.get("arena"))
+                    if not self.arena_open and self.ring is not None:
+                        print(f"okc verifier: outputs go through the pipe ({result.get('message')})", file=sys.stderr)
+                else:
+                    self.received.append(result)
+                    if self.ring is not None:
+                        self.ring.answered()
                 self.lock.notify_all()
         with self.lock:
-            if self.returned + len(self.received) < self.submitted:
+            if self.returned + len(self.received) < self.submitted or self.arena_open is None:
                 self.failure = self.failure or f"the verifier process ended (exit code {self.process.wait()})"
             self.lock.notify_all()
 
