@@ -81,16 +81,20 @@ def note_pod_rate(conn: sqlite3.Connection, rate: PodRate) -> bool:
     return True
 
 
-def note_rate(lab, pod) -> None:
-    """Note the $/h connecting to ``pod`` read (okc.pods.runpod.connectable) in the ledger; a broken or
-    busy ledger is passed over (the rate is a nicety, and reaching the pod must not depend on it)."""
+def note_rate(lab, pod, conn: sqlite3.Connection | None = None) -> None:
+    """Note the $/h connecting to ``pod`` read (okc.pods.runpod.connectable) in the ledger (on ``conn`` when the
+    caller holds it open); a broken or busy ledger is passed over (the rate is a nicety, and reaching the pod
+    must not depend on it)."""
     if pod.rate is None:
         return
     rate = PodRate(pod=pod.name, usd_per_hour=pod.rate.usd_per_hour, gpus=pod.rate.gpus, source=pod.rate.source,
                    runpod_id=pod.runpod_id, started_at=pod.rate.started_at)
     try:
-        with ledger(lab.ledger_path) as conn:
+        if conn is not None:
             note_pod_rate(conn, rate)
+            return
+        with ledger(lab.ledger_path) as opened:
+            note_pod_rate(opened, rate)
     except (LedgerError, sqlite3.Error):  # opening reports LedgerError; a lock held past the busy timeout, sqlite3's own
         pass
 
