@@ -35,13 +35,13 @@ VERIFIER_COMMAND = [sys.executable, "-c", "import os; os.nice(10); from okc.judg
 
 # kind -> "module:function"; the function is (job, job_dir, *, device, seed, phase, log) -> result fields.
 KINDS = {
-    "check": "okc.judge.kinds.check:run_job",
-    "bench": "okc.judge.kinds.bench:run_job",
-    "floor": "okc.judge.kinds.floor:run_job",
-    "time": "okc.judge.kinds.sweep:run_job",
-    "screen": "okc.judge.kinds.screen:run_job",
-    "try": "okc.judge.kinds.trial:run_job",
-    "profile": "okc.judge.kinds.profile:run_job",
+    "check": "okc.judge.kinds.check:run_kind",
+    "bench": "okc.judge.kinds.bench:run_kind",
+    "floor": "okc.judge.kinds.floor:run_kind",
+    "time": "okc.judge.kinds.sweep:run_kind",
+    "screen": "okc.judge.kinds.screen:run_kind",
+    "try": "okc.judge.kinds.trial:run_kind",
+    "profile": "okc.judge.kinds.profile:run_kind",
 }
 
 

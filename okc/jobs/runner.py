@@ -31,7 +31,7 @@ from okc.errors import (
     UnsafeRemote,
 )
 from okc.jobs.folder import create_job, finish_job, job_spec
-from okc.jobs.follow import JobDetached, Watch, follow
+from okc.jobs.follow import FollowHooks, JobDetached, follow
 from okc.jobs.target import LocalTarget, Target
 from okc.lab.candidates import Candidate
 from okc.lab.config import Lab
@@ -126,7 +126,7 @@ def _brought_home(target: Target, job_dir: Path, conn) -> tuple[bool, bool]:
 
 def execute(target: Target, job_dir: Path, gpus: str | None = None, on_log: Callable[[str], None] | None = None,
             on_progress: Callable[[dict], None] | None = None, cancel: threading.Event | None = None,
-            watch: Watch | None = None) -> JobResult:
+            hooks: FollowHooks | None = None) -> JobResult:
     """Start a prepared job folder on the (prepared) target, follow it, bring its files home; its result.
 
     If the job cannot be started its folder is removed: a refused run leaves nothing behind.
@@ -137,7 +137,7 @@ def execute(target: Target, job_dir: Path, gpus: str | None = None, on_log: Call
         shutil.rmtree(job_dir, ignore_errors=True)
         raise
     try:
-        follow(target, job_dir, on_log, on_progress, cancel, watch)
+        follow(target, job_dir, on_log, on_progress, cancel, hooks)
         come_home(target, job_dir)
     except KeyboardInterrupt:  # a local job was stopped: its folder says so (result.json: interrupted)
         # A pod's job is not stopped by Ctrl-C, and its folder here may be half fetched: left for okc pull.
@@ -181,7 +181,7 @@ def run_local(job_dir: Path, gpus: str | None = None, env: dict[str, str] | None
 
 
 def run_on(lab: Lab, pod, gpu: int | None, job_dir: Path, cancel: threading.Event,
-           watch: Watch | None = None) -> JobResult:
+           hooks: FollowHooks | None = None) -> JobResult:
     """Run a prepared job folder of a sweep on ``pod`` (None: this machine, on GPU ``gpu``); its result.
 
     Ctrl-C or ``cancel`` stops the job there too, not only here (the caller records what it keeps).
@@ -191,7 +191,7 @@ def run_on(lab: Lab, pod, gpu: int | None, job_dir: Path, cancel: threading.Even
         target.prepare()  # a pod syncs once per okc process, not once per job
         try:
             return execute(target, job_dir, str(gpu) if pod is None and gpu is not None else None,
-                           cancel=cancel, watch=watch)
+                           cancel=cancel, hooks=hooks)
         except JobDetached:
             if cancel.is_set():  # a stopped sweep stops its jobs on pods too
                 target.cancel(job_dir.name)

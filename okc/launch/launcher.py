@@ -122,7 +122,7 @@ def check_startable(folder: str, job_id: str) -> None:
 
 def launch(results: str, folder: str, job_id: str, indexes: list, code_dir: str) -> int:
     try:
-        run_job(results, folder, job_id, indexes, code_dir)
+        supervise(results, folder, job_id, indexes, code_dir)
         return 0
     except BaseException:  # the launcher itself broke: say so in the log, and end the job
         traceback.print_exc()
@@ -206,7 +206,9 @@ def kill_group(proc) -> None:
             continue
 
 
-def run_job(results: str, folder: str, job_id: str, indexes: list, code_dir: str) -> None:
+def supervise(results: str, folder: str, job_id: str, indexes: list, code_dir: str) -> None:
+    """Take the job's GPU lock, run its worker (or claim a standby one) under the job's time limit and a
+    cancel, and write launcher.json, then exit_code last."""
     marker = {"job": job_id, "pid": os.getpid(), "start": process_start(os.getpid()), "started_at": time.time()}
     write_json(Path(folder) / PID_FILE, marker)
     cancel = Cancel()

@@ -168,7 +168,7 @@ class Bench:
                 "seconds": self.seconds}
 
 
-def run_job(job, job_dir: Path, *, device: torch.device, seed: int, phase, log: Log) -> dict:
+def run_kind(job, job_dir: Path, *, device: torch.device, seed: int, phase, log: Log) -> dict:
     """The worker's entry for ``kind: bench`` (see okc.worker.KINDS)."""
     from okc.contract import PROGRESS_FILE, BadJob, write_json
     from okc.judge.verdict.verifier import Verifier

@@ -383,7 +383,7 @@ def _check(checker: Checker, problem: Problem, device: torch.device, seed: int, 
     }
 
 
-def run_job(job: JobSpec, job_dir: Path, *, device: torch.device, seed: int, phase: PhaseFn, log: Callable[[str], None]) -> dict:
+def run_kind(job: JobSpec, job_dir: Path, *, device: torch.device, seed: int, phase: PhaseFn, log: Callable[[str], None]) -> dict:
     """The worker's entry for ``kind: check`` (see okc.worker.KINDS)."""
     if job.candidate is None:
         raise BadJob("a check job needs a candidate")

@@ -94,7 +94,7 @@ def run_floor(problem: Problem, *, device: torch.device, seed: int, overhead_us:
     }
 
 
-def run_job(job, job_dir: Path, *, device: torch.device, seed: int, phase, log) -> dict:
+def run_kind(job, job_dir: Path, *, device: torch.device, seed: int, phase, log) -> dict:
     """The worker's entry for ``kind: floor`` (see okc.worker.KINDS)."""
     from okc.contract import BadJob
     from okc.problems import load_problem

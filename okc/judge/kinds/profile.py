@@ -268,7 +268,7 @@ def run_profile(problem: Problem, sources: dict[str, Path], *, device: torch.dev
             "duration_s": round(time.monotonic() - started, 3)}
 
 
-def run_job(job, job_dir: Path, *, device: torch.device, seed: int, phase, log: Log) -> dict:
+def run_kind(job, job_dir: Path, *, device: torch.device, seed: int, phase, log: Log) -> dict:
     """The worker's entry for ``kind: profile`` (see okc.worker.KINDS)."""
     from okc.contract import BadJob
     from okc.problems import load_problem

@@ -202,7 +202,7 @@ class Screen:
                 **self.screener.report()}
 
 
-def run_job(job, job_dir: Path, *, device: torch.device, seed: int, phase, log) -> dict:
+def run_kind(job, job_dir: Path, *, device: torch.device, seed: int, phase, log) -> dict:
     """The worker's entry for ``kind: screen`` (see okc.worker.KINDS)."""
     from okc.judge.kinds.sweep import parse_settings, settings_for
     from okc.judge.protocol.benchcases import scored_cases

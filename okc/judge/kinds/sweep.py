@@ -152,7 +152,7 @@ def run_time(problem: Problem, candidate: Path, baseline: Path, *, cases: list[s
     }
 
 
-def run_job(job, job_dir: Path, *, device: torch.device, seed: int, phase, log: Callable[[str], None]) -> dict:
+def run_kind(job, job_dir: Path, *, device: torch.device, seed: int, phase, log: Callable[[str], None]) -> dict:
     """The worker's entry for ``kind: time`` (see okc.worker.KINDS)."""
     from okc.contract import BadJob
     from okc.problems import load_problem
