@@ -14,6 +14,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from okc.podfiles import is_numeric
+
 # The stopping rule's settings, as job.json's ``bench`` names them, and their defaults.
 MIN_PAIRS = 50
 MAX_PAIRS = 2000
@@ -32,13 +34,13 @@ STOPPING = ("min_pairs", "max_pairs", "target_half_width")
 
 
 def integer(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
+    if not is_numeric(value, int):
         raise ValueError(f"{name} must be an integer, got {value!r}")
     return value
 
 
 def number(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    if not is_numeric(value) or not math.isfinite(value):
         raise ValueError(f"{name} must be a finite number, got {value!r}")
     return float(value)
 

@@ -18,6 +18,7 @@ from typing import Any
 from okc.contract import JOB_FILE, LAUNCHER_FILE, RESULT_FILE, read_json
 from okc.errors import LedgerError
 from okc.lab.ledger import ledger, now, transaction
+from okc.podfiles import is_numeric
 from okc.tables import Table, table
 
 SECONDS_PER_HOUR = 3600.0
@@ -114,7 +115,7 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 
 def _seconds(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+    if not is_numeric(value) or not value >= 0:
         return None
     return float(value)
 

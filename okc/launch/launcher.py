@@ -19,6 +19,7 @@ from pathlib import Path
 
 from okc.contract import EXIT_FILE, JOB_FILE, LAUNCHER_FILE, LOG_FILE, PID_FILE, is_job_id, read_json, write_json
 from okc.launch.proc import process_start
+from okc.podfiles import is_numeric
 
 LOCKS_DIR = ".locks"  # under the results folder: one flock file per GPU
 LOCKS_ENV = "OKC_LOCKS_DIR"  # or this folder, if set
@@ -273,7 +274,7 @@ def launcher_alive(marker: dict) -> bool:
     existence is all there is to go on.
     """
     pid = marker.get("pid")
-    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
+    if not is_numeric(pid, int) or pid <= 0:
         return False
     if marker.get("start") is not None:
         return process_start(pid) == marker["start"]

@@ -34,6 +34,7 @@ from okc.judge.protocol.benchcases import BenchFailed, error_result, make_inputs
 from okc.judge.protocol.capture import CaptureError, capture
 from okc.judge.seeds import derive_seed
 from okc.judge.tracebacks import explain
+from okc.podfiles import is_numeric
 
 DEFAULT_REPLAYS = 20
 MAX_REPLAYS = 1000
@@ -60,7 +61,7 @@ def settings_from(options: dict) -> tuple[int, bool]:
     if unknown:
         raise ValueError(f"unknown profile setting(s) {', '.join(unknown)}; known: counters, replays")
     replays, counters = options.get("replays", DEFAULT_REPLAYS), options.get("counters", False)
-    if isinstance(replays, bool) or not isinstance(replays, int) or not 1 <= replays <= MAX_REPLAYS:
+    if not is_numeric(replays, int) or not 1 <= replays <= MAX_REPLAYS:
         raise ValueError(f"replays must be an integer from 1 to {MAX_REPLAYS}, got {replays!r}")
     if not isinstance(counters, bool):
         raise ValueError(f"counters must be true or false, got {counters!r}")
