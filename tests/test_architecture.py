@@ -80,7 +80,7 @@ def test_okc_has_no_import_circle():
 # side, then the GPU side (the process entry points above the judge), then what both sides share.
 LAYERS = (
     "__main__", "cli", "reports", "sweeps", "jobs", "lab", "pods", "launch", "incoming", "tables",
-    "standby", "worker", "judge", "problems",
+    "standby", "worker", "ahead", "counters_child", "judge", "problems",
     "benchrules", "contract", "podfiles", "deadline", "errors", "okc",
 )
 # Climbs still allowed, each a package circle not broken yet. judge and problems import each other:
@@ -134,6 +134,16 @@ def test_no_package_circle_is_left_but_the_allowed_ones():
     assert cycle is None, "package circle: " + " -> ".join(cycle)
 
 
+PROTOCOL, KINDS = "okc.judge.protocol", "okc.judge.kinds"
+
+
+def test_the_protocol_never_imports_a_kind():
+    """How a bench times is below the job kinds that time: a kind hands the protocol what it needs."""
+    edges = graph()
+    found = {m: sorted(d for d in ds if d.startswith(KINDS)) for m, ds in edges.items() if m.startswith(PROTOCOL)}
+    assert {m: ds for m, ds in found.items() if ds} == {}
+
+
 def test_no_module_is_longer_than_one_sitting():
     long = {str(p.relative_to(PACKAGE)): n for p in PACKAGE.rglob("*.py")
             if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
@@ -142,7 +152,8 @@ def test_no_module_is_longer_than_one_sitting():
 
 def test_the_gpu_side_imports_no_local_side_module():
     edges = graph()
-    shared = ("okc.worker", "okc.standby", "okc.contract", "okc.podfiles", "okc.benchrules", "okc.deadline")  # standard library only
+    shared = ("okc.worker", "okc.standby", "okc.ahead", "okc.counters_child",  # the process entry points
+              "okc.contract", "okc.podfiles", "okc.benchrules", "okc.deadline")  # standard library only
     gpu_side = [m for m in edges if m.startswith(("okc.judge", "okc.problems")) or m in shared]
     allowed = ("okc.judge", "okc.problems", *shared)
     wrong = {m: sorted(d for d in edges[m] if d != "okc" and not d.startswith(allowed)) for m in gpu_side}

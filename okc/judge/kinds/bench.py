@@ -51,27 +51,6 @@ NEEDS_CUDA = ("okc bench needs a CUDA GPU; this machine has none (torch.cuda.is_
 Log = Callable[[str], None]
 
 
-class PersistingReport:
-    """What the persisting-L2 state was, and whether a side changed it (SPEC 4.5)."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.l2 = timing.PersistingL2(device)
-        self.report: dict = {"available": self.l2.lib is not None, "limit_at_start": self.l2.limit()}
-        self.report["cleared_at_start"] = self.l2.clear()
-
-    def check(self, when: str) -> None:
-        limit = self.l2.limit()
-        self.report[f"limit_{when}"] = limit
-        if limit:
-            self.report.setdefault("set_by", []).append(when)
-            self.report[f"cleared_{when}"] = self.l2.clear()
-
-    def done(self) -> dict:
-        if self.l2.error:
-            self.report["error"] = self.l2.error
-        return self.report
-
-
 class Bench:
     """One paired bench on a GPU, in the steps :func:`okc.judge.protocol.benchcases.run_paired` drives:
     ``setup`` (import, prepare, capture), ``measure``, ``summary``, ``report``.
@@ -91,7 +70,7 @@ class Bench:
         self.sides = Sides(Side("candidate", candidate), Side("against", against), copies=settings.copies or 1,
                            captures=settings.captures, seed=derive_seed(seed, "slots"),
                            shared_outputs=settings.shared_outputs)
-        self.persisting: PersistingReport | None = None
+        self.persisting: timing.PersistingReport | None = None
         self.flush: timing.Flush | None = None
         self.loop: PairLoop | None = None
         self.readings: dict = {}
@@ -104,7 +83,7 @@ class Bench:
             raise BenchFailed(NEEDS_CUDA, error_kind="usage")
         started = time.monotonic()
         torch.cuda.init()
-        self.persisting = PersistingReport(device)
+        self.persisting = timing.PersistingReport(device)
         weights = problem.make_weights(derive_seed(self.seed, "weights"), device)
         rule = settings.rule
         self.sides.copies = copies_that_fit(settings.copies, settings.captures,

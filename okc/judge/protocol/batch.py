@@ -1,6 +1,6 @@
 """A screen job's batch: the points job.json lists, and screened.jsonl, the line each finished point leaves.
 
-Shared by the worker (okc.judge.kinds.screen), its compile processes (okc.judge.protocol.ahead) and the
+Shared by the worker (okc.judge.kinds.screen), its compile processes (okc.ahead) and the
 launcher's side (okc.sweeps.screen), which reads the lines back. Standard library only.
 """
 
