@@ -147,16 +147,14 @@ class Bench:
                 "seconds": self.seconds}
 
 
-def run_kind(job, job_dir: Path, *, device: torch.device, seed: int, phase, log: Log) -> dict:
+def run_kind(job, job_dir: Path, problem: Problem, *, device: torch.device, seed: int, phase, log: Log) -> dict:
     """The worker's entry for ``kind: bench`` (see okc.worker.KINDS)."""
     from okc.contract import PROGRESS_FILE, BadJob, write_json
     from okc.judge.verdict.verifier import Verifier
-    from okc.problems import load_problem
 
     if job.candidate is None:
         raise BadJob("a bench job needs a candidate")
     try:
-        problem = load_problem(job.problem, base=job_dir)
         on_cpu = cpu_timing.benched_on_cpu(problem, device)  # a problem meant for a CPU, and no GPU here
         settings = BenchSettings.from_options({**cpu_timing.NO_OVERHEAD, **job.bench} if on_cpu else job.bench, problem)
         scored_cases(problem, job.cases)

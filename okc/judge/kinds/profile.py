@@ -269,15 +269,13 @@ def run_profile(problem: Problem, sources: dict[str, Path], *, device: torch.dev
             "duration_s": round(time.monotonic() - started, 3)}
 
 
-def run_kind(job, job_dir: Path, *, device: torch.device, seed: int, phase, log: Log) -> dict:
+def run_kind(job, job_dir: Path, problem: Problem, *, device: torch.device, seed: int, phase, log: Log) -> dict:
     """The worker's entry for ``kind: profile`` (see okc.worker.KINDS)."""
     from okc.contract import BadJob
-    from okc.problems import load_problem
 
     if job.candidate is None:
         raise BadJob("a profile job needs a candidate")
     try:
-        problem = load_problem(job.problem)
         replays, counters = settings_from(job.profile)
         scored_cases(problem, job.cases)
     except ValueError as exc:

@@ -202,12 +202,11 @@ class Screen:
                 **self.screener.report()}
 
 
-def run_kind(job, job_dir: Path, *, device: torch.device, seed: int, phase, log) -> dict:
+def run_kind(job, job_dir: Path, problem, *, device: torch.device, seed: int, phase, log) -> dict:
     """The worker's entry for ``kind: screen`` (see okc.worker.KINDS)."""
     from okc.judge.kinds.sweep import parse_settings, settings_for
     from okc.judge.protocol.benchcases import scored_cases
     from okc.judge.protocol.warm import CpuScreener, CudaScreener
-    from okc.problems import load_problem
 
     if job.against is None:
         raise BadJob("a screen job needs the baseline to time against (against)")
@@ -216,7 +215,6 @@ def run_kind(job, job_dir: Path, *, device: torch.device, seed: int, phase, log)
     spec = read_spec(job)
     on_cuda = device.type == "cuda"
     try:
-        problem = load_problem(job.problem)
         scored_cases(problem, job.cases)
         settings = parse_settings(job.bench)
         if settings.fixed_pairs is None:

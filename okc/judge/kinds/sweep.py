@@ -128,17 +128,16 @@ def run_time(problem: Problem, candidate: Path, baseline: Path, *, cases: list[s
     }
 
 
-def run_kind(job, job_dir: Path, *, device: torch.device, seed: int, phase, log: Callable[[str], None]) -> dict:
+def run_kind(job, job_dir: Path, problem: Problem, *, device: torch.device, seed: int, phase,
+             log: Callable[[str], None]) -> dict:
     """The worker's entry for ``kind: time`` (see okc.worker.KINDS)."""
     from okc.contract import BadJob
-    from okc.problems import load_problem
 
     if job.candidate is None or job.against is None:
         raise BadJob("a time job needs a candidate and a baseline (against)")
     if not job.cases:
         raise BadJob("a time job needs its cases ('layer/m=N' keys)")
     try:
-        problem = load_problem(job.problem)
         scored_cases(problem, job.cases)
         settings = parse_settings(job.bench)
     except ValueError as exc:
