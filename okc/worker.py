@@ -140,7 +140,7 @@ class Worker:
 
                 verifier.adopt(self._verifier)
             from okc.judge.envinfo import collect
-            from okc.judge.seeds import fresh_seed
+            from okc.seeds import fresh_seed
 
             seed = self.job.seed if self.job.seed is not None else fresh_seed()
             env = collect(device)

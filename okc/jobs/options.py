@@ -48,7 +48,7 @@ class CheckOptions:
     quick: bool = False
 
     def __post_init__(self) -> None:
-        from okc.judge.seeds import SEED_BITS
+        from okc.seeds import SEED_BITS
 
         if self.device not in DEVICES:
             raise ConfigError(f"--device must be one of {', '.join(DEVICES)}, got {self.device!r}")

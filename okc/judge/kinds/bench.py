@@ -43,7 +43,7 @@ from okc.judge.protocol.pairs import PairTable
 from okc.judge.protocol.recheck import Draws, Picker
 from okc.judge.protocol.settings import BenchSettings
 from okc.judge.protocol.sides import Side, Sides, copies_that_fit
-from okc.judge.seeds import derive_seed
+from okc.seeds import derive_seed
 
 NEEDS_CUDA = ("okc bench needs a CUDA GPU; this machine has none (torch.cuda.is_available() is False). "
               "Run it on a pod: okc bench NNN --on POD")

@@ -23,11 +23,11 @@ from okc.contract import BadJob, JobSpec
 from okc.judge.loader import CandidateLoadError, load_candidate
 from okc.judge.problem import Case, Problem, clone_data
 from okc.judge.protocol.capture import Captured, CaptureError, capture
-from okc.judge.seeds import derive_seed
 from okc.judge.tracebacks import MissingDefinition, describe, is_cuda_error, traceback_text
 from okc.judge.verdict import rules
 from okc.judge.verdict.rules import Verdict, fail
 from okc.judge.verdict.verifier import Verifier, VerifierError
+from okc.seeds import derive_seed
 
 MAX_FAILURES = 5  # stop the job after this many failing entries: the verdict is clear by then
 CPU_NOTE = "CUDA graph capture was NOT exercised: checked on the CPU with repeated eager calls"

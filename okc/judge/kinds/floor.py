@@ -19,7 +19,7 @@ from okc.judge import envinfo
 from okc.judge.problem import Problem
 from okc.judge.protocol import timing
 from okc.judge.protocol.timing import Step
-from okc.judge.seeds import derive_seed
+from okc.seeds import derive_seed
 
 NEEDS_CUDA = "okc floor needs a CUDA GPU; this machine has none (torch.cuda.is_available() is False)"
 SAMPLES = 200  # timed reads per size and configuration

@@ -32,9 +32,9 @@ from okc.judge.problem import Case, Problem
 from okc.judge.protocol import timing
 from okc.judge.protocol.benchcases import BenchFailed, error_result, make_inputs, scored_cases
 from okc.judge.protocol.capture import CaptureError, capture
-from okc.judge.seeds import derive_seed
 from okc.judge.tracebacks import explain
 from okc.podfiles import is_numeric
+from okc.seeds import derive_seed
 
 DEFAULT_REPLAYS = 20
 MAX_REPLAYS = 1000

@@ -29,7 +29,7 @@ from okc.judge.protocol.pairs import case_rows
 from okc.judge.protocol.recheck import Draws
 from okc.judge.protocol.settings import BenchSettings
 from okc.judge.protocol.sides import Side, Sides, copies_that_fit
-from okc.judge.seeds import derive_seed
+from okc.seeds import derive_seed
 
 Step = Callable[[str], None]  # the screener names each step of a point as it starts it
 
