@@ -100,7 +100,7 @@ def output_view_error(bench, problem, seed: int) -> float:
     import torch
 
     from okc.judge.protocol import timing
-    from okc.judge.seeds import derive_seed
+    from okc.seeds import derive_seed
 
     captured = bench.sides.by_name["candidate"].captured[0][0]
     case = bench.cases[0]

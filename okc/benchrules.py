@@ -1,4 +1,4 @@
-"""The bench's settings, written once: their names, defaults, ranges and checks, and the A/A floor.
+"""The bench's settings, written once: their names, defaults, ranges and checks, the A/A floor and the H200's peaks.
 
 Standard library only, so both sides of the torch line use the same rules: the CLI
 (okc.jobs.options, okc.sweeps.experiments) refuses a bad option before anything is written,
@@ -14,6 +14,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from okc.podfiles import is_numeric
+
 # The stopping rule's settings, as job.json's ``bench`` names them, and their defaults.
 MIN_PAIRS = 50
 MAX_PAIRS = 2000
@@ -28,17 +30,21 @@ MAX_OVERHEAD_US = 1e3  # a replay cost past a millisecond is a typo, not a measu
 # A/A floor used when no A/A run is at hand: the position bias two captures of the
 # same code showed on an H200 (SPEC 4.7).
 DEFAULT_AA_FLOOR = 0.005
+# SPEC 4.5's speed of light on an H200, the GPU the built-in problems are judged on: a problem's default
+# peaks (okc.judge.problem.Problem, and its torch-free data in okc.problems.shapes) and a report's.
+H200_PEAK_BYTES_PER_S = 4.8e12
+H200_PEAK_FLOPS = 989e12
 STOPPING = ("min_pairs", "max_pairs", "target_half_width")
 
 
 def integer(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
+    if not is_numeric(value, int):
         raise ValueError(f"{name} must be an integer, got {value!r}")
     return value
 
 
 def number(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    if not is_numeric(value) or not math.isfinite(value):
         raise ValueError(f"{name} must be a finite number, got {value!r}")
     return float(value)
 

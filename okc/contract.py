@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from okc import podfiles
-from okc.podfiles import MAX_EPOCH_S, ContractError, is_integer, is_number
+from okc.podfiles import MAX_EPOCH_S, ContractError, is_integer, is_number, is_numeric
 
 JOB_SCHEMA_VERSION = 1
 RESULT_SCHEMA_VERSION = 1
@@ -72,7 +72,7 @@ def is_job_id(value: object) -> bool:
 
 
 def _positive(value: object) -> bool:
-    return not isinstance(value, bool) and isinstance(value, (int, float)) and value > 0
+    return is_numeric(value) and value > 0
 
 
 @dataclass(frozen=True)

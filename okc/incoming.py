@@ -40,7 +40,7 @@ from okc.contract import (
     write_json,
 )
 from okc.errors import UnsafeRemote
-from okc.podfiles import CHECK_FILE, MAX_DOCUMENT_BYTES, MAX_DURATION_S, MAX_NAME_CHARS, escaped, escaped_log  # noqa: F401
+from okc.podfiles import CHECK_FILE, MAX_DOCUMENT_BYTES, MAX_DURATION_S, MAX_NAME_CHARS, escaped, escaped_log, is_numeric  # noqa: F401
 
 MAX_FILE_BYTES = 2 << 30  # one file of a job: a candidate printing in a loop can fill a log this far
 MAX_JOB_BYTES = 4 << 30  # a job folder in all
@@ -79,7 +79,7 @@ def check_listing(files: list[tuple[str, int]]) -> None:
 def _number(where: str, value: object, low: float, high: float, optional: bool = True) -> None:
     if value is None and optional:
         return
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not low <= value <= high:
+    if not is_numeric(value) or not math.isfinite(value) or not low <= value <= high:
         raise UnsafeRemote(f"{where} must be a finite number in [{low:g}, {high:g}], got {escaped(repr(value))[:80]}")
 
 

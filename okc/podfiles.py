@@ -125,13 +125,20 @@ def _fail(where: str, wants: str, value: object) -> None:
     raise ContractError(f"{where} must be {wants}, got {shown(value)}")
 
 
+def is_numeric(value: object, kinds: type | tuple[type, ...] = (int, float)) -> bool:
+    """``isinstance(value, kinds)`` (an int or a float by default), never for a bool: Python counts True as
+    an int, and no number okc reads (a setting, a pod's field, a row) is ever one. Written once here, the
+    lowest module, for every side."""
+    return isinstance(value, kinds) and not isinstance(value, bool)
+
+
 def is_integer(value: object, low: int = -MAX_INT, high: int = MAX_INT) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+    return is_numeric(value, int) and low <= value <= high
 
 
 def is_number(value: object, low: float = -math.inf, high: float = math.inf) -> bool:
     """A finite number in [low, high] (an integer counts; a bool does not)."""
-    return (isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) <= MAX_INT * 2.0
+    return (is_numeric(value) and abs(value) <= MAX_INT * 2.0
             and math.isfinite(value) and low <= value <= high)
 
 
@@ -357,7 +364,7 @@ def conform(value: Any, hint: Any, where: str) -> Any:
         integer()(value, where)
         return value
     if hint is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or (isinstance(value, int) and abs(value) > MAX_INT):
+        if not is_numeric(value) or (isinstance(value, int) and abs(value) > MAX_INT):
             _fail(where, "a number", value)
         return float(value)
     if hint is str:

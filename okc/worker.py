@@ -33,15 +33,16 @@ VERIFIED_KINDS = ("check", "bench", "try")  # the kinds whose outputs the verifi
 # okc.judge.verdict.verifier.COMMAND, spelled out: importing that module here would import torch first.
 VERIFIER_COMMAND = [sys.executable, "-c", "import os; os.nice(10); from okc.judge.verdict.verifier import main; main()"]
 
-# kind -> "module:function"; the function is (job, job_dir, *, device, seed, phase, log) -> result fields.
+# kind -> "module:function"; the function is (job, job_dir, problem, *, device, seed, phase, log) -> result
+# fields, the job's problem loaded once here (load_job_problem) and handed to it.
 KINDS = {
-    "check": "okc.judge.kinds.check:run_job",
-    "bench": "okc.judge.kinds.bench:run_job",
-    "floor": "okc.judge.kinds.floor:run_job",
-    "time": "okc.judge.kinds.sweep:run_job",
-    "screen": "okc.judge.kinds.screen:run_job",
-    "try": "okc.judge.kinds.trial:run_job",
-    "profile": "okc.judge.kinds.profile:run_job",
+    "check": "okc.judge.kinds.check:run_kind",
+    "bench": "okc.judge.kinds.bench:run_kind",
+    "floor": "okc.judge.kinds.floor:run_kind",
+    "time": "okc.judge.kinds.sweep:run_kind",
+    "screen": "okc.judge.kinds.screen:run_kind",
+    "try": "okc.judge.kinds.trial:run_kind",
+    "profile": "okc.judge.kinds.profile:run_kind",
 }
 
 
@@ -139,7 +140,7 @@ class Worker:
 
                 verifier.adopt(self._verifier)
             from okc.judge.envinfo import collect
-            from okc.judge.seeds import fresh_seed
+            from okc.seeds import fresh_seed
 
             seed = self.job.seed if self.job.seed is not None else fresh_seed()
             env = collect(device)
@@ -151,7 +152,8 @@ class Worker:
             run_kind = getattr(importlib.import_module(module_name), function)
             self.mark("job")
             self._unmark()
-            fields = run_kind(self.job, self.job_dir, device=device, seed=seed, phase=self.phase, log=self.log)
+            problem = load_job_problem(self.job, self.job_dir)
+            fields = run_kind(self.job, self.job_dir, problem, device=device, seed=seed, phase=self.phase, log=self.log)
         except BadJob as exc:
             fields = {"status": "error", "reason": f"bad job: {exc}", "error_kind": "usage"}
         except Exception as exc:  # a fault of okc, not of the candidate: say so plainly
@@ -163,6 +165,18 @@ class Worker:
         self._deadline.disarm()
         self.phase("done")
         self.finish(fields)
+
+
+def load_job_problem(job: JobSpec, job_dir: Path):
+    """The job's problem, loaded once for its kind (a try job's check and bench share it); a GPU MODE
+    problem's copy is found in the job folder, since the worker does not run in it. :class:`BadJob` if
+    the problem cannot be loaded."""
+    from okc.problems import load_problem
+
+    try:
+        return load_problem(job.problem, base=job_dir)
+    except ValueError as exc:
+        raise BadJob(str(exc)) from None
 
 
 def _log_offset() -> int | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -15,6 +16,7 @@ REPO = Path(__file__).resolve().parent.parent
 # and the shared utils.py (GPU MODE's layout, found by okc's loader on the folder's path), no package
 # from PyPI. pytest never imports them.
 collect_ignore = ["gpumode"]
+GPUMODE_FOLDERS = REPO / "tests" / "gpumode"
 LAB_SETTINGS = """\
 [project]
 name = "test-lab"
@@ -80,6 +82,45 @@ def invoke(*args, **kwargs):
     from okc.cli.app import app
 
     return CliRunner().invoke(app, [str(a) for a in args], **kwargs)
+
+
+def last_result(root: Path, kind: str) -> dict:
+    """result.json of the lab's latest job of ``kind``."""
+    return json.loads((jobs_of_kind(root / "results", kind)[-1] / "result.json").read_text())
+
+
+# -- GPU MODE problem folders (test_gpumode*.py) ----------------------------------------
+
+
+def gpumode_problem(tmp_path: Path, folder: Path):
+    """``folder`` laid out flat as a job folder holds it, loaded as the worker loads it."""
+    from okc.lab.gpumode import flat_files
+    from okc.problems import load_problem
+
+    dest = tmp_path / "problem"
+    dest.mkdir()
+    for name, data in flat_files(folder)[1].items():
+        (dest / name).write_bytes(data)
+    return load_problem(f"gpumode:{dest}")
+
+
+def gpumode_lab(tmp_path: Path, monkeypatch, folder: Path) -> Path:
+    """A lab made by ``okc init --gpumode FOLDER``, the current lab."""
+    root = tmp_path / "gpumode_lab"
+    done = invoke("init", root, "--gpumode", folder)
+    assert done.exit_code == 0, done.output
+    monkeypatch.setenv("OKC_LAB", str(root))
+    monkeypatch.chdir(root)
+    return root
+
+
+def cpu_check(problem, source: Path) -> dict:
+    """okc's check of ``source`` against ``problem`` on the CPU (seed 7), its result fields."""
+    import torch
+
+    from okc.judge.kinds.check import run_check
+
+    return run_check(problem, source, device=torch.device("cpu"), seed=7, log=lambda line: None)
 
 
 @pytest.fixture(autouse=True)

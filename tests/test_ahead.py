@@ -38,7 +38,7 @@ def test_two_compile_processes_share_the_points_and_report_a_compile_error(tmp_p
     cache = tmp_path / "triton-cache"
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "TRITON_CACHE_DIR": str(cache),
            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    command = [sys.executable, "-m", "okc.judge.protocol.ahead", str(job_dir), json.dumps(HOPPER_TARGET)]
+    command = [sys.executable, "-m", "okc.ahead", str(job_dir), json.dumps(HOPPER_TARGET)]
     procs = [subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for _ in range(2)]
     outputs = [proc.communicate(timeout=300)[0].decode() for proc in procs]
     assert [proc.returncode for proc in procs] == [0, 0], outputs

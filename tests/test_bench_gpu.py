@@ -186,8 +186,8 @@ def test_protocol_times_the_fixed_replay_cost():
 
 
 def test_a_persisting_l2_limit_is_reported_and_cleared():
-    from okc.judge.kinds.bench import PersistingReport
     from okc.judge.protocol import timing
+    from okc.judge.protocol.timing import PersistingReport
 
     report = PersistingReport(torch.device("cuda"))
     if not report.l2.available:

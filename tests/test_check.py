@@ -102,7 +102,7 @@ def test_same_seed_same_verdict_and_fresh_seed_otherwise():
     first, second = (run_check(problem, problem.baseline_source, device=torch.device("cpu"), seed=11,
                                weight_seeds=1, log=lambda line: None) for _ in range(2))
     assert [c["value"] for c in first["cases"]] == [c["value"] for c in second["cases"]]
-    from okc.judge.seeds import fresh_seed
+    from okc.seeds import fresh_seed
 
     assert fresh_seed() != fresh_seed()
 

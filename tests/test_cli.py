@@ -30,6 +30,15 @@ def test_every_command_has_help_with_an_example():
         assert command.help and "Example: okc" in command.help, f"okc {' '.join(path)} has no example in its help"
 
 
+@pytest.mark.parametrize("command", ["bench", "try"])
+def test_the_ci_half_width_is_half_width_beside_on_and_target_is_its_hidden_old_name(command):
+    shown = " ".join(invoke(command, "--help").output.split())
+    assert "--half-width" in shown and "--on" in shown and "--target" not in shown
+    for flag in ("--half-width", "--target"):  # the old name still works, and is named as it was given
+        done = invoke(command, "000", flag, "2")
+        assert done.exit_code == 2 and f"{flag} is the CI half-width" in done.output, done.output
+
+
 def test_record_then_ledger_in_every_format(lab):
     result = invoke("record", "candidate", "0", "--official", "scored", "--score", "1.3218",
                     "--ci", "1.3036:1.3433", "--job", "a9df", "--rank", "66/796")

@@ -12,49 +12,25 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO, invoke, jobs_of_kind
+from conftest import GPUMODE_FOLDERS, REPO, cpu_check, gpumode_lab, gpumode_problem, invoke, jobs_of_kind
 from outputschema import SCHEMA
 from PIL import Image
 from sshd import POD_NAME
 
 from okc.errors import ConfigError
-from okc.judge.kinds.check import run_check
 from okc.judge.protocol import gpumode_timing
 from okc.judge.protocol.benchcases import BenchFailed
 from okc.lab.config import find_lab
 from okc.lab.gpumode import flat_files, read_task
 from okc.pods.config import resolve_pod
-from okc.problems import load_problem
 from okc.problems.gpumode.adapter import GpuModeProblem
 from okc.problems.gpumode.taskfile import parse
 
-FOLDERS = REPO / "tests" / "gpumode"
+FOLDERS = GPUMODE_FOLDERS
 VECTORADD = FOLDERS / "vectoradd"
 WRONG = VECTORADD / "wrong"
 CPU = torch.device("cpu")
 QUICK = gpumode_timing.Settings(max_repeats=20, max_time_s=1.0, max_wall_s=0.5)
-
-
-def flat_problem(tmp_path: Path) -> GpuModeProblem:
-    """The test folder laid out flat as okc lays it out in a job folder, loaded as the worker loads it."""
-    dest = tmp_path / "problem"
-    dest.mkdir()
-    for name, data in flat_files(VECTORADD)[1].items():
-        (dest / name).write_bytes(data)
-    return load_problem(f"gpumode:{dest}")
-
-
-def make_lab(tmp_path: Path, monkeypatch, folder: Path = VECTORADD) -> Path:
-    root = tmp_path / "gpumode_lab"
-    done = invoke("init", str(root), "--gpumode", str(folder))
-    assert done.exit_code == 0, done.output
-    monkeypatch.setenv("OKC_LAB", str(root))
-    monkeypatch.chdir(root)
-    return root
-
-
-def check(problem: GpuModeProblem, source: Path) -> dict:
-    return run_check(problem, source, device=CPU, seed=7, log=lambda line: None)
 
 
 # -- task.yml ----------------------------------------------------------------------------
@@ -106,7 +82,7 @@ def test_init_takes_one_problem(tmp_path):
 
 
 def test_a_lab_whose_task_yml_breaks_refuses_check_with_one_line(tmp_path, monkeypatch):
-    root = make_lab(tmp_path, monkeypatch)
+    root = gpumode_lab(tmp_path, monkeypatch, VECTORADD)
     (root / "gpumode" / "vectoradd" / "task.yml").write_text("tests: [{size: 1\n")
     done = invoke("check", "001")
     assert done.exit_code == 2 and "task.yml: not valid YAML" in done.output
@@ -118,7 +94,7 @@ def test_a_lab_whose_task_yml_breaks_refuses_check_with_one_line(tmp_path, monke
 
 
 def test_init_copies_the_folder_flat_into_the_lab_with_reference_000_and_submission_001(tmp_path, monkeypatch):
-    root = make_lab(tmp_path, monkeypatch)
+    root = gpumode_lab(tmp_path, monkeypatch, VECTORADD)
     settings = (root / "pyproject.toml").read_text()
     assert 'problem = "gpumode:gpumode/vectoradd"' in settings
     copy = root / "gpumode" / "vectoradd"
@@ -134,7 +110,7 @@ def test_init_copies_the_folder_flat_into_the_lab_with_reference_000_and_submiss
 
 
 def test_cases_are_the_tasks_argument_dicts(tmp_path):
-    problem = flat_problem(tmp_path)
+    problem = gpumode_problem(tmp_path, VECTORADD)
     assert [case.key for case in problem.check_cases()] == ["test.0", "test.1"]
     scored = problem.scored_cases()
     assert [(case.key, case.load, dict(case.args)) for case in scored] == [
@@ -146,7 +122,7 @@ def test_cases_are_the_tasks_argument_dicts(tmp_path):
 
 @pytest.mark.parametrize("source", [VECTORADD / "submission.py", REPO / "okc/problems/gpumode/baseline.py"])
 def test_the_submission_and_the_reference_pass(tmp_path, source):
-    result = check(flat_problem(tmp_path), source)
+    result = cpu_check(gpumode_problem(tmp_path, VECTORADD), source)
     assert result["status"] == "pass", result["failures"]
     assert [case["rule"] for case in result["cases"]] == ["check_implementation"] * 2
 
@@ -163,9 +139,9 @@ def _gpumode_benchmark_mode(problem: GpuModeProblem, source: Path, calls: int = 
 
 
 def test_a_cached_output_passes_gpumode_benchmark_mode_but_fails_okc_check(tmp_path):
-    problem = flat_problem(tmp_path)
+    problem = gpumode_problem(tmp_path, VECTORADD)
     assert _gpumode_benchmark_mode(problem, WRONG / "cached.py")  # their benchmark mode lets it through
-    result = check(problem, WRONG / "cached.py")
+    result = cpu_check(problem, WRONG / "cached.py")
     assert result["status"] == "fail" and result["rule"] == "stale"
     assert "replay 1" in result["reason"]  # the first call is right; the second input gets the first answer
 
@@ -177,7 +153,7 @@ def test_a_cached_output_passes_gpumode_benchmark_mode_but_fails_okc_check(tmp_p
     ("rebinds_check.py", "check_implementation", "elements differ from the reference"),  # okc holds its own copy
 ])
 def test_okcs_rules_on_top_of_check_implementation(tmp_path, wrong, rule, words):
-    result = check(flat_problem(tmp_path), WRONG / wrong)
+    result = cpu_check(gpumode_problem(tmp_path, VECTORADD), WRONG / wrong)
     assert result["status"] == "fail" and result["rule"] == rule, result["reason"]
     assert words in result["reason"]
 
@@ -206,7 +182,7 @@ def test_gpumode_stopping_rule():
 
 
 def test_gpumode_statistic_rechecks_regenerated_inputs_each_iteration(tmp_path):
-    problem = flat_problem(tmp_path)
+    problem = gpumode_problem(tmp_path, VECTORADD)
     stat = gpumode_timing.measure(problem, VECTORADD / "submission.py", problem.baseline_source, device=CPU,
                                   settings=QUICK, log=lambda line: None)
     assert stat["ranking_by"] == "geom" and [row["case"] for row in stat["candidate"]["cases"]] == ["benchmark.0", "benchmark.1"]
@@ -218,7 +194,7 @@ def test_gpumode_statistic_rechecks_regenerated_inputs_each_iteration(tmp_path):
 
 
 def test_gpumode_statistic_catches_the_cached_output_in_leaderboard_mode(tmp_path):
-    problem = flat_problem(tmp_path)
+    problem = gpumode_problem(tmp_path, VECTORADD)
     with pytest.raises(BenchFailed, match="candidate benchmark.0 iteration 1: check_implementation failed"):
         gpumode_timing.measure(problem, WRONG / "cached.py", problem.baseline_source, device=CPU, settings=QUICK,
                                log=lambda line: None)
@@ -228,7 +204,7 @@ def test_gpumode_statistic_catches_the_cached_output_in_leaderboard_mode(tmp_pat
 
 
 def test_check_and_bench_of_a_gpumode_lab_are_recorded_reported_and_plotted(tmp_path, monkeypatch):
-    root = make_lab(tmp_path, monkeypatch)
+    root = gpumode_lab(tmp_path, monkeypatch, VECTORADD)
     done = invoke("check", "001", "--json")
     assert done.exit_code == 0, done.output
     done = invoke("bench", "001", "--min-pairs", "40", "--max-pairs", "40", "--json")

@@ -11,44 +11,16 @@ import json
 import math
 import os
 import sys
-from pathlib import Path
 
 import pytest
-from conftest import REPO
+from conftest import GPUMODE_FOLDERS, gpumode_lab, gpumode_problem, last_result
 from typer.testing import CliRunner
 
 from okc.cli.app import app
-from okc.lab.gpumode import flat_files
-from okc.problems import load_problem
 from okc.problems.gpumode import evalrun, figure
 
-OUTPLACE = REPO / "tests" / "gpumode" / "outplace"
+OUTPLACE = GPUMODE_FOLDERS / "outplace"
 runner = CliRunner()
-
-
-def flat_problem(tmp_path: Path, folder: Path):
-    """``folder`` laid out flat as a job folder holds it, loaded as the worker loads it."""
-    dest = tmp_path / "problem"
-    dest.mkdir()
-    for name, data in flat_files(folder)[1].items():
-        (dest / name).write_bytes(data)
-    return load_problem(f"gpumode:{dest}")
-
-
-def make_lab(tmp_path: Path, monkeypatch, folder: Path) -> Path:
-    root = tmp_path / "gpumode_lab"
-    done = runner.invoke(app, ["init", str(root), "--gpumode", str(folder)])
-    assert done.exit_code == 0, done.output
-    monkeypatch.setenv("OKC_LAB", str(root))
-    monkeypatch.chdir(root)
-    return root
-
-
-def last_result(root: Path, kind: str) -> dict:
-    from okc.contract import JOB_FILE, read_job
-
-    job = sorted(p for p in (root / "results").iterdir() if (p / JOB_FILE).is_file() and read_job(p).kind == kind)[-1]
-    return json.loads((job / "result.json").read_text())
 
 
 def test_the_cases_file_is_kernelbots_and_last_ranks_the_last_benchmark_alone():
@@ -71,7 +43,7 @@ def test_popcorn_lines_are_read_as_kernelbot_reads_them_and_bad_numbers_refused(
 
 
 def test_eval_py_runs_in_a_folder_of_its_own_with_popcorn_fd_and_the_seed(tmp_path):
-    problem = flat_problem(tmp_path, OUTPLACE)
+    problem = gpumode_problem(tmp_path, OUTPLACE)
     specs = [spec.as_dict() for spec in problem.task.benchmarks]
     run = evalrun.run_eval(problem.folder, OUTPLACE / "submission.py", submission_name="submission.py",
                            mode="leaderboard", specs=specs, ranking_by="last", timeout_s=120, seed=5)
@@ -92,7 +64,7 @@ def test_a_timeout_kills_eval_py_and_says_so(tmp_path):
 
 def test_bench_reports_the_folders_eval_py_figure_ranked_by_last(tmp_path, monkeypatch):
     # main: the figure was okc's fixed copy of one set's rules, over every benchmark, and no eval.py ran
-    root = make_lab(tmp_path, monkeypatch, OUTPLACE)
+    root = gpumode_lab(tmp_path, monkeypatch, OUTPLACE)
     done = runner.invoke(app, ["bench", "001", "--min-pairs", "40", "--max-pairs", "40", "--json"])
     assert done.exit_code == 0, done.output
     result = last_result(root, "bench")
@@ -133,7 +105,7 @@ def people_text(result: dict, width: int = 80) -> str:
 
 def test_try_shows_the_folders_figure_beside_okcs_as_bench_does(tmp_path, monkeypatch):
     # main: okc try ran the same bench (result.json has its gpumode) but left the figure out of what it printed
-    make_lab(tmp_path, monkeypatch, OUTPLACE)
+    gpumode_lab(tmp_path, monkeypatch, OUTPLACE)
     done = runner.invoke(app, ["try", "001", "--min-pairs", "40", "--max-pairs", "40", "--json"])
     assert done.exit_code == 0, done.output
     shown = json.loads(done.output)["bench"]["gpumode"]
@@ -151,7 +123,7 @@ def test_a_task_ranked_by_geom_gives_eval_py_every_benchmark_and_okcs_score_besi
         shutil.copyfile(OUTPLACE.parent / name, sets / name)
     task = sets / "geomplace" / "task.yml"
     task.write_text(task.read_text() + 'ranking_by: "geom"\n')
-    root = make_lab(tmp_path, monkeypatch, sets / "geomplace")
+    root = gpumode_lab(tmp_path, monkeypatch, sets / "geomplace")
     done = runner.invoke(app, ["bench", "001", "--min-pairs", "40", "--max-pairs", "40", "--json"])
     assert done.exit_code == 0, done.output
     result = last_result(root, "bench")
@@ -169,7 +141,7 @@ def test_a_task_ranked_by_geom_gives_eval_py_every_benchmark_and_okcs_score_besi
 
 
 def test_the_folders_eval_py_failing_the_candidate_is_a_bench_error(tmp_path, monkeypatch):
-    root = make_lab(tmp_path, monkeypatch, OUTPLACE)
+    root = gpumode_lab(tmp_path, monkeypatch, OUTPLACE)
     (root / "candidates" / "002_cached.py").write_bytes((OUTPLACE / "wrong" / "cached.py").read_bytes())
     done = runner.invoke(app, ["bench", "002", "--min-pairs", "40", "--max-pairs", "40"])
     assert done.exit_code == 1, done.output

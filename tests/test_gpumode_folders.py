@@ -5,49 +5,22 @@ An output buffer handed in the data (pmpp_v2's convention), and a folder whose i
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
-from conftest import REPO
+from conftest import GPUMODE_FOLDERS, REPO, cpu_check, gpumode_lab, gpumode_problem
 from typer.testing import CliRunner
 
 from okc.cli.app import app
 from okc.contract import BadJob
-from okc.judge.kinds.check import run_check
 from okc.lab import gpumode as lab_gpumode
-from okc.lab.gpumode import flat_files
-from okc.problems import load_problem
 from okc.problems.gpumode import places, probe
 
-FOLDERS = REPO / "tests" / "gpumode"
+FOLDERS = GPUMODE_FOLDERS
 OUTPLACE, SUMPLACE, CUDAONLY = FOLDERS / "outplace", FOLDERS / "sumplace", FOLDERS / "cudaonly"
 BASELINE = REPO / "okc" / "problems" / "gpumode" / "baseline.py"
 CPU = torch.device("cpu")
 runner = CliRunner()
 NO_CUDA = not torch.cuda.is_available()
-
-
-def flat_problem(tmp_path: Path, folder: Path):
-    """``folder`` laid out flat as a job folder holds it, loaded as the worker loads it."""
-    dest = tmp_path / "problem"
-    dest.mkdir()
-    for name, data in flat_files(folder)[1].items():
-        (dest / name).write_bytes(data)
-    return load_problem(f"gpumode:{dest}")
-
-
-def check(problem, source: Path) -> dict:
-    return run_check(problem, source, device=CPU, seed=7, log=lambda line: None)
-
-
-def make_lab(tmp_path: Path, monkeypatch, folder: Path) -> Path:
-    root = tmp_path / "gpumode_lab"
-    done = runner.invoke(app, ["init", str(root), "--gpumode", str(folder)])
-    assert done.exit_code == 0, done.output
-    monkeypatch.setenv("OKC_LAB", str(root))
-    monkeypatch.chdir(root)
-    return root
 
 
 # -- the output buffer in the data ---------------------------------------------------------
@@ -57,7 +30,7 @@ def make_lab(tmp_path: Path, monkeypatch, folder: Path) -> Path:
 @pytest.mark.parametrize("side", ["submission", "reference"])
 def test_a_submission_writing_into_the_output_buffer_and_the_reference_pass(tmp_path, folder, side):
     # main: the submission failed as aliased (it returns the buffer), the reference as x_modified (empty memory differs)
-    result = check(flat_problem(tmp_path, folder), folder / "submission.py" if side == "submission" else BASELINE)
+    result = cpu_check(gpumode_problem(tmp_path, folder), folder / "submission.py" if side == "submission" else BASELINE)
     assert result["status"] == "pass", result["failures"]
 
 
@@ -67,7 +40,7 @@ def test_a_submission_writing_into_the_output_buffer_and_the_reference_pass(tmp_
     ("unwritten.py", "check_implementation", "elements differ from the reference"),
 ])
 def test_a_real_input_stays_guarded(tmp_path, wrong, rule, words):
-    result = check(flat_problem(tmp_path, OUTPLACE), OUTPLACE / "wrong" / wrong)
+    result = cpu_check(gpumode_problem(tmp_path, OUTPLACE), OUTPLACE / "wrong" / wrong)
     assert result["status"] == "fail" and result["rule"] == rule, result["reason"]
     assert words in result["reason"]
 
@@ -92,7 +65,7 @@ def test_uninitialised_memory_is_found_zeroed_and_the_deterministic_state_restor
 
 @pytest.mark.skipif(not NO_CUDA, reason="this machine has CUDA")
 def test_inputs_made_on_cuda_are_a_bad_job_in_the_worker(tmp_path):
-    problem = flat_problem(tmp_path, CUDAONLY)
+    problem = gpumode_problem(tmp_path, CUDAONLY)
     with pytest.raises(BadJob, match="its generate_input needs CUDA and this machine has none") as caught:
         problem.make_input(problem.check_cases()[0], 1, "normal", CPU)
     assert "\n" not in str(caught.value) and "--on POD" in str(caught.value)
@@ -103,7 +76,7 @@ def test_inputs_made_on_cuda_are_a_bad_job_in_the_worker(tmp_path):
 def test_a_folder_needing_cuda_is_one_line_and_exit_2_before_any_job_on_a_cpu(tmp_path, monkeypatch, command):
     # main: check ended with torch's "Cannot get CUDA generator" traceback, bench with "the context is lost"
     monkeypatch.setattr("okc.jobs.options.nvidia_driver", lambda: False)
-    root = make_lab(tmp_path, monkeypatch, CUDAONLY)
+    root = gpumode_lab(tmp_path, monkeypatch, CUDAONLY)
     done = runner.invoke(app, [command, "001"])
     assert done.exit_code == 2, done.output
     lines = done.output.strip().splitlines()
@@ -134,9 +107,9 @@ def test_a_host_sync_in_capture_is_what_sends_a_bench_to_the_eager_clock():
 
 def test_histogram_with_bincount_checks_on_the_cpu(tmp_path):
     folder = FOLDERS / "histogram"
-    problem = flat_problem(tmp_path, folder)
-    assert check(problem, folder / "submission.py")["status"] == "pass"
-    result = check(problem, folder / "wrong" / "cached.py")
+    problem = gpumode_problem(tmp_path, folder)
+    assert cpu_check(problem, folder / "submission.py")["status"] == "pass"
+    result = cpu_check(problem, folder / "wrong" / "cached.py")
     assert result["status"] == "fail" and result["rule"] == "stale", result["reason"]
 
 
@@ -161,7 +134,7 @@ def test_the_eager_clock_runs_the_one_loop_pairs_and_rechecks_on_stand_in_events
     monkeypatch.setattr(eager_clock, "_device_synchronize", lambda: None)
     monkeypatch.setattr(eager_clock, "_current_stream", lambda: None)
     monkeypatch.setattr(timing, "make_flush", lambda device, kind: timing.Flush(kind, 0, None, keep=(torch.ones(4), torch.empty(()))))
-    problem = flat_problem(tmp_path, OUTPLACE)
+    problem = gpumode_problem(tmp_path, OUTPLACE)
     settings = BenchSettings.from_options({"min_pairs": 24, "max_pairs": 24, "overhead_us": 0.0}, problem)
     verifier = FolderVerifier(problem, 7, CPU)
     result = eager_clock.run_eager(problem, OUTPLACE / "submission.py", BASELINE, device=CPU, seed=7, settings=settings,

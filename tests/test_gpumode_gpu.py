@@ -6,38 +6,21 @@ and okc's paired score's CI within +-0.5%, the paired part in 30 s.
 
 from __future__ import annotations
 
-import json
 import shutil
-from pathlib import Path
 
 import pytest
-from conftest import REPO
+from conftest import GPUMODE_FOLDERS, gpumode_lab, last_result
 from typer.testing import CliRunner
 
 from okc.cli.app import app
 
 pytestmark = pytest.mark.gpu
-FOLDERS = REPO / "tests" / "gpumode"
+FOLDERS = GPUMODE_FOLDERS
 runner = CliRunner()
 
 
-def make_lab(tmp_path: Path, monkeypatch, folder: Path) -> Path:
-    root = tmp_path / "gpumode_lab"
-    done = runner.invoke(app, ["init", str(root), "--gpumode", str(folder)])
-    assert done.exit_code == 0, done.output
-    monkeypatch.setenv("OKC_LAB", str(root))
-    monkeypatch.chdir(root)
-    return root
-
-
-def last_result(root: Path, kind: str) -> dict:
-    job = sorted(p for p in (root / "results").iterdir() if (p / "job.json").is_file()
-                 and json.loads((p / "job.json").read_text())["kind"] == kind)[-1]
-    return json.loads((job / "result.json").read_text())
-
-
 def test_check_replays_captured_graphs_and_catches_what_benchmark_mode_misses(tmp_path, monkeypatch):
-    root = make_lab(tmp_path, monkeypatch, FOLDERS / "vectoradd")
+    root = gpumode_lab(tmp_path, monkeypatch, FOLDERS / "vectoradd")
     done = runner.invoke(app, ["check", "001"])
     assert done.exit_code == 0, done.output
     result = last_result(root, "check")
@@ -52,7 +35,7 @@ def test_check_replays_captured_graphs_and_catches_what_benchmark_mode_misses(tm
 
 
 def test_reference_against_itself_both_statistics_on_target(tmp_path, monkeypatch):
-    root = make_lab(tmp_path, monkeypatch, FOLDERS / "matmul_gpu")
+    root = gpumode_lab(tmp_path, monkeypatch, FOLDERS / "matmul_gpu")
     done = runner.invoke(app, ["check", "000"])
     assert done.exit_code == 0, done.output
     done = runner.invoke(app, ["bench", "000", "--aa"])  # the folder's ref_kernel against itself, imported apart
@@ -69,7 +52,7 @@ def test_reference_against_itself_both_statistics_on_target(tmp_path, monkeypatc
 
 
 def test_pmpp_v2s_output_buffer_convention_passes_through_captured_graphs(tmp_path, monkeypatch):
-    root = make_lab(tmp_path, monkeypatch, FOLDERS / "outplace")
+    root = gpumode_lab(tmp_path, monkeypatch, FOLDERS / "outplace")
     for number in ("000", "001"):
         done = runner.invoke(app, ["check", number])
         assert done.exit_code == 0, done.output
@@ -77,7 +60,7 @@ def test_pmpp_v2s_output_buffer_convention_passes_through_captured_graphs(tmp_pa
 
 
 def test_a_call_that_waits_on_the_host_is_checked_and_benched_eagerly_and_says_so(tmp_path, monkeypatch):
-    root = make_lab(tmp_path, monkeypatch, FOLDERS / "histogram")
+    root = gpumode_lab(tmp_path, monkeypatch, FOLDERS / "histogram")
     done = runner.invoke(app, ["check", "001"])
     assert done.exit_code == 0, done.output
     done = runner.invoke(app, ["bench", "001", "--max-pairs", "300", "--target", "0.01"])
@@ -91,7 +74,7 @@ def test_a_call_that_waits_on_the_host_is_checked_and_benched_eagerly_and_says_s
 
 
 def test_an_eager_cached_answer_is_caught_by_the_rechecks(tmp_path, monkeypatch):
-    root = make_lab(tmp_path, monkeypatch, FOLDERS / "histogram")
+    root = gpumode_lab(tmp_path, monkeypatch, FOLDERS / "histogram")
     shutil.copy(FOLDERS / "histogram" / "wrong" / "cached.py", root / "candidates" / "002_cached.py")
     done = runner.invoke(app, ["bench", "002", "--max-pairs", "100"])
     assert done.exit_code == 1, done.output

@@ -11,12 +11,14 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import yaml
 from sshd import TINY_BASELINE, free_port
 
 import okc
 from okc.errors import ConfigError, PodError, UnreachableError
 from okc.jobs import folder as job_folder
 from okc.jobs import runner
+from okc.lab import ledger as ledger_module
 from okc.lab import records
 from okc.lab.candidates import resolve
 from okc.lab.ledger import open_ledger, runs
@@ -102,6 +104,27 @@ def test_connection_killed_mid_job_then_attach_resumes_and_the_ledger_has_it_onc
 
 def _lock_path(lab) -> Path:
     return Path(resolve_pod(lab).remote_dir) / "results" / launcher.LOCKS_DIR / "gpu0.lock"
+
+
+def test_a_submit_to_a_pod_opens_the_ledger_once_before_its_run_and_once_after(ssh_lab, monkeypatch):
+    """The pod's $/h, the A/A floor and the jobs refused before share the open before the run; the record has
+    the one after it (a connection held through the run would write into a ledger replaced meanwhile)."""
+    settings = yaml.safe_load((ssh_lab.root / "pod.yaml").read_text())
+    for pod in settings["pods"].values():
+        pod["cost_per_hour"] = 1.5  # a rate to note: it took an open of its own
+    (ssh_lab.root / "pod.yaml").write_text(yaml.safe_dump(settings))
+    opened, real_open = [], ledger_module.open_ledger
+    monkeypatch.setattr(ledger_module, "open_ledger", lambda path: opened.append(path) or real_open(path))
+    outcome = runner.submit(ssh_lab, "bench", resolve(ssh_lab.candidates, "000"), aa=True,
+                            bench={"min_pairs": 24, "max_pairs": 24, "target_half_width": 0.5})
+    assert outcome.result.passed and outcome.recorded, outcome.result.reason
+    assert opened == [ssh_lab.ledger_path] * 2
+    conn = open_ledger(ssh_lab.ledger_path)
+    try:
+        assert [tuple(row) for row in conn.execute("SELECT usd_per_hour FROM pod_rates")] == [(1.5,)]
+        assert [tuple(row) for row in conn.execute("SELECT usd_per_gpu_hour FROM job_costs")] == [(1.5,)]
+    finally:
+        conn.close()
 
 
 def test_a_second_job_waits_for_the_gpu_lock(ssh_lab):

@@ -35,6 +35,8 @@ def assert_refused(result, lab_root, message):
         (["bench", "000", "--target", "0"], "--target is the CI half-width"),
         (["bench", "000", "--target", "nan"], "--target must be a finite number"),
         (["bench", "000", "--target", "1.5"], "--target is the CI half-width"),
+        (["bench", "000", "--half-width", "1.5"], "--half-width is the CI half-width"),
+        (["bench", "000", "--half-width", "nan"], "--half-width must be a finite number"),
         (["bench", "000", "--max-pairs", "0"], "--max-pairs (0) must not be below --min-pairs (50)"),
         (["bench", "000", "--min-pairs", "300", "--max-pairs", "200"], "--max-pairs (200) must not be below --min-pairs (300)"),
         (["bench", "000", "--min-pairs", "2"], "--min-pairs must be at least 24"),
@@ -225,8 +227,8 @@ def test_a_ledger_that_breaks_during_the_job_does_not_lose_the_verdict(tmp_path,
     ({"min_pairs": 2}, {"min_pairs": 2}),
     ({"min_pairs": 300, "max_pairs": 200}, {"min_pairs": 300, "max_pairs": 200}),
     ({"max_pairs": 10**12}, {"max_pairs": 10**12}),
-    ({"target": 1.5}, {"target_half_width": 1.5}),
-    ({"target": float("nan")}, {"target_half_width": float("nan")}),
+    ({"half_width": 1.5}, {"target_half_width": 1.5}),
+    ({"half_width": float("nan")}, {"target_half_width": float("nan")}),
     ({"max_pairs": 10.5}, {"max_pairs": 10.5}),
 ])
 def test_the_cli_refuses_a_stopping_rule_as_the_judge_does_in_its_own_words(cli, rule):
@@ -238,7 +240,7 @@ def test_the_cli_refuses_a_stopping_rule_as_the_judge_does_in_its_own_words(cli,
         BenchOptions(**cli)
     with pytest.raises(ValueError) as in_the_job:
         StoppingRule(**rule)
-    words = {"--min-pairs": "min_pairs", "--max-pairs": "max_pairs", "--target": "target_half_width"}
+    words = {"--min-pairs": "min_pairs", "--max-pairs": "max_pairs", "--half-width": "target_half_width"}
     said = str(on_the_command_line.value)
     for flag, setting in words.items():
         said = said.replace(flag, setting)

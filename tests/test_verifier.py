@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from okc.judge.problem import Case
-from okc.judge.seeds import derive_seed
 from okc.judge.verdict import rules
 from okc.judge.verdict import verifier as verifier_module
 from okc.judge.verdict.verifier import Verifier, VerifierError
 from okc.problems import load_problem
+from okc.seeds import derive_seed
 
 CPU = torch.device("cpu")
 SEED = 77

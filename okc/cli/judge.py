@@ -28,6 +28,8 @@ from okc.errors import EXIT_FAILED, EXIT_USAGE
 from okc.jobs.options import QUICK_MAX_M
 
 VERBOSE_HELP = "Also show where the job's seconds went (the worker's timeline and the kind's own seconds)."
+# The bench's stopping rule: a CI half-width (--on names where it runs). It was --target, which is still taken.
+HALF_WIDTH_HELP = "Stop when the score's CI half-width is under this (0.005 = ±0.5%)."
 
 
 # ---------------------------------------------------------------------------------------
@@ -101,7 +103,8 @@ def bench(
     against: Optional[str] = typer.Option(None, "--against", help="'baseline' or another candidate (default: the lab's baseline)."),
     aa: bool = typer.Option(False, "--aa", help="A/A: the candidate against a second capture of itself (000: the noise floor)."),
     on: Optional[str] = typer.Option(None, "--on", help=ON_HELP),
-    target: float = typer.Option(TARGET_HALF_WIDTH, "--target", help="Stop when the score's CI half-width is under this (0.005 = ±0.5%)."),
+    half_width: float = typer.Option(TARGET_HALF_WIDTH, "--half-width", help=HALF_WIDTH_HELP),
+    target: Optional[float] = typer.Option(None, "--target", hidden=True, help="The old name of --half-width."),
     min_pairs: int = typer.Option(MIN_PAIRS, "--min-pairs", help="Pairs before the stopping rule is consulted."),
     max_pairs: int = typer.Option(MAX_PAIRS, "--max-pairs", help="Cap on pairs."),
     overhead_us: Optional[float] = typer.Option(None, "--overhead-us", help="Fixed replay cost to subtract (default: the judge's)."),
@@ -119,7 +122,8 @@ def bench(
     from okc.lab import candidates
     from okc.reports import views
 
-    benching = options.BenchOptions(target, min_pairs, max_pairs, overhead_us, aa, against, solo)
+    half_width, flag = options.half_width_option(half_width, target)
+    benching = options.BenchOptions(half_width, min_pairs, max_pairs, overhead_us, aa, against, solo, flag)
     running = options.CheckOptions.parse(device, seed)  # where and with which seed, as a check takes them
     lab = load_lab()
     candidate = candidates.resolve(lab.candidates, candidate_ref(words))
@@ -132,7 +136,7 @@ def bench(
         raise ConfigError(f"{candidate.name} would be benched against itself; that is an A/A run: "
                           f"okc bench {candidate.label} --aa")
     options.preflight(lab, on, running, kind="bench")
-    with _bench_progress(target) as on_progress:
+    with _bench_progress(half_width) as on_progress:
         outcome = runner.submit(lab, "bench", candidate, against=other, aa=aa, on=on, on_progress=on_progress,
                                 on_log=echo_okc_lines() if fmt == "table" else None, bench=benching.settings(),
                                 device=running.device, seed=running.seed)
@@ -163,7 +167,8 @@ def try_command(
     device: str = typer.Option("auto", help="auto, cuda or cpu (local target)."),
     seed: Optional[int] = typer.Option(None, help="Reuse a recorded seed instead of a fresh one."),
     quick: bool = typer.Option(False, "--quick", help=f"Check one weight set and m <= {QUICK_MAX_M} only (the bench is whole)."),
-    target: float = typer.Option(TARGET_HALF_WIDTH, "--target", help="Stop when the score's CI half-width is under this (0.005 = ±0.5%)."),
+    half_width: float = typer.Option(TARGET_HALF_WIDTH, "--half-width", help=HALF_WIDTH_HELP),
+    target: Optional[float] = typer.Option(None, "--target", hidden=True, help="The old name of --half-width."),
     min_pairs: int = typer.Option(MIN_PAIRS, "--min-pairs", help="Pairs before the stopping rule is consulted."),
     max_pairs: int = typer.Option(MAX_PAIRS, "--max-pairs", help="Cap on pairs."),
     overhead_us: Optional[float] = typer.Option(None, "--overhead-us", help="Fixed replay cost to subtract (default: the judge's)."),
@@ -174,7 +179,7 @@ def try_command(
 
     Prints what `okc check` and then `okc bench` print; exits 1 if the check fails or the bench errs.
 
-    Example: okc try 036 --target 0.003
+    Example: okc try 036 --half-width 0.003
     """
     from okc.jobs import options, runner
     from okc.lab import candidates
@@ -183,12 +188,13 @@ def try_command(
     from okc.tables import Document
 
     checking = options.CheckOptions.parse(device, seed, None, quick)
-    benching = options.BenchOptions(target, min_pairs, max_pairs, overhead_us)
+    half_width, flag = options.half_width_option(half_width, target)
+    benching = options.BenchOptions(half_width, min_pairs, max_pairs, overhead_us, half_width_flag=flag)
     lab = load_lab()
     candidate = candidates.resolve(lab.candidates, candidate_ref(words))
     baseline = candidates.resolve(lab.candidates, lab.baseline)
     options.preflight(lab, on, checking, kind="bench")  # a try benches too: a GPU-only problem needs a GPU
-    with _bench_progress(target) as on_progress:
+    with _bench_progress(half_width) as on_progress:
         outcome = runner.submit(lab, "try", candidate, against=baseline, on=on, on_progress=on_progress,
                                 on_log=echo_log if fmt == "table" else None, bench=benching.settings(),
                                 **checking.job_options())
@@ -230,10 +236,10 @@ def _verbose(document, outcome, verbose: bool):
 class _bench_progress:
     """A rich progress bar over pairs, showing the current CI half-width."""
 
-    def __init__(self, target: float) -> None:
+    def __init__(self, half_width: float) -> None:
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-        self.target = target
+        self.half_width = half_width
         self.progress = Progress(
             TextColumn("[bold]bench"), BarColumn(), TextColumn("{task.completed} pairs"),
             TextColumn("±{task.fields[half]} (target ±{task.fields[goal]})"), TimeElapsedColumn(),
@@ -243,7 +249,7 @@ class _bench_progress:
 
     def __enter__(self) -> Callable[[dict], None]:
         self.progress.start()
-        self.task = self.progress.add_task("pairs", total=None, half="?", goal=f"{self.target:.2%}")
+        self.task = self.progress.add_task("pairs", total=None, half="?", goal=f"{self.half_width:.2%}")
         return self.update
 
     def update(self, progress: dict) -> None:

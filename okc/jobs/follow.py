@@ -1,7 +1,7 @@
 """Following a running job: its log streamed as it grows, its progress, Ctrl-C and cancel.
 
 Part of the one runner (okc.jobs.runner): every job kind is followed by :func:`follow`, with
-:class:`Watch` holding what differs between kinds.
+:class:`FollowHooks` holding what differs between kinds.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def _copy_new(target: Target, job_dir: Path, name: str, offset: int) -> int:
 
 
 @dataclass(frozen=True)
-class Watch:
+class FollowHooks:
     """What a job kind wants while its job runs, beside the log: the runner's per-kind hooks.
 
     ``grows``: job files (besides the log) a remote job's copy here is kept up to date with;
@@ -62,19 +62,19 @@ class Watch:
 
 def follow(target: Target, job_dir: Path, on_log: Callable[[str], None] | None = None,
            on_progress: Callable[[dict], None] | None = None, cancel: threading.Event | None = None,
-           watch: Watch | None = None) -> None:
+           hooks: FollowHooks | None = None) -> None:
     """Stream the job's log (into job_dir/log.txt for a remote job, and to ``on_log``) until it is over.
 
     Ctrl-C (or ``cancel`` set, from another thread): a local job is stopped (and the interrupt
     goes on); a remote one keeps running and :class:`JobDetached` says how to come back to it.
-    With ``watch.stop_on_cancel`` a set ``cancel`` stops the job wherever it runs, and this returns
+    With ``hooks.stop_on_cancel`` a set ``cancel`` stops the job wherever it runs, and this returns
     once it is over.
     """
-    watch = watch or Watch(on_log, on_progress)
+    hooks = hooks or FollowHooks(on_log, on_progress)
     job_id = job_dir.name
     local_log = job_dir / LOG_FILE
     offset = local_log.stat().st_size if target.remote and local_log.exists() else 0
-    offsets = dict.fromkeys(watch.grows, 0)
+    offsets = dict.fromkeys(hooks.grows, 0)
     decoder = codecs.getincrementaldecoder("utf-8")("replace")
     last_progress, last_state_check, stopping = None, time.monotonic(), None
     try:
@@ -85,21 +85,21 @@ def follow(target: Target, job_dir: Path, on_log: Callable[[str], None] | None =
                 if target.remote:
                     with open(local_log, "ab") as handle:
                         handle.write(chunk)
-                if watch.on_log is not None:
-                    watch.on_log(decoder.decode(chunk))
+                if hooks.on_log is not None:
+                    hooks.on_log(decoder.decode(chunk))
             if target.remote:  # a local job writes its files here already
                 offsets = {name: _copy_new(target, job_dir, name, at) for name, at in offsets.items()}
-            if watch.on_poll is not None:
-                watch.on_poll()
+            if hooks.on_poll is not None:
+                hooks.on_poll()
             if done:
                 return
-            if watch.on_progress is not None:
+            if hooks.on_progress is not None:
                 progress = target.read(job_id, PROGRESS_FILE, 0)
                 if progress and progress != last_progress and (parsed := _parse(progress)) is not None:
                     last_progress = progress
-                    watch.on_progress(parsed)
+                    hooks.on_progress(parsed)
             if cancel is not None and cancel.is_set():
-                if not watch.stop_on_cancel:
+                if not hooks.stop_on_cancel:
                     raise KeyboardInterrupt
                 if stopping is None:
                     target.cancel(job_id)

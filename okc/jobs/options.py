@@ -48,7 +48,7 @@ class CheckOptions:
     quick: bool = False
 
     def __post_init__(self) -> None:
-        from okc.judge.seeds import SEED_BITS
+        from okc.seeds import SEED_BITS
 
         if self.device not in DEVICES:
             raise ConfigError(f"--device must be one of {', '.join(DEVICES)}, got {self.device!r}")
@@ -74,22 +74,29 @@ class CheckOptions:
         return options
 
 
+def half_width_option(half_width: float, target: float | None) -> tuple[float, str]:
+    """The CI half-width a bench stops at, and the option that gave it: ``--half-width``, or ``--target``
+    (its old name, hidden from the help but still taken) when that was given."""
+    return (half_width, "--half-width") if target is None else (target, "--target")
+
+
 @dataclass(frozen=True)
 class BenchOptions:
     """``okc bench``'s options: the stopping rule, the replay cost, and what to bench against."""
 
-    target: float = benchrules.TARGET_HALF_WIDTH
+    half_width: float = benchrules.TARGET_HALF_WIDTH  # the score's CI half-width to stop at
     min_pairs: int = benchrules.MIN_PAIRS
     max_pairs: int = benchrules.MAX_PAIRS
     overhead_us: float | None = None
     aa: bool = False
     against: str | None = None  # None: the lab's baseline
     solo: bool = False  # each side timed alone (the same graphs, flush and inputs): the truth a paired score must match
+    half_width_flag: str = "--half-width"  # how the command line named it: --target, its old name, is still taken
 
     def __post_init__(self) -> None:
         try:  # the judge's own rules (okc.benchrules), in the command line's words
-            benchrules.check_stopping(self.min_pairs, self.max_pairs, self.target,
-                                      ("--min-pairs", "--max-pairs", "--target"))
+            benchrules.check_stopping(self.min_pairs, self.max_pairs, self.half_width,
+                                      ("--min-pairs", "--max-pairs", self.half_width_flag))
             if self.overhead_us is not None:
                 benchrules.check_overhead_us(self.overhead_us, "--overhead-us")
         except ValueError as exc:
@@ -99,7 +106,7 @@ class BenchOptions:
 
     def settings(self) -> dict[str, Any]:
         """The bench settings a job carries (job.json's ``bench``)."""
-        settings: dict[str, Any] = {"target_half_width": self.target, "min_pairs": self.min_pairs,
+        settings: dict[str, Any] = {"target_half_width": self.half_width, "min_pairs": self.min_pairs,
                                     "max_pairs": self.max_pairs}
         if self.overhead_us is not None:
             settings["overhead_us"] = self.overhead_us

@@ -31,7 +31,7 @@ from okc.errors import (
     UnsafeRemote,
 )
 from okc.jobs.folder import create_job, finish_job, job_spec
-from okc.jobs.follow import JobDetached, Watch, follow
+from okc.jobs.follow import FollowHooks, JobDetached, follow
 from okc.jobs.target import LocalTarget, Target
 from okc.lab.candidates import Candidate
 from okc.lab.config import Lab
@@ -70,20 +70,24 @@ def pod_for(lab: Lab, on: str | None):
     return connectable(lab, resolve_pod(lab, on))
 
 
-def open_target(lab: Lab, on: str | None = None, pod=None, results: Path | None = None) -> Target:
+def open_target(lab: Lab, on: str | None = None, pod=None, results: Path | None = None, *,
+                note_rate: bool = True) -> Target:
     """This machine, or the pod ``on`` names (or ``pod``); use it as a context manager.
 
     A local job runs in the folder it lies in: ``results`` (the lab's results by default; a
-    sweep's jobs lie in its run folder).
+    sweep's jobs lie in its run folder). A pod's $/h, as connecting read it, is noted in the
+    ledger (a job's dollars are recorded from it), unless ``note_rate`` is False: the caller
+    notes it on the ledger it opens anyway (:func:`submit`).
     """
     pod = pod if pod is not None else pod_for(lab, on)
     if pod is None:
         return LocalTarget(results if results is not None else lab.results)
-    from okc.lab.costs import note_rate
+    from okc.lab import costs
     from okc.pods.target import PodTarget
 
     target = PodTarget(lab, pod)
-    note_rate(lab, target.pod)  # the pod's $/h as connecting read it: a job's dollars are recorded from it
+    if note_rate:
+        costs.note_rate(lab, target.pod)
     return target
 
 
@@ -122,7 +126,7 @@ def _brought_home(target: Target, job_dir: Path, conn) -> tuple[bool, bool]:
 
 def execute(target: Target, job_dir: Path, gpus: str | None = None, on_log: Callable[[str], None] | None = None,
             on_progress: Callable[[dict], None] | None = None, cancel: threading.Event | None = None,
-            watch: Watch | None = None) -> JobResult:
+            hooks: FollowHooks | None = None) -> JobResult:
     """Start a prepared job folder on the (prepared) target, follow it, bring its files home; its result.
 
     If the job cannot be started its folder is removed: a refused run leaves nothing behind.
@@ -133,7 +137,7 @@ def execute(target: Target, job_dir: Path, gpus: str | None = None, on_log: Call
         shutil.rmtree(job_dir, ignore_errors=True)
         raise
     try:
-        follow(target, job_dir, on_log, on_progress, cancel, watch)
+        follow(target, job_dir, on_log, on_progress, cancel, hooks)
         come_home(target, job_dir)
     except KeyboardInterrupt:  # a local job was stopped: its folder says so (result.json: interrupted)
         # A pod's job is not stopped by Ctrl-C, and its folder here may be half fetched: left for okc pull.
@@ -177,7 +181,7 @@ def run_local(job_dir: Path, gpus: str | None = None, env: dict[str, str] | None
 
 
 def run_on(lab: Lab, pod, gpu: int | None, job_dir: Path, cancel: threading.Event,
-           watch: Watch | None = None) -> JobResult:
+           hooks: FollowHooks | None = None) -> JobResult:
     """Run a prepared job folder of a sweep on ``pod`` (None: this machine, on GPU ``gpu``); its result.
 
     Ctrl-C or ``cancel`` stops the job there too, not only here (the caller records what it keeps).
@@ -187,7 +191,7 @@ def run_on(lab: Lab, pod, gpu: int | None, job_dir: Path, cancel: threading.Even
         target.prepare()  # a pod syncs once per okc process, not once per job
         try:
             return execute(target, job_dir, str(gpu) if pod is None and gpu is not None else None,
-                           cancel=cancel, watch=watch)
+                           cancel=cancel, hooks=hooks)
         except JobDetached:
             if cancel.is_set():  # a stopped sweep stops its jobs on pods too
                 target.cancel(job_dir.name)
@@ -212,12 +216,18 @@ def submit(lab: Lab, kind: str, candidate: Candidate | None, *, on: str | None =
     Everything that can be refused is refused before a job folder exists: the options (the
     job contract validates them), the ledger (opened first, so a broken one cannot swallow a
     verdict after the run), the target (a pod is connected and synced first). The ledger is opened
-    once before the run and once after it, to record: a connection held through a run of minutes
-    would write into a ledger file that was replaced meanwhile.
+    twice, no more: once before the run (the pod's $/h, the A/A floor, the jobs it refused before)
+    and once after it, to record. A connection held through a run of minutes would write into a
+    ledger file that was replaced or damaged meanwhile (``okc ledger --rebuild``; test_usage_errors'
+    vandal candidate), and the verdict would be lost from the ledger without a word.
     """
-    with open_target(lab, on) as target:
+    from okc.lab import costs
+
+    with open_target(lab, on, note_rate=False) as target:
         job_spec(lab, kind, candidate, against=against, target=target.name, **options)
         with ledger(lab.ledger_path) as conn:  # opened before the job exists; jobs it refused before go in now
+            if target.remote:
+                costs.note_rate(lab, target.pod, conn)
             if kind in ("bench", "try") and not options.get("aa"):
                 options["bench"] = with_aa_floor(conn, target.name, dict(options.get("bench") or {}))
             record_pending(lab, conn)

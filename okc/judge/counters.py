@@ -3,7 +3,7 @@
 Rented pods usually deny the performance counters (ncu fails with ERR_NVGPUCTRPERM), and many
 images have no ncu at all; either way :func:`collect` returns one line that says why and the
 activity profile stands without counters. Where ncu runs, it profiles a child process
-(``python -m okc.judge.counters_child JOB_DIR``) that sets the job's sides up again and replays
+(``python -m okc.counters_child JOB_DIR``) that sets the job's sides up again and replays
 each case's graphs once, inside an NVTX range ncu is told to look at, with every graph node
 profiled on its own; its kernels are matched, in launch order, to the activity profile's.
 """
@@ -47,7 +47,7 @@ def collect(job_dir: Path, device, log: Callable[[str], None], shapes: list[dict
         return _unavailable("counters: Nsight Compute (ncu) is not installed here; the activity profile ran without them")
     command = [ncu, "--csv", "--page", "raw", "--print-units", "base", "--graph-profiling", "node", "--nvtx", "--nvtx-include", f"{NVTX_RANGE}/",
                "--metrics", ",".join(METRICS), "--log-file", str(job_dir / CSV_FILE),
-               sys.executable, "-m", "okc.judge.counters_child", str(job_dir)]
+               sys.executable, "-m", "okc.counters_child", str(job_dir)]
     log("counters: " + " ".join(command[:12]) + " ...")
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=NCU_TIMEOUT_S, env=dict(os.environ))

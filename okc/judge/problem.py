@@ -14,7 +14,7 @@ from types import ModuleType
 
 import torch
 
-from okc.problems.shapes import H200_PEAK_BYTES_PER_S, H200_PEAK_FLOPS
+from okc.benchrules import H200_PEAK_BYTES_PER_S, H200_PEAK_FLOPS
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,8 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+from okc.podfiles import is_numeric
+
 DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")  # what a CUDA graph's nodes leave in a trace
 REPLAY_MARK = "okc_replay_"  # the record_function name of replay i: okc_replay_<i>
 SHORT_NAME_CHARS = 30  # a kernels table with shape, side, name, launches, µs and grid fits 80 columns
@@ -56,7 +58,7 @@ def _dims(value) -> tuple[int, ...] | None:
 
 def _number(event: dict, key: str) -> float:
     value = event.get(key)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if not is_numeric(value):
         raise TraceError(f"trace event {event.get('name')!r} has no numeric {key}")
     return float(value)
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from okc.contract import LEDGER_FILE
 from okc.errors import ConfigError
+from okc.podfiles import is_numeric
 from okc.problems import catalog, gpumode
 
 LAB_ENV = "OKC_LAB"  # points okc at a lab explicitly (scripts, tests)
@@ -35,7 +36,7 @@ class Lab:
     def __post_init__(self) -> None:
         for name in ("prepare_timeout_s", "job_timeout_s"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_TIMEOUT_S:
+            if not is_numeric(value) or not 0 < value <= MAX_TIMEOUT_S:
                 raise ConfigError(f"[tool.okc] {name} must be a number of seconds above 0 and at most "
                                   f"{MAX_TIMEOUT_S:.0f} (a week), got {value!r}")
         for name in ("problem", "baseline", "candidates_dir", "experiments_dir", "results_dir"):

@@ -18,6 +18,7 @@ from typing import Any
 from okc.contract import JOB_FILE, LAUNCHER_FILE, RESULT_FILE, read_json
 from okc.errors import LedgerError
 from okc.lab.ledger import ledger, now, transaction
+from okc.podfiles import is_numeric
 from okc.tables import Table, table
 
 SECONDS_PER_HOUR = 3600.0
@@ -81,16 +82,20 @@ def note_pod_rate(conn: sqlite3.Connection, rate: PodRate) -> bool:
     return True
 
 
-def note_rate(lab, pod) -> None:
-    """Note the $/h connecting to ``pod`` read (okc.pods.runpod.connectable) in the ledger; a broken or
-    busy ledger is passed over (the rate is a nicety, and reaching the pod must not depend on it)."""
+def note_rate(lab, pod, conn: sqlite3.Connection | None = None) -> None:
+    """Note the $/h connecting to ``pod`` read (okc.pods.runpod.connectable) in the ledger (on ``conn`` when the
+    caller holds it open); a broken or busy ledger is passed over (the rate is a nicety, and reaching the pod
+    must not depend on it)."""
     if pod.rate is None:
         return
     rate = PodRate(pod=pod.name, usd_per_hour=pod.rate.usd_per_hour, gpus=pod.rate.gpus, source=pod.rate.source,
                    runpod_id=pod.runpod_id, started_at=pod.rate.started_at)
     try:
-        with ledger(lab.ledger_path) as conn:
+        if conn is not None:
             note_pod_rate(conn, rate)
+            return
+        with ledger(lab.ledger_path) as opened:
+            note_pod_rate(opened, rate)
     except (LedgerError, sqlite3.Error):  # opening reports LedgerError; a lock held past the busy timeout, sqlite3's own
         pass
 
@@ -110,7 +115,7 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 
 def _seconds(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+    if not is_numeric(value) or not value >= 0:
         return None
     return float(value)
 

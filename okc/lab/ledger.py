@@ -19,6 +19,7 @@ from pathlib import Path
 from okc.contract import FloorSize
 from okc.errors import LedgerError, LedgerUnusable
 from okc.lab.migrations import MIGRATIONS
+from okc.podfiles import is_numeric
 
 BUSY_TIMEOUT_S = 30.0
 RECOVER_HINT = "okc ledger --rebuild makes it again from the job folders and official.jsonl (the old file is kept)"
@@ -283,7 +284,7 @@ def run_from_row(row: sqlite3.Row) -> Run:
 
 def check_number(row_id, name: str, value) -> None:
     """A number column holds a number or nothing (SQLite keeps whatever a hand edit put there)."""
-    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+    if value is not None and (not is_numeric(value)):
         raise bad_row(row_id, name, value)
 
 

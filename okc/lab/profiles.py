@@ -19,6 +19,7 @@ from typing import Any
 
 from okc.errors import JudgeError, LedgerError
 from okc.lab.ledger import now, transaction
+from okc.podfiles import is_numeric
 
 SIDES = ("candidate", "against")
 MAX_SHAPES = 1000
@@ -37,13 +38,13 @@ def _text(value: Any, what: str, limit: int = MAX_NAME) -> str:
 def _amount(value: Any, what: str, optional: bool = False) -> float | None:
     if value is None and optional:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+    if not is_numeric(value) or not math.isfinite(value) or value < 0:
         raise JudgeError(f"profile: {what} must be a finite number >= 0, got {value!r}"[:300])
     return float(value)
 
 
 def _count(value: Any, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 10**6:
+    if not is_numeric(value, int) or not 0 <= value <= 10**6:
         raise JudgeError(f"profile: {what} must be a whole number, got {value!r}"[:300])
     return value
 
@@ -164,7 +165,7 @@ def parse_profile(data: dict) -> Profile:
         data.get("reason"), str) else None, str(data.get("candidate", "candidate")), str(data.get("against", "against")),
         data.get("device") if isinstance(data.get("device"), str) else None,
         data.get("activity") if isinstance(data.get("activity"), str) else None,
-        replays if isinstance(replays, int) and not isinstance(replays, bool) else None,
+        replays if is_numeric(replays, int) else None,
         counters_note if isinstance(counters_note, str) else None, tuple(shapes))
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from okc.contract import EXIT_FILE, JOB_FILE, LAUNCHER_FILE, LOG_FILE, PID_FILE, is_job_id, read_json, write_json
 from okc.launch.proc import process_start
+from okc.podfiles import is_numeric
 
 LOCKS_DIR = ".locks"  # under the results folder: one flock file per GPU
 LOCKS_ENV = "OKC_LOCKS_DIR"  # or this folder, if set
@@ -122,7 +123,7 @@ def check_startable(folder: str, job_id: str) -> None:
 
 def launch(results: str, folder: str, job_id: str, indexes: list, code_dir: str) -> int:
     try:
-        run_job(results, folder, job_id, indexes, code_dir)
+        supervise(results, folder, job_id, indexes, code_dir)
         return 0
     except BaseException:  # the launcher itself broke: say so in the log, and end the job
         traceback.print_exc()
@@ -206,7 +207,9 @@ def kill_group(proc) -> None:
             continue
 
 
-def run_job(results: str, folder: str, job_id: str, indexes: list, code_dir: str) -> None:
+def supervise(results: str, folder: str, job_id: str, indexes: list, code_dir: str) -> None:
+    """Take the job's GPU lock, run its worker (or claim a standby one) under the job's time limit and a
+    cancel, and write launcher.json, then exit_code last."""
     marker = {"job": job_id, "pid": os.getpid(), "start": process_start(os.getpid()), "started_at": time.time()}
     write_json(Path(folder) / PID_FILE, marker)
     cancel = Cancel()
@@ -271,7 +274,7 @@ def launcher_alive(marker: dict) -> bool:
     existence is all there is to go on.
     """
     pid = marker.get("pid")
-    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
+    if not is_numeric(pid, int) or pid <= 0:
         return False
     if marker.get("start") is not None:
         return process_start(pid) == marker["start"]

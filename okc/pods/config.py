@@ -22,7 +22,7 @@ from typing import Any, Mapping
 import yaml
 
 from okc.errors import ConfigError
-from okc.podfiles import is_integer
+from okc.podfiles import is_integer, is_numeric
 from okc.pods.runpod import RUNPOD_ID, Rate
 
 SSH_CONFIG_ENV = "OKC_SSH_CONFIG"  # which ssh config to honour (tests point it at an empty file)
@@ -94,7 +94,7 @@ class Pod:
             raise ConfigError(f"{where}: remote_dir must be an absolute path below / without '..', got {self.remote_dir!r}")
         object.__setattr__(self, "remote_dir", str(remote))
         if self.port is not None:
-            if isinstance(self.port, bool) or not isinstance(self.port, int):
+            if not is_numeric(self.port, int):
                 raise ConfigError(f"{where}: port must be an integer, got {self.port!r}")
             if not 1 <= self.port <= MAX_PORT:
                 raise ConfigError(f"{where}: port must be between 1 and {MAX_PORT}, got {self.port}")
@@ -107,15 +107,15 @@ class Pod:
                 elif not value.isprintable():
                     raise ConfigError(f"{where}: identity_file may not contain control characters, got {value!r}")
         timeout = self.ssh_timeout_s
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= MAX_SSH_TIMEOUT_S:
+        if not is_numeric(timeout) or not 0 < timeout <= MAX_SSH_TIMEOUT_S:
             raise ConfigError(f"{where}: ssh_timeout_s must be a number of seconds in (0, {MAX_SSH_TIMEOUT_S:g}], got {timeout!r}")
         object.__setattr__(self, "ssh_timeout_s", float(timeout))
         minutes = self.idle_stop_minutes
-        if isinstance(minutes, bool) or not isinstance(minutes, (int, float)) or not 0 <= minutes < float("inf"):
+        if not is_numeric(minutes) or not 0 <= minutes < float("inf"):
             raise ConfigError(f"{where}: idle_stop_minutes must be a number of minutes >= 0 (0: never), got {minutes!r}")
         object.__setattr__(self, "idle_stop_minutes", float(minutes))
         rate = self.cost_per_hour
-        if rate is not None and (isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate < float("inf")):
+        if rate is not None and (not is_numeric(rate) or not 0 <= rate < float("inf")):
             raise ConfigError(f"{where}: cost_per_hour must be dollars per hour (a number >= 0), got {rate!r}")
         _require_str(where, "python", self.python)
         if not is_integer(self.gpus, 1):

@@ -17,6 +17,7 @@ from pathlib import Path
 import yaml
 
 from okc.errors import ConfigError
+from okc.podfiles import is_numeric
 from okc.pods.config import parse_pod_file
 
 PODS_KEY = re.compile(r"^pods\s*:\s*(?P<value>[^#]*?)\s*(?P<comment>#.*)?$")
@@ -25,7 +26,7 @@ DEFAULT_INDENT = 2
 
 
 def _scalar(value) -> str:
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
+    if is_numeric(value):
         return repr(value)
     return json.dumps(str(value))  # a JSON string is a YAML double-quoted scalar: no surprises
 

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 import torch
 
 from okc.judge.problem import Case, Inputs, Load, Problem, Tolerance
-from okc.judge.seeds import derive_seed
 from okc.problems import projection_draw
 from okc.problems.shapes import LayerShape, ProblemShapes
+from okc.seeds import derive_seed
 
 VARIANTS = projection_draw.VARIANTS
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
-from okc.judge.seeds import derive_seed
+from okc.seeds import derive_seed
 
 PROBE_FRACTION = 1 / 8  # about one input row in eight is a probe row
 PROBE_MIN_M = 8  # from this many rows on, an input has at least one probe row

@@ -12,14 +12,12 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 
+from okc.benchrules import H200_PEAK_BYTES_PER_S, H200_PEAK_FLOPS
+
 # A score is a speedup over the baseline (a geometric mean of load speedups). For a problem
 # without a speed-of-light bound below, a score past this is taken for a typo.
 DEFAULT_MAX_SCORE = 10.0
 
-
-# SPEC 4.5's speed of light on an H200, the GPU the built-in problems are judged on.
-H200_PEAK_BYTES_PER_S = 4.8e12
-H200_PEAK_FLOPS = 989e12
 DTYPE_NAMES = ("bfloat16", "float16", "float32")  # torch's names, which the problem module looks up
 
 

@@ -13,6 +13,7 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
+from okc.benchrules import H200_PEAK_FLOPS
 from okc.contract import JobResult, ShapeResult
 from okc.errors import ConfigError
 from okc.lab import candidates
@@ -21,7 +22,6 @@ from okc.lab.ledger import Floor, latest_floor, ledger, runs
 from okc.lab.profiles import ProfileRow, latest_profile
 from okc.lab.records import gpu_name, gpu_uuid, load_result, load_spec
 from okc.problems.catalog import shapes_of
-from okc.problems.shapes import H200_PEAK_FLOPS
 from okc.reports import views
 from okc.tables import Document, Table
 

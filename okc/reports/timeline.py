@@ -18,7 +18,7 @@ from typing import Any
 
 from okc import podfiles
 from okc.contract import EXIT_FILE, JOB_FILE, PID_FILE, RESULT_FILE, is_job_id
-from okc.podfiles import CHECK_FILE
+from okc.podfiles import CHECK_FILE, is_numeric
 from okc.tables import Document, Table, table
 
 # The worker's marks before the kind runs, and what the span ending at each spent.
@@ -42,7 +42,7 @@ class Span:
 
 
 def _number(value: Any) -> bool:
-    return not isinstance(value, bool) and isinstance(value, (int, float))
+    return is_numeric(value)
 
 
 def spans(timeline: dict[str, Any], spawn_s: float | None = None) -> list[Span]:

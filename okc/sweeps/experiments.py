@@ -22,7 +22,7 @@ from typing import Any
 
 from okc.benchrules import MAX_PAIRS, MIN_PAIRS, check_stopping
 from okc.errors import ConfigError
-from okc.podfiles import is_integer
+from okc.podfiles import is_integer, is_numeric
 
 PARAMS_NAME = "PARAMS"
 TABLE_NAME = "PARAMS_BY_SHAPE"
@@ -58,7 +58,7 @@ class Funnel:
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         value = self.point_timeout_s
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        if not is_numeric(value) or not value > 0:
             raise ConfigError(f"funnel.point_timeout_s must be a positive number of seconds, got {value!r}")
         if not all(is_integer(m, 1) for m in self.neighbours):
             raise ConfigError(f"funnel.neighbours must be a list of positive m values, got {list(self.neighbours)!r}")

@@ -99,9 +99,9 @@ def slots_meeting(needs, lab, on: str | None, gpus: int | None, work: str) -> li
     return slots
 
 
-def run_on(lab, slot: Slot, job_dir: Path, cancel: threading.Event, watch: runner.Watch | None = None) -> JobResult:
+def run_on(lab, slot: Slot, job_dir: Path, cancel: threading.Event, hooks: runner.FollowHooks | None = None) -> JobResult:
     """Run a prepared job folder on ``slot`` through the one runner; its result (the caller records what it keeps)."""
-    return runner.run_on(lab, slot.pod, slot.gpu, job_dir, cancel, watch)
+    return runner.run_on(lab, slot.pod, slot.gpu, job_dir, cancel, hooks)
 
 
 class Detached(Exception):

@@ -28,7 +28,7 @@ from pathlib import Path
 from okc.contract import PHASE_FILE, JobResult, read_json
 from okc.errors import ConfigError, JudgeError
 from okc.jobs.folder import create_job
-from okc.jobs.runner import Watch
+from okc.jobs.runner import FollowHooks
 from okc.judge.protocol.batch import POINTS_FILE, read_lines
 from okc.sweeps.experiments import Point
 from okc.sweeps.fanout import Slot, run_on
@@ -98,8 +98,8 @@ class Harvest:
 
 def run_screen_job(lab, slot: Slot, job_dir: Path, harvest: Harvest, cancel: threading.Event) -> JobResult:
     """The screen job through the one runner, its lines collected as they land; its result."""
-    watch = Watch(grows=(POINTS_FILE,), on_poll=harvest.collect, stop_on_cancel=True)
-    result = run_on(lab, slot, job_dir, cancel, watch)
+    hooks = FollowHooks(grows=(POINTS_FILE,), on_poll=harvest.collect, stop_on_cancel=True)
+    result = run_on(lab, slot, job_dir, cancel, hooks)
     harvest.collect()
     return result
 

@@ -1,1 +1,1 @@
-"""The job kinds the worker runs (okc.worker.KINDS): one module each, its ``run_job`` the entry."""
+"""The job kinds the worker runs (okc.worker.KINDS): one module each, its ``run_kind`` the entry."""

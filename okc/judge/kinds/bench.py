@@ -43,33 +43,12 @@ from okc.judge.protocol.pairs import PairTable
 from okc.judge.protocol.recheck import Draws, Picker
 from okc.judge.protocol.settings import BenchSettings
 from okc.judge.protocol.sides import Side, Sides, copies_that_fit
-from okc.judge.seeds import derive_seed
+from okc.seeds import derive_seed
 
 NEEDS_CUDA = ("okc bench needs a CUDA GPU; this machine has none (torch.cuda.is_available() is False). "
               "Run it on a pod: okc bench NNN --on POD")
 
 Log = Callable[[str], None]
-
-
-class PersistingReport:
-    """What the persisting-L2 state was, and whether a side changed it (SPEC 4.5)."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.l2 = timing.PersistingL2(device)
-        self.report: dict = {"available": self.l2.lib is not None, "limit_at_start": self.l2.limit()}
-        self.report["cleared_at_start"] = self.l2.clear()
-
-    def check(self, when: str) -> None:
-        limit = self.l2.limit()
-        self.report[f"limit_{when}"] = limit
-        if limit:
-            self.report.setdefault("set_by", []).append(when)
-            self.report[f"cleared_{when}"] = self.l2.clear()
-
-    def done(self) -> dict:
-        if self.l2.error:
-            self.report["error"] = self.l2.error
-        return self.report
 
 
 class Bench:
@@ -91,7 +70,7 @@ class Bench:
         self.sides = Sides(Side("candidate", candidate), Side("against", against), copies=settings.copies or 1,
                            captures=settings.captures, seed=derive_seed(seed, "slots"),
                            shared_outputs=settings.shared_outputs)
-        self.persisting: PersistingReport | None = None
+        self.persisting: timing.PersistingReport | None = None
         self.flush: timing.Flush | None = None
         self.loop: PairLoop | None = None
         self.readings: dict = {}
@@ -104,7 +83,7 @@ class Bench:
             raise BenchFailed(NEEDS_CUDA, error_kind="usage")
         started = time.monotonic()
         torch.cuda.init()
-        self.persisting = PersistingReport(device)
+        self.persisting = timing.PersistingReport(device)
         weights = problem.make_weights(derive_seed(self.seed, "weights"), device)
         rule = settings.rule
         self.sides.copies = copies_that_fit(settings.copies, settings.captures,
@@ -168,16 +147,14 @@ class Bench:
                 "seconds": self.seconds}
 
 
-def run_job(job, job_dir: Path, *, device: torch.device, seed: int, phase, log: Log) -> dict:
+def run_kind(job, job_dir: Path, problem: Problem, *, device: torch.device, seed: int, phase, log: Log) -> dict:
     """The worker's entry for ``kind: bench`` (see okc.worker.KINDS)."""
     from okc.contract import PROGRESS_FILE, BadJob, write_json
     from okc.judge.verdict.verifier import Verifier
-    from okc.problems import load_problem
 
     if job.candidate is None:
         raise BadJob("a bench job needs a candidate")
     try:
-        problem = load_problem(job.problem, base=job_dir)
         on_cpu = cpu_timing.benched_on_cpu(problem, device)  # a problem meant for a CPU, and no GPU here
         settings = BenchSettings.from_options({**cpu_timing.NO_OVERHEAD, **job.bench} if on_cpu else job.bench, problem)
         scored_cases(problem, job.cases)

@@ -23,12 +23,11 @@ from okc.contract import BadJob, JobSpec
 from okc.judge.loader import CandidateLoadError, load_candidate
 from okc.judge.problem import Case, Problem, clone_data
 from okc.judge.protocol.capture import Captured, CaptureError, capture
-from okc.judge.seeds import derive_seed
 from okc.judge.tracebacks import MissingDefinition, describe, is_cuda_error, traceback_text
 from okc.judge.verdict import rules
 from okc.judge.verdict.rules import Verdict, fail
 from okc.judge.verdict.verifier import Verifier, VerifierError
-from okc.problems import load_problem
+from okc.seeds import derive_seed
 
 MAX_FAILURES = 5  # stop the job after this many failing entries: the verdict is clear by then
 CPU_NOTE = "CUDA graph capture was NOT exercised: checked on the CPU with repeated eager calls"
@@ -383,12 +382,12 @@ def _check(checker: Checker, problem: Problem, device: torch.device, seed: int, 
     }
 
 
-def run_job(job: JobSpec, job_dir: Path, *, device: torch.device, seed: int, phase: PhaseFn, log: Callable[[str], None]) -> dict:
+def run_kind(job: JobSpec, job_dir: Path, problem: Problem, *, device: torch.device, seed: int, phase: PhaseFn,
+             log: Callable[[str], None]) -> dict:
     """The worker's entry for ``kind: check`` (see okc.worker.KINDS)."""
     if job.candidate is None:
         raise BadJob("a check job needs a candidate")
     try:
-        problem = load_problem(job.problem, base=job_dir)
         select_cases(problem, job.cases, job.max_m)
     except ValueError as exc:
         raise BadJob(str(exc)) from None

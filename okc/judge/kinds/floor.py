@@ -19,7 +19,7 @@ from okc.judge import envinfo
 from okc.judge.problem import Problem
 from okc.judge.protocol import timing
 from okc.judge.protocol.timing import Step
-from okc.judge.seeds import derive_seed
+from okc.seeds import derive_seed
 
 NEEDS_CUDA = "okc floor needs a CUDA GPU; this machine has none (torch.cuda.is_available() is False)"
 SAMPLES = 200  # timed reads per size and configuration
@@ -94,14 +94,7 @@ def run_floor(problem: Problem, *, device: torch.device, seed: int, overhead_us:
     }
 
 
-def run_job(job, job_dir: Path, *, device: torch.device, seed: int, phase, log) -> dict:
+def run_kind(job, job_dir: Path, problem: Problem, *, device: torch.device, seed: int, phase, log) -> dict:
     """The worker's entry for ``kind: floor`` (see okc.worker.KINDS)."""
-    from okc.contract import BadJob
-    from okc.problems import load_problem
-
-    try:
-        problem = load_problem(job.problem)
-    except ValueError as exc:
-        raise BadJob(str(exc)) from None
     phase("floor")
     return run_floor(problem, device=device, seed=seed, overhead_us=job.bench.get("overhead_us"), log=log)

@@ -32,8 +32,9 @@ from okc.judge.problem import Case, Problem
 from okc.judge.protocol import timing
 from okc.judge.protocol.benchcases import BenchFailed, error_result, make_inputs, scored_cases
 from okc.judge.protocol.capture import CaptureError, capture
-from okc.judge.seeds import derive_seed
 from okc.judge.tracebacks import explain
+from okc.podfiles import is_numeric
+from okc.seeds import derive_seed
 
 DEFAULT_REPLAYS = 20
 MAX_REPLAYS = 1000
@@ -60,7 +61,7 @@ def settings_from(options: dict) -> tuple[int, bool]:
     if unknown:
         raise ValueError(f"unknown profile setting(s) {', '.join(unknown)}; known: counters, replays")
     replays, counters = options.get("replays", DEFAULT_REPLAYS), options.get("counters", False)
-    if isinstance(replays, bool) or not isinstance(replays, int) or not 1 <= replays <= MAX_REPLAYS:
+    if not is_numeric(replays, int) or not 1 <= replays <= MAX_REPLAYS:
         raise ValueError(f"replays must be an integer from 1 to {MAX_REPLAYS}, got {replays!r}")
     if not isinstance(counters, bool):
         raise ValueError(f"counters must be true or false, got {counters!r}")
@@ -268,15 +269,13 @@ def run_profile(problem: Problem, sources: dict[str, Path], *, device: torch.dev
             "duration_s": round(time.monotonic() - started, 3)}
 
 
-def run_job(job, job_dir: Path, *, device: torch.device, seed: int, phase, log: Log) -> dict:
+def run_kind(job, job_dir: Path, problem: Problem, *, device: torch.device, seed: int, phase, log: Log) -> dict:
     """The worker's entry for ``kind: profile`` (see okc.worker.KINDS)."""
     from okc.contract import BadJob
-    from okc.problems import load_problem
 
     if job.candidate is None:
         raise BadJob("a profile job needs a candidate")
     try:
-        problem = load_problem(job.problem)
         replays, counters = settings_from(job.profile)
         scored_cases(problem, job.cases)
     except ValueError as exc:

@@ -3,8 +3,8 @@
 job.json names the baseline (``against``), the cases, ``bench.pairs`` and, under
 ``points``, the batch: ``[{"id", "source"}, ...]`` with each source a file of the job
 folder. ``screen.point_timeout_s`` is each point's deadline and ``screen.compilers`` how
-many compile processes run ahead of the GPU (okc.judge.protocol.ahead; 0: none, the worker compiles
-as it goes).
+many compile processes run ahead of the GPU (okc.ahead, started by okc.judge.protocol.ahead;
+0: none, the worker compiles as it goes).
 
 The worker makes the baseline ready once (okc.judge.protocol.warm), then takes the points in order.
 Each point that ends, well or badly, becomes one JSON line of ``screened.jsonl``, written
@@ -119,11 +119,11 @@ class Screen:
 
     def point(self, point: ScreenPoint) -> dict:
         """Screen one point; its line (``lost``: the CUDA context is gone, the job must end)."""
-        from okc.judge.kinds.check import describe, is_cuda_error
         from okc.judge.protocol.benchcases import BenchFailed
         from okc.judge.protocol.cpu_clock import CPU_NOTE
         from okc.judge.protocol.timing import TimingError
         from okc.judge.protocol.warm import Seconds
+        from okc.judge.tracebacks import describe, is_cuda_error
 
         self.phase("point", point=point.id, step="compile")
         waited = time.monotonic()
@@ -202,12 +202,11 @@ class Screen:
                 **self.screener.report()}
 
 
-def run_job(job, job_dir: Path, *, device: torch.device, seed: int, phase, log) -> dict:
+def run_kind(job, job_dir: Path, problem, *, device: torch.device, seed: int, phase, log) -> dict:
     """The worker's entry for ``kind: screen`` (see okc.worker.KINDS)."""
     from okc.judge.kinds.sweep import parse_settings, settings_for
     from okc.judge.protocol.benchcases import scored_cases
     from okc.judge.protocol.warm import CpuScreener, CudaScreener
-    from okc.problems import load_problem
 
     if job.against is None:
         raise BadJob("a screen job needs the baseline to time against (against)")
@@ -216,7 +215,6 @@ def run_job(job, job_dir: Path, *, device: torch.device, seed: int, phase, log) 
     spec = read_spec(job)
     on_cuda = device.type == "cuda"
     try:
-        problem = load_problem(job.problem)
         scored_cases(problem, job.cases)
         settings = parse_settings(job.bench)
         if settings.fixed_pairs is None:

@@ -5,8 +5,8 @@ to what a funnel needs: a few scored cases (``job.cases``) and, per case, the me
 time and speedup with their CIs. On CUDA it IS the paired bench (okc.judge.kinds.bench: read
 flush, held batches, fixed replay cost, alternating sides), run on those cases; on the CPU
 it is the CPU bench (okc.judge.protocol.cpu_clock: the same pairs and statistics as eager calls),
-and the result says those numbers are not judge-equivalent. Only the per-case summary is
-this module's.
+and the result says those numbers are not judge-equivalent. Only the job's summary is this
+module's (its per-case rows are okc.judge.protocol.pairs.case_rows, which a warm screen shares).
 
 ``job.bench`` holds either ``{"pairs": N}`` (a screen: N pairs, at least 24, the six
 quads the fewest a median CI takes) or the stopping rule ``{"min_pairs", "max_pairs",
@@ -20,17 +20,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from okc import benchrules
-from okc.judge.kinds.check import describe, is_cuda_error
-from okc.judge.problem import Case, Problem
+from okc.judge.problem import Problem
 from okc.judge.protocol import stats
 from okc.judge.protocol.benchcases import scored_cases
 from okc.judge.protocol.cpu_clock import CPU_NOTE, NO_OVERHEAD
-from okc.judge.protocol.pairs import PairTable
+from okc.judge.protocol.pairs import PairTable, case_rows
 from okc.judge.protocol.settings import BenchSettings
+from okc.judge.tracebacks import describe, is_cuda_error
 from okc.podfiles import is_integer
 
 
@@ -59,29 +58,6 @@ def parse_settings(bench: dict) -> Settings:
         target_half_width=bench.get("target_half_width", benchrules.TARGET_HALF_WIDTH),
     )
     return Settings(None, rule, overhead)
-
-
-def case_rows(table: PairTable, cases: list[Case], overhead_us: float) -> list[dict]:
-    """Per case: median times and speedup with CIs."""
-    candidate = table.side("candidate") - overhead_us
-    baseline = table.side("baseline") - overhead_us
-    pairs = table.complete
-    rows = []
-    for index, case in enumerate(cases):
-        cand, base = candidate[:, index], baseline[:, index]
-        row = {"layer": case.layer, "m": case.m, "key": case.key, "pairs": pairs,
-               "time_us": float(np.median(cand)), "ci": None, "baseline_us": float(np.median(base)),
-               "speedup": None, "speedup_ci": None}
-        positive = bool(np.all(cand > 0) and np.all(base > 0))
-        both = stats.quads(base / cand)[0] if positive else None  # the order taken out (okc.judge.protocol.stats)
-        if positive and len(both):
-            row["speedup"] = float(np.median(both))
-        if pairs >= stats.MIN_SAMPLES_FOR_CI:
-            row["ci"] = stats.median_with_ci(cand).ci
-        if pairs >= stats.MIN_PAIRS_FOR_CI and positive:
-            row["speedup_ci"] = stats.median_with_ci(both).ci
-        rows.append(row)
-    return rows
 
 
 def settings_for(settings: Settings, problem: Problem, on_cuda: bool) -> BenchSettings:
@@ -152,17 +128,16 @@ def run_time(problem: Problem, candidate: Path, baseline: Path, *, cases: list[s
     }
 
 
-def run_job(job, job_dir: Path, *, device: torch.device, seed: int, phase, log: Callable[[str], None]) -> dict:
+def run_kind(job, job_dir: Path, problem: Problem, *, device: torch.device, seed: int, phase,
+             log: Callable[[str], None]) -> dict:
     """The worker's entry for ``kind: time`` (see okc.worker.KINDS)."""
     from okc.contract import BadJob
-    from okc.problems import load_problem
 
     if job.candidate is None or job.against is None:
         raise BadJob("a time job needs a candidate and a baseline (against)")
     if not job.cases:
         raise BadJob("a time job needs its cases ('layer/m=N' keys)")
     try:
-        problem = load_problem(job.problem)
         scored_cases(problem, job.cases)
         settings = parse_settings(job.bench)
     except ValueError as exc:

@@ -41,7 +41,7 @@ def step_document(job: JobSpec, job_dir: Path, step: str, fields: dict) -> dict:
     return result_document(dataclasses.replace(job, kind=step), job_dir.name, status, reason, error_kind, **fields)
 
 
-def run_job(job: JobSpec, job_dir: Path, *, device, seed: int, phase: Callable[..., None],
+def run_kind(job: JobSpec, job_dir: Path, problem, *, device, seed: int, phase: Callable[..., None],
             log: Callable[[str], None]) -> dict:
     """Check the candidate; if it passed, bench it against ``job.against``; the last step's result fields."""
     from okc.judge.kinds import bench, check
@@ -50,13 +50,13 @@ def run_job(job: JobSpec, job_dir: Path, *, device, seed: int, phase: Callable[.
         raise BadJob("a try job needs a candidate")
     if job.against is None or job.aa:
         raise BadJob("a try job benches its candidate against another one (the lab's baseline)")
-    checked = check.run_job(dataclasses.replace(job, kind="check"), job_dir, device=device, seed=seed,
+    checked = check.run_kind(dataclasses.replace(job, kind="check"), job_dir, problem, device=device, seed=seed,
                             phase=step_phase(phase, "check"), log=log)
     document = step_document(job, job_dir, "check", checked)
     write_json(job_dir / CHECK_FILE, document)
     if document["status"] not in PASSING:
         log("the check failed: no bench")
         return {**checked, "kind": "check"}
-    benched = bench.run_job(dataclasses.replace(job, kind="bench"), job_dir, device=device, seed=seed,
+    benched = bench.run_kind(dataclasses.replace(job, kind="bench"), job_dir, problem, device=device, seed=seed,
                             phase=step_phase(phase, "bench"), log=log)
     return {**benched, "kind": "bench"}

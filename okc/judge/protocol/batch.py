@@ -1,6 +1,6 @@
 """A screen job's batch: the points job.json lists, and screened.jsonl, the line each finished point leaves.
 
-Shared by the worker (okc.judge.kinds.screen), its compile processes (okc.judge.protocol.ahead) and the
+Shared by the worker (okc.judge.kinds.screen), its compile processes (okc.ahead) and the
 launcher's side (okc.sweeps.screen), which reads the lines back. Standard library only.
 """
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from okc.contract import BadJob, JobSpec
-from okc.podfiles import is_integer
+from okc.podfiles import is_integer, is_numeric
 
 POINTS_FILE = "screened.jsonl"
 DEFAULT_POINT_TIMEOUT_S = 120.0
@@ -58,7 +58,7 @@ def read_spec(job: JobSpec) -> ScreenSpec:
     if not isinstance(settings, dict):
         raise BadJob(f"screen must be an object, got {settings!r}")
     timeout = settings.get("point_timeout_s", DEFAULT_POINT_TIMEOUT_S)
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+    if not is_numeric(timeout) or timeout <= 0:
         raise BadJob(f"screen.point_timeout_s must be a positive number, got {timeout!r}")
     share = settings.get("share", 1)
     if not is_integer(share, 1):

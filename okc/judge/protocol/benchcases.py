@@ -13,7 +13,7 @@ import time
 import torch
 
 from okc.judge.problem import Case, Problem
-from okc.judge.seeds import derive_seed
+from okc.seeds import derive_seed
 
 
 class BenchFailed(Exception):

@@ -49,7 +49,7 @@ from okc.judge.protocol.benchcases import (
 from okc.judge.protocol.loop import PairLoop
 from okc.judge.protocol.pairs import PairTable, Unit
 from okc.judge.protocol.recheck import Draws, Picker, Recheck
-from okc.judge.seeds import derive_seed
+from okc.seeds import derive_seed
 
 _now = time.perf_counter_ns  # bound at import: see the module docstring
 _clone = torch._C.TensorBase.clone

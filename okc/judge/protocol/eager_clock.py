@@ -41,7 +41,7 @@ from okc.judge.protocol.cpu_clock import CpuSide
 from okc.judge.protocol.loop import PairLoop
 from okc.judge.protocol.pairs import Unit
 from okc.judge.protocol.recheck import Draws, Picker, Recheck
-from okc.judge.seeds import derive_seed
+from okc.seeds import derive_seed
 
 _event_new = torch.cuda.Event.__new__
 _Event = torch.cuda.Event

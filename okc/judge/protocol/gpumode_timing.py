@@ -34,6 +34,7 @@ import torch
 from okc.judge.loader import CandidateLoadError, load_candidate
 from okc.judge.problem import clone_data
 from okc.judge.protocol.benchcases import BenchFailed
+from okc.podfiles import is_numeric
 
 # Bound at import (the worker imports this before any candidate): a candidate patching torch or time cannot move them.
 _now = time.perf_counter_ns
@@ -62,7 +63,7 @@ class Settings:
     max_wall_s: float = 120.0  # wall clock past this stops a case
 
     def __post_init__(self) -> None:
-        if isinstance(self.max_repeats, bool) or not isinstance(self.max_repeats, int) or self.max_repeats < MIN_RUNS:
+        if not is_numeric(self.max_repeats, int) or self.max_repeats < MIN_RUNS:
             raise ValueError(f"max_repeats must be an integer >= {MIN_RUNS}, got {self.max_repeats!r}")
         for name in ("max_time_s", "max_wall_s"):
             if not getattr(self, name) > 0:

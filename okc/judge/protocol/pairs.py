@@ -17,10 +17,14 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from okc.judge.protocol import stats
+
+if TYPE_CHECKING:
+    from okc.judge.problem import Case
 
 SIDES = ("candidate", "baseline")
 # Stream operations enqueued behind one hold. The driver queues about a thousand launches
@@ -292,3 +296,26 @@ def result_numbers(table: PairTable, shapes: list[dict], load_names: list[str], 
         "shapes": rows,
         "bootstrap": {"resamples": stats.BOOTSTRAP_RESAMPLES, "seed": seed, "confidence": stats.CONFIDENCE},
     }
+
+
+def case_rows(table: PairTable, cases: list[Case], overhead_us: float) -> list[dict]:
+    """Per case: median times and speedup with CIs (a sweep point's ``time`` job, a warm screen's point)."""
+    candidate = table.side("candidate") - overhead_us
+    baseline = table.side("baseline") - overhead_us
+    pairs = table.complete
+    rows = []
+    for index, case in enumerate(cases):
+        cand, base = candidate[:, index], baseline[:, index]
+        row = {"layer": case.layer, "m": case.m, "key": case.key, "pairs": pairs,
+               "time_us": float(np.median(cand)), "ci": None, "baseline_us": float(np.median(base)),
+               "speedup": None, "speedup_ci": None}
+        positive = bool(np.all(cand > 0) and np.all(base > 0))
+        both = stats.quads(base / cand)[0] if positive else None  # the order taken out (okc.judge.protocol.stats)
+        if positive and len(both):
+            row["speedup"] = float(np.median(both))
+        if pairs >= stats.MIN_SAMPLES_FOR_CI:
+            row["ci"] = stats.median_with_ci(cand).ci
+        if pairs >= stats.MIN_PAIRS_FOR_CI and positive:
+            row["speedup_ci"] = stats.median_with_ci(both).ci
+        rows.append(row)
+    return rows

@@ -38,7 +38,7 @@ import secrets
 import time
 from dataclasses import dataclass, field
 
-from okc.judge.seeds import derive_seed
+from okc.seeds import derive_seed
 
 REPLAY_LABEL = "timed"  # the seed label of a timed replay's input: derive_seed(seed, "timed", draw, case key)
 RECHECKS_PER_EPOCH = 256  # per side in epoch 0, on average (module docstring)

@@ -254,6 +254,27 @@ class PersistingL2:
         return done
 
 
+class PersistingReport:
+    """What the persisting-L2 state was, and whether a side changed it (SPEC 4.5)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.l2 = PersistingL2(device)
+        self.report: dict = {"available": self.l2.lib is not None, "limit_at_start": self.l2.limit()}
+        self.report["cleared_at_start"] = self.l2.clear()
+
+    def check(self, when: str) -> None:
+        limit = self.l2.limit()
+        self.report[f"limit_{when}"] = limit
+        if limit:
+            self.report.setdefault("set_by", []).append(when)
+            self.report[f"cleared_{when}"] = self.l2.clear()
+
+    def done(self) -> dict:
+        if self.l2.error:
+            self.report["error"] = self.l2.error
+        return self.report
+
+
 # --- the protocol ------------------------------------------------------------------------------
 
 

@@ -20,17 +20,16 @@ from pathlib import Path
 
 import torch
 
-from okc.judge.kinds.bench import PersistingReport
-from okc.judge.kinds.sweep import case_rows
 from okc.judge.problem import Problem
 from okc.judge.protocol import timing
 from okc.judge.protocol.benchcases import case_load_matrix, make_inputs, scored_cases, scored_loads
 from okc.judge.protocol.gpu_clock import GpuClock
 from okc.judge.protocol.loop import PairLoop
+from okc.judge.protocol.pairs import case_rows
 from okc.judge.protocol.recheck import Draws
 from okc.judge.protocol.settings import BenchSettings
 from okc.judge.protocol.sides import Side, Sides, copies_that_fit
-from okc.judge.seeds import derive_seed
+from okc.seeds import derive_seed
 
 Step = Callable[[str], None]  # the screener names each step of a point as it starts it
 
@@ -132,7 +131,7 @@ class CudaScreener:
         problem, device, settings = self.problem, self.device, self.settings
         torch.cuda.init()
         self.compile_clock.install()
-        self.persisting = PersistingReport(device)
+        self.persisting = timing.PersistingReport(device)
         self.weights = problem.make_weights(derive_seed(self.seed, "weights"), device)  # each copy gets a clone
         # A screen point brings its own copies each time: what fits is decided once, with the
         # baseline's share and one point's counted in.

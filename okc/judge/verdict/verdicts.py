@@ -21,9 +21,9 @@ from typing import BinaryIO, TextIO
 import torch
 
 from okc.judge.problem import Case, Problem
-from okc.judge.seeds import derive_seed
 from okc.judge.verdict import rules
 from okc.judge.verdict.rules import Verdict, fail
+from okc.seeds import derive_seed
 
 VERIFIER_ERROR = "verifier_error"  # the verifier could not judge: a harness failure, never a verdict
 PR_SET_PDEATHSIG = 1

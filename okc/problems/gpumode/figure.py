@@ -21,8 +21,8 @@ from pathlib import Path
 
 from okc.judge.protocol import gpumode_timing
 from okc.judge.protocol.benchcases import BenchFailed, error_result
-from okc.judge.seeds import derive_seed
 from okc.problems.gpumode.evalrun import EVAL_FILE, EvalFailed, ran_indexes, run_eval
+from okc.seeds import derive_seed
 
 MODE = "leaderboard"  # kernelbot ranks this mode's means: inputs regenerated and re-checked every timed call
 POPCORN_SEED_RANGE = 2**31  # their eval.py combines it with each case's seed; keep it an ordinary int

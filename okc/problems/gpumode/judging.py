@@ -16,8 +16,8 @@ from __future__ import annotations
 import torch
 
 from okc.judge.problem import clone_data, equal_data
-from okc.judge.seeds import derive_seed
 from okc.judge.verdict.rules import STALE, X_MODIFIED, Verdict, fail
+from okc.seeds import derive_seed
 
 
 class FolderVerifier:

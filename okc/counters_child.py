@@ -1,9 +1,9 @@
 """The process Nsight Compute profiles for ``okc profile --counters`` (okc.judge.counters).
 
-``python -m okc.judge.counters_child JOB_DIR`` sets the profile job's sides up again (same
-seed, weights, inputs and captures) and replays each case's graphs once, candidate then
-against, inside the NVTX range ncu is told to look at; the order it replayed them in goes to
-``counters_order.json`` beside the job.
+``python -m okc.counters_child JOB_DIR`` (a process entry point, beside okc.worker) sets the
+profile job's sides up again (same seed, weights, inputs and captures) and replays each case's
+graphs once, candidate then against, inside the NVTX range ncu is told to look at; the order it
+replayed them in goes to ``counters_order.json`` beside the job.
 """
 
 from __future__ import annotations
