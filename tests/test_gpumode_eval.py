@@ -186,3 +186,34 @@ def test_okcs_paired_score_is_ranked_as_the_task_ranks():
     assert figure.paired_ranked(result, "last", 2) == {"ranking_by": "last", "speedup": 0.5, "ci": [0.4, 0.6]}
     assert figure.paired_ranked(result, "mean", 2) == {"ranking_by": "mean", "speedup": 40.0 / 30.0, "ci": None}
     assert figure.paired_ranked(result, "geom", 2) == {"ranking_by": "geom", "speedup": 1.1, "ci": [1.0, 1.2]}
+
+
+def test_an_eval_py_that_reports_no_best_or_worst_still_gives_a_figure():
+    # main: pmpp's (the first set's) eval.py reports runs, mean, std and err in leaderboard mode, and okc
+    # refused its figure: "benchmark.0.best is None, not a number"
+    stats = {f"benchmark.0.{name}": "2000" for name in ("runs", "mean", "std", "err")}
+    rows = evalrun.EvalRun("leaderboard", 0, {"check": "pass", "benchmark-count": "1", **stats}).benchmarks()
+    assert rows[0]["mean_us"] == 2.0 and rows[0]["err_us"] == 2.0 and rows[0]["best_us"] is None
+    with pytest.raises(evalrun.EvalFailed, match="benchmark.0.mean is None"):
+        evalrun.EvalRun("leaderboard", 0, {"check": "pass", "benchmark-count": "1", "benchmark.0.runs": "3"}).benchmarks()
+    with pytest.raises(evalrun.EvalFailed, match="benchmark.0.worst is 'slow', not a number"):
+        evalrun.EvalRun("leaderboard", 0, {"check": "pass", "benchmark-count": "1", **stats,
+                                           "benchmark.0.worst": "slow"}).benchmarks()
+
+
+FIRSTSET = REPO / "tests" / "gpumode" / "firstset" / "strcheck"
+
+
+def test_a_first_set_folder_checks_by_its_error_string_and_benches_with_its_eval_py_figure(tmp_path, monkeypatch):
+    # main: its eval.py's leaderboard mode reports no best or worst, so the bench had no figure
+    root = make_lab(tmp_path, monkeypatch, FIRSTSET)
+    (root / "candidates" / "002_short.py").write_bytes((FIRSTSET / "wrong" / "one_row_short.py").read_bytes())
+    done = runner.invoke(app, ["check", "002"])
+    assert done.exit_code == 1 and "mismatch:" in done.output, done.output
+    done = runner.invoke(app, ["bench", "001", "--min-pairs", "24", "--max-pairs", "24", "--json"])
+    assert done.exit_code == 0, done.output
+    stat = last_result(root, "bench")["gpumode"]
+    assert "error" not in stat, stat.get("error")
+    for side in ("candidate", "against"):  # the last benchmark alone, the test eval.py's 20 calls, no best
+        assert [(row["case"], row["runs"], row["best_us"]) for row in stat[side]["cases"]] == [("benchmark.1", 20, None)]
+    assert stat["speedup"] == pytest.approx(stat["against"]["score_us"] / stat["candidate"]["score_us"])
