@@ -217,3 +217,24 @@ def test_a_first_set_folder_checks_by_its_error_string_and_benches_with_its_eval
     for side in ("candidate", "against"):  # the last benchmark alone, the test eval.py's 20 calls, no best
         assert [(row["case"], row["runs"], row["best_us"]) for row in stat[side]["cases"]] == [("benchmark.1", 20, None)]
     assert stat["speedup"] == pytest.approx(stat["against"]["score_us"] / stat["candidate"]["score_us"])
+
+
+def test_bench_times_only_the_cases_named_and_leaves_the_figure_out_when_asked(tmp_path, monkeypatch):
+    # main: okc bench had no --cases (every benchmark was timed) and always ran eval.py twice for the figure
+    root = make_lab(tmp_path, monkeypatch, OUTPLACE)
+    done = runner.invoke(app, ["bench", "001", "--cases", "benchmark.1", "--no-figure", "--min-pairs", "24",
+                               "--max-pairs", "24", "--json"])
+    assert done.exit_code == 0, done.output
+    result = last_result(root, "bench")
+    assert [load["name"] for load in result["loads"]] == ["benchmark.1"] and "gpumode" not in result
+    jobs = sorted((root / "results").iterdir())
+    done = runner.invoke(app, ["bench", "001", "--cases", "test.0"])  # a checked case is not a scored one
+    assert done.exit_code == 2 and "scores benchmark.0, benchmark.1" in done.output, done.output
+    assert sorted((root / "results").iterdir()) == jobs  # refused before any job folder
+
+
+def test_bench_cases_of_a_built_in_problem_are_its_scored_ones(tiny):
+    from conftest import invoke
+
+    done = invoke("bench", "001", "--cases", "proj/m=3")
+    assert done.exit_code == 2 and "unknown scored case(s) proj/m=3" in done.output and "M in 1, 8" in done.output

@@ -302,4 +302,7 @@ class GpuModeProblem(Problem):
             finally:
                 verifier.close()
             result = {**result, "device": device.type}
+        if settings is not None and not settings.figure:
+            log("no GPU MODE figure: the bench was asked for none (okc bench --no-figure)")
+            return result
         return add_figure(self, result, candidate, against, device=device, seed=seed, log=log)
