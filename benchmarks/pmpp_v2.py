@@ -242,6 +242,9 @@ def by_hand(problem: Problem, submission: Path, mode: str, log: Log, timeout: fl
                                                   else math.prod(means) ** (1 / len(means)))
     return {"ok": True, "mean_us": score, "err_us": errs[-1] if ranking == "last" else None,
             "runs": [int(found.get(f"benchmark.{i}.runs", 0)) for i in range(count)], "seconds": round(seconds, 1),
+            # the ranked case's fastest and slowest call: a mean moved by a few slow calls shows here
+            "best_us": float(found.get(f"benchmark.{count - 1}.best", "nan")) / 1e3,
+            "worst_us": float(found.get(f"benchmark.{count - 1}.worst", "nan")) / 1e3,
             "sm_mhz": [clock, sm_clock()]}
 
 
@@ -312,10 +315,17 @@ def line(record: dict, modes: list[str]) -> str:
     head = ["problem", "check 001", "check wrong", "clock", "okc paired", "figure µs", "figure x", "A/A",
             *[f"by hand {mode}" for mode in modes], "s"]
     why = "" if record.get("check_001") == "pass" else f" ({str(record.get('check_001_why'))[:300]})"
-    rounds = [f"{key} " + ", ".join(fmt(run.get("mean_us"), ".1f") for run in runs)
+    rounds = [f"{key} " + ", ".join(f"{fmt(run.get('mean_us'), '.1f')} ({fmt(run.get('best_us'), '.1f')}-"
+                                    f"{fmt(run.get('worst_us'), '.1f')})" for run in runs)
               for key, runs in (record.get("by_hand") or {}).items() if len(runs) > 1]  # --deep: every run, in order
+    figure = (record.get("bench") or {}).get("figure") or {}
+    ends = [((figure.get(side) or {}).get("cases") or [{}])[-1] for side in ("against", "candidate")]
+    if all(end.get("best_us") for end in ends):  # the figure's last case: mean (best-worst) per side, the bests' ratio
+        rounds.append("figure's last case against/candidate " + " / ".join(
+            f"{fmt(end['mean_us'], '.1f')} ({fmt(end['best_us'], '.1f')}-{fmt(end.get('worst_us'), '.1f')})" for end in ends)
+            + f", bests' ratio {fmt(ends[0]['best_us'] / ends[1]['best_us'])}")
     return (f"{record['problem']}: " + "; ".join(f"{h} {c}" for h, c in zip(head[1:], row(record, modes)[1:])) + why
-            + (f"; by hand µs per round: {'; '.join(rounds)}" if rounds else ""))
+            + (f"; µs mean (best-worst): {'; '.join(rounds)}" if rounds else ""))
 
 
 def order_key(problem: Problem) -> tuple:
