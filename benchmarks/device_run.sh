@@ -48,7 +48,9 @@ for s in $stages; do
         recheck) stage recheck_cost timeout ${OKC_T_recheck:-90} python3 benchmarks/recheck_cost.py --runs ${OKC_RECHECK_RUNS:-1}
                  stage verifier_transport timeout ${OKC_T_transport:-40} python3 benchmarks/verifier_transport.py --device cuda --total-mb 2048 ;;
         profile) stage profile_bench timeout ${OKC_T_profile:-60} python3 benchmarks/profile_bench.py ;;
-        pmpp) stage pmpp_v2 timeout ${OKC_T_pmpp:-575} python3 benchmarks/pmpp_v2.py .refk --sets ${OKC_PMPP_SETS:-pmpp_v2,pmpp} ${OKC_PMPP_ARGS:-} ;;
+        pmpp) stage eval_protocol timeout ${OKC_T_evalproto:-60} python3 benchmarks/eval_protocol.py .refk/pmpp_v2/matmul_py
+              stage pmpp_v2 timeout ${OKC_T_pmpp:-540} python3 benchmarks/pmpp_v2.py .refk --sets ${OKC_PMPP_SETS:-pmpp_v2,pmpp} \
+                  --budget ${OKC_PMPP_BUDGET:-460} ${OKC_PMPP_ARGS:-} ;;
         gpumode) stage gpumode_bench timeout ${OKC_T_gpumode:-60} python3 benchmarks/gpumode_bench.py --runs ${OKC_GPUMODE_RUNS:-2} ;;
         check) stage check_walltime python3 benchmarks/check_walltime.py ;;
         bench) stage bench_harness python3 benchmarks/bench_harness.py ;;
