@@ -324,6 +324,11 @@ def line(record: dict, modes: list[str]) -> str:
         rounds.append("figure's last case against/candidate " + " / ".join(
             f"{fmt(end['mean_us'], '.1f')} ({fmt(end['best_us'], '.1f')}-{fmt(end.get('worst_us'), '.1f')})" for end in ends)
             + f", bests' ratio {fmt(ends[0]['best_us'] / ends[1]['best_us'])}")
+    clocks = {side: ((figure.get(side) or {}).get("gpu_readings") or {}) for side in ("against", "candidate")}
+    if any(clocks.values()):  # okc runs one eval.py a side, against first: a clock that moved between them shows
+        rounds.append("figure's SM MHz " + ", ".join(
+            f"{side} {fmt((got.get('before') or {}).get('clocks.sm'), '.0f')}->{fmt((got.get('after') or {}).get('clocks.sm'), '.0f')}"
+            for side, got in clocks.items()))
     return (f"{record['problem']}: " + "; ".join(f"{h} {c}" for h, c in zip(head[1:], row(record, modes)[1:])) + why
             + (f"; µs mean (best-worst): {'; '.join(rounds)}" if rounds else ""))
 

@@ -238,3 +238,18 @@ def test_bench_cases_of_a_built_in_problem_are_its_scored_ones(tiny):
 
     done = invoke("bench", "001", "--cases", "proj/m=3")
     assert done.exit_code == 2 and "unknown scored case(s) proj/m=3" in done.output and "M in 1, 8" in done.output
+
+
+def test_the_figure_says_its_order_and_the_gpus_clocks_around_each_sides_eval_py(tmp_path, monkeypatch):
+    # main: the two eval.py runs (one a side, against first) left no trace of the clocks they ran at
+    assert figure._readings(None) is None  # off a GPU: no readings
+    problem = flat_problem(tmp_path, OUTPLACE)
+    readings = iter([{"clocks.sm": 1980.0}, {"clocks.sm": 1755.0}, {"clocks.sm": 1700.0}, {"clocks.sm": 1650.0}])
+    monkeypatch.setattr(figure, "_readings", lambda device: next(readings))
+    lines: list[str] = []
+    stat = figure.from_eval(problem, OUTPLACE / "submission.py", REPO / "okc/problems/gpumode/baseline.py",
+                            seed=3, log=lines.append, device=None)
+    assert stat["order"] == ["against", "candidate"]
+    assert stat["against"]["gpu_readings"] == {"before": {"clocks.sm": 1980.0}, "after": {"clocks.sm": 1755.0}}
+    assert stat["candidate"]["gpu_readings"]["after"] == {"clocks.sm": 1650.0}
+    assert "SM before 1700 MHz, SM after 1650 MHz" in lines[1]
