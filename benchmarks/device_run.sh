@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on a GPU machine of the device tool: set up what the image lacks, run the GPU tests
 # and the benchmark scripts, and leave every log under $OUT (at most 8 files come back).
-# Usage there: bash benchmarks/device_run.sh [stage ...]   (stages: tests check bench floor ssh cli aa setup scaling screen loop ab abmore abnext alone recheck vcost profile gpumode)
+# Usage there: bash benchmarks/device_run.sh [stage ...]   (stages: tests check bench floor ssh cli aa setup scaling screen loop ab abmore abnext alone recheck vcost profile gpumode pmpp)
 # A stage's seconds are capped where it says ${OKC_T_<stage>:-N}: the call's 600 s must hold them all.
 set -uo pipefail
 export OUT=${OUT:-/tmp/okc-out}
@@ -49,6 +49,9 @@ for s in $stages; do
                  stage verifier_transport timeout ${OKC_T_transport:-40} python3 benchmarks/verifier_transport.py --device cuda --total-mb 2048 ;;
         vcost) stage verifier_cost timeout ${OKC_T_vcost:-90} python3 benchmarks/verifier_cost.py --device cuda ;;
         profile) stage profile_bench timeout ${OKC_T_profile:-60} python3 benchmarks/profile_bench.py ;;
+        pmpp) stage eval_protocol timeout ${OKC_T_evalproto:-60} python3 benchmarks/eval_protocol.py .refk/pmpp_v2/matmul_py
+              stage pmpp_v2 timeout ${OKC_T_pmpp:-540} python3 benchmarks/pmpp_v2.py .refk --sets ${OKC_PMPP_SETS:-pmpp_v2,pmpp} \
+                  --budget ${OKC_PMPP_BUDGET:-460} ${OKC_PMPP_ARGS:-} ;;
         gpumode) stage gpumode_bench timeout ${OKC_T_gpumode:-60} python3 benchmarks/gpumode_bench.py --runs ${OKC_GPUMODE_RUNS:-2} ;;
         check) stage check_walltime python3 benchmarks/check_walltime.py ;;
         bench) stage bench_harness python3 benchmarks/bench_harness.py ;;

@@ -1,25 +1,29 @@
-"""Issue 33's targets on a GPU: every pmpp_v2 problem of gpu-mode/reference-kernels, as a competitor runs it.
+"""Issue 33's targets on a GPU: every problem of GPU MODE's pmpp_v2 set (and other sets: --sets), as a competitor runs it.
 
-For each problem folder under problems/pmpp_v2 of a reference-kernels checkout (kept outside
-the repository), in a lab of its own (`okc init DIR --gpumode FOLDER`):
+For each problem folder of the sets (copies of gpu-mode/reference-kernels kept outside git), in a
+lab of its own (`okc init DIR --gpumode FOLDER`):
 
-- `okc try 001`: the folder's own submission.py checked (expect pass), then benched against its
-  ref_kernel: okc's paired score ranked by the task's ranking_by, with its CI, beside the folder's
-  figure (its eval.py, leaderboard mode, on both sides), and the clock (graph or eager);
-- `okc check 002`: a wrong solution made for every problem alike (the reference's output, times
-  1.01 plus 1; counts plus 1): expect fail, and which rule;
-- `okc bench 001 --aa`: the A/A (target: score within +-0.5% of 1);
-- the folder's eval.py by hand, outside okc (its own flat folder, POPCORN_FD, the cases file
-  kernelbot writes: the last benchmark alone when ranking by last), in leaderboard mode (what okc
-  runs: the figures should agree within their errs) and benchmark mode.
+- phase 1, every problem at once (--jobs of them; nothing is timed): `okc check 001`, the folder's
+  own submission.py (expect pass), and `okc check 002`, a wrong solution made alike for every
+  problem (the reference's answer, floats x 1.01 + 1, integers + 1: expect fail, and which rule);
+- phase 2, one problem at a time on each GPU (timed), in --order: `okc bench 001 --cases RANKED`
+  (okc's paired score of the cases the task ranks, with its CI, beside the folder's figure: its
+  eval.py in leaderboard mode on both sides, as okc runs it), `okc bench 001 --aa --cases RANKED
+  --no-figure` (the A/A, target within +-0.5% of 1), then the folder's eval.py by hand, outside okc
+  (a flat folder, POPCORN_FD, the cases file kernelbot writes), in the --by-hand modes on the
+  --by-hand-sides, --rounds times (sides swapped each round, so drift falls on both).
+  Each lab has a HOME of its own and, unless --no-standby, okc's standby workers (the next job's
+  python, torch and CUDA context made while the last one finishes): about 4 s less a job.
 
-One table at the end; every command's output in pmpp_v2.log and the records in pmpp_v2.json,
-under $OUT when it is set (else the working folder). Problems run in parallel, one GPU each
-(CUDA_VISIBLE_DEVICES and a HOME of its own, so okc's per-GPU locks do not serialise them), on
---gpus GPUs (default: all nvidia-smi lists). About 90 s a problem: 4 minutes on 4 GPUs or more.
-A line per problem as it ends, then the table.
-Usage (from the repository root): python benchmarks/pmpp_v2.py REFERENCE_KERNELS [--gpus 8]
-[--only matmul_py,sort_py] [--set pmpp_v2]; REFERENCE_KERNELS is a checkout, or one set's folder (its eval.py in it).
+Survey settings, not okc's defaults (the table's last lines say so): --target 0.01 (3 copies a
+side, not 12), --min-pairs 24, --max-pairs 200, only the ranked cases (ranking_by last: the last
+benchmark). Past --budget seconds the timed steps left are skipped, and say so, so that the table
+is printed within the device call. Every command's output goes to pmpp_v2.log and the records
+(with the GPU's SM clock before and after each timed step) to pmpp_v2.json, under $OUT (else the
+working folder); a line per problem as phase 2 ends it, then one table.
+Usage (from the repository root): python benchmarks/pmpp_v2.py ROOT [--sets pmpp_v2,pmpp]
+[--only matmul_py,pmpp/sort_py] [--gpus 1] [--by-hand benchmark,leaderboard --by-hand-sides both --rounds 2];
+ROOT holds the sets (.refk/pmpp_v2, ...), or is a reference-kernels checkout (problems/SET), or one set's folder.
 """
 
 from __future__ import annotations
@@ -39,7 +43,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 COMMAND_TIMEOUT_S = 600
-WRONG = '''"""Wrong, for any pmpp_v2 problem: the reference's answer, moved (floats x 1.01 + 1, integers + 1)."""
+MIN_COMMAND_S = 30  # a timed step is not started with less of the budget left than this
+WRONG = '''"""Wrong, for any GPU MODE problem: the reference's answer, moved (floats x 1.01 + 1, integers + 1)."""
 
 from reference import ref_kernel
 
@@ -48,8 +53,10 @@ def custom_kernel(data):
     out = ref_kernel(data).clone()
     return out * 1.01 + 1 if out.is_floating_point() else out + 1
 '''
-SLOW_FIRST = ("sort_py", "prefixsum_py", "histogram_py", "vectorsum_py")  # the longest runs start first
-CELL = 30  # characters of a reason in the table (its line above has more)
+# matmul first (issue 33's disagreement), the slow ones last (sort_py's input takes 10,000 launches to make)
+FIRST, LAST = ("matmul_py",), ("prefixsum_py", "vectorsum_py", "sort_py")
+DEEP_MODES, DEEP_ROUNDS = ("benchmark", "leaderboard"), 2  # --deep: both sides, both modes, sides swapped between rounds
+CELL = 28  # characters of a reason in the table (the log and the JSON have all of it)
 _print_lock = threading.Lock()
 
 
@@ -63,17 +70,50 @@ class Log:
             handle.writelines(f"[{problem}] {line}\n" for line in text.rstrip().splitlines())
 
 
-def okc(lab: Path, env: dict, log: Log, problem: str, *args: str) -> subprocess.CompletedProcess:
-    started = time.monotonic()
-    command = [sys.executable, "-m", "okc", *args]
-    try:
-        done = subprocess.run(command, check=False, cwd=lab if lab.exists() else lab.parent,
-                              env={**env, "OKC_LAB": str(lab)}, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
-    except subprocess.TimeoutExpired as exc:  # one stuck command is that problem's line, not the end of the run
-        done = subprocess.CompletedProcess(command, 124, str(exc.stdout or ""), f"timed out after {COMMAND_TIMEOUT_S} s")
-    log.write(problem, f"$ okc {' '.join(args)}  -> exit {done.returncode} in {time.monotonic() - started:.1f} s\n"
-                       f"{done.stdout}{done.stderr}")
-    return done
+class Problem:
+    """One folder of a set: its lab, its environment, its record."""
+
+    def __init__(self, set_name: str, folder: Path, work: Path) -> None:
+        self.name, self.folder = f"{set_name}/{folder.name}", folder
+        self.lab = work / f"{set_name}-{folder.name}"
+        self.env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)}
+        self.record: dict = {"problem": self.name}
+
+    def okc(self, log: Log, *args: str, timeout: float = COMMAND_TIMEOUT_S) -> subprocess.CompletedProcess:
+        started = time.monotonic()
+        command = [sys.executable, "-m", "okc", *args]
+        try:
+            done = subprocess.run(command, check=False, cwd=self.lab if self.lab.exists() else self.lab.parent,
+                                  env={**self.env, "OKC_LAB": str(self.lab)}, capture_output=True, text=True,
+                                  timeout=timeout)
+        except subprocess.TimeoutExpired as exc:  # one stuck command is that problem's line, not the end of the run
+            done = subprocess.CompletedProcess(command, 124, str(exc.stdout or ""), f"timed out after {timeout:.0f} s")
+        log.write(self.name, f"$ okc {' '.join(args)}  -> exit {done.returncode} in {time.monotonic() - started:.1f} s\n"
+                             f"{done.stdout}{done.stderr}")
+        return done
+
+    def newest(self, kind: str, since: set[str]) -> dict:
+        """result.json of the job of ``kind`` this command made (a job id names no kind: its job.json does)."""
+        found = []
+        for path in sorted((self.lab / "results").glob("*")):
+            if path.name in since or not (path / "job.json").is_file() or not (path / "result.json").is_file():
+                continue
+            if json.loads((path / "job.json").read_text()).get("kind") == kind:
+                found.append(json.loads((path / "result.json").read_text()))
+        return found[-1] if found else {}
+
+    def jobs(self) -> set[str]:
+        return {path.name for path in (self.lab / "results").glob("*")} if (self.lab / "results").is_dir() else set()
+
+    @property
+    def task(self) -> dict:
+        return json.loads((self.lab / "gpumode" / self.folder.name / "task.json").read_text())
+
+    def ranked(self) -> list[str]:
+        task = self.task
+        count = len(task["benchmarks"])
+        return [f"benchmark.{count - 1}"] if task.get("ranking_by", "last") == "last" else [
+            f"benchmark.{i}" for i in range(count)]
 
 
 def said(done: subprocess.CompletedProcess) -> str:
@@ -82,161 +122,235 @@ def said(done: subprocess.CompletedProcess) -> str:
     return lines[-1] if lines else f"exit {done.returncode}, nothing said"
 
 
-def newest(lab: Path, kind: str, name: str = "result.json") -> dict:
-    jobs = sorted(p for p in (lab / "results").glob(f"*-{kind}-*") if (p / name).is_file())
-    return json.loads((jobs[-1] / name).read_text()) if jobs else {}
+def sm_clock() -> int | None:
+    """The GPU's SM clock now (MHz; the first GPU this process sees), or None without nvidia-smi."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0] or "0"
+    try:
+        out = subprocess.run(["nvidia-smi", "-i", visible, "--query-gpu=clocks.sm", "--format=csv,noheader,nounits"],
+                             check=False, capture_output=True, text=True, timeout=10).stdout.strip()
+        return int(out.splitlines()[0])
+    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
+        return None
 
 
-def by_hand(folder: Path, mode: str, env: dict, log: Log, problem: str) -> dict:
-    """The lab's flat copy of the folder and its submission.py, eval.py run as kernelbot's runner runs it."""
-    task = json.loads((folder / "task.json").read_text())
+def check_phase(problem: Problem, log: Log) -> None:
+    """Phase 1: init, the folder's own submission checked, the wrong one checked."""
+    done = problem.okc(log, "init", str(problem.lab), "--gpumode", str(problem.folder))
+    if done.returncode:
+        problem.record["init"] = said(done)
+        return
+    (problem.lab / "candidates" / "002_wrong.py").write_text(WRONG)
+    for number, key in (("001", "check_001"), ("002", "check_wrong")):
+        before = problem.jobs()
+        done = problem.okc(log, "check", number)
+        result = problem.newest("check", before)
+        problem.record[key] = result.get("status") or f"exit {done.returncode}"
+        problem.record[f"{key}_why"] = (result.get("reason") if result else None) or said(done)
+        if result.get("rule"):
+            problem.record[f"{key}_why"] = f"{result['rule']}: {problem.record[f'{key}_why']}"
+
+
+def bench_fields(result: dict) -> dict:
+    figure = result.get("gpumode") or {}
+    return {"status": result.get("status"), "reason": result.get("reason"), "score": result.get("score"),
+            "score_ci": result.get("score_ci"), "pairs": result.get("pairs"), "clock": clock_of(result),
+            "duration_s": result.get("duration_s"), "figure": figure or None}
+
+
+def clock_of(result: dict) -> str:
+    """How okc timed it: graph replays on a GPU unless the bench says eager (a side that cannot be captured)."""
+    return (result.get("protocol") or {}).get("clock") or ("graph" if result.get("device") == "cuda"
+                                                           else f"{result.get('device')} eager")
+
+
+def timed_phase(problem: Problem, args, log: Log, deadline: float) -> None:
+    """Phase 2: the paired bench with the figure, the A/A, the folder's eval.py by hand."""
+    started = time.monotonic()
+    if problem.record.get("check_001") != "pass":
+        problem.record["skipped"] = "the folder's own submission did not pass okc check"
+        return
+    cases = ",".join(problem.ranked())
+    pairs = ["--target", str(args.target), "--min-pairs", str(args.min_pairs), "--max-pairs", str(args.max_pairs),
+             "--cases", cases]
+    steps = [("bench", ["bench", "001", *pairs]), ("aa", ["bench", "001", "--aa", "--no-figure", *pairs])]
+    for key, command in steps:
+        left = deadline - time.monotonic()
+        if left < MIN_COMMAND_S:
+            problem.record[key] = {"status": "skipped", "reason": f"the survey's --budget was spent ({args.budget:.0f} s)"}
+            continue
+        before, clock = problem.jobs(), sm_clock()
+        done = problem.okc(log, *command, timeout=min(COMMAND_TIMEOUT_S, left))
+        result = problem.newest("bench", before)
+        problem.record[key] = {**bench_fields(result), "sm_mhz": [clock, sm_clock()]} if result else {
+            "status": f"exit {done.returncode}", "reason": said(done)}
+    problem.record["by_hand"] = {}
+    sides = {"reference": "000_reference.py", "candidate": next(p.name for p in (problem.lab / "candidates").glob("001_*"))}
+    deep = problem.name in args.deep or problem.folder.name in args.deep
+    chosen = list(sides) if args.by_hand_sides == "both" or deep else [args.by_hand_sides]
+    for mode in DEEP_MODES if deep else args.by_hand:
+        for round_ in range(max(args.rounds, DEEP_ROUNDS if deep else 1)):
+            for side in (chosen if round_ % 2 == 0 else chosen[::-1]):
+                left = deadline - time.monotonic()
+                runs = problem.record["by_hand"].setdefault(f"{mode}/{side}", [])
+                if left < MIN_COMMAND_S:
+                    runs.append({"ok": False, "why": "skipped: the survey's --budget was spent"})
+                    continue
+                runs.append(by_hand(problem, problem.lab / "candidates" / sides[side], mode, log, min(COMMAND_TIMEOUT_S, left)))
+    problem.record["seconds"] = round(time.monotonic() - started, 1)
+
+
+def by_hand(problem: Problem, submission: Path, mode: str, log: Log, timeout: float) -> dict:
+    """The lab's flat copy of the folder and ``submission`` as submission.py; eval.py run as kernelbot's runner runs it."""
+    task = problem.task
     specs = task["benchmarks"][-1:] if task.get("ranking_by", "last") == "last" else task["benchmarks"]
     with tempfile.TemporaryDirectory(prefix="pmpp_v2_by_hand_") as where:
         place = Path(where)
-        for path in folder.iterdir():
+        for path in (problem.lab / "gpumode" / problem.folder.name).iterdir():
             if path.is_file():
                 shutil.copyfile(path, place / path.name)
+        shutil.copyfile(submission, place / "submission.py")
         (place / "cases.txt").write_text("".join("; ".join(f"{k}: {v}" for k, v in spec.items()) + "\n" for spec in specs))
         read_end, write_end = os.pipe()
-        started = time.monotonic()
+        started, clock = time.monotonic(), sm_clock()
         with open(place / "output.txt", "w") as output:
             proc = subprocess.Popen([sys.executable, "eval.py", mode, "cases.txt"], cwd=place, pass_fds=(write_end,),
-                                    env={**env, "POPCORN_FD": str(write_end)}, stdout=output, stderr=subprocess.STDOUT)
+                                    env={**problem.env, "POPCORN_FD": str(write_end)}, stdout=output,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
         os.close(write_end)
         kept: list[str] = []
         reader = threading.Thread(target=lambda: kept.append(os.fdopen(read_end).read()), daemon=True)
         reader.start()
         try:
-            proc.wait(timeout=COMMAND_TIMEOUT_S)
+            proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            proc.kill()
+            os.killpg(proc.pid, 9)
             proc.wait()
+        seconds = time.monotonic() - started
         reader.join(timeout=10)
         popcorn = "".join(kept)
         output = (place / "output.txt").read_text(errors="replace")
-    log.write(problem, f"$ eval.py {mode} (by hand) -> exit {proc.returncode} in {time.monotonic() - started:.1f} s\n"
-                       f"{popcorn}{output[-3000:]}")
-    found = {}
-    for line in popcorn.splitlines():
-        key, _, value = line.partition(":")
-        found[key.strip()] = value.strip()
-    means = [float(found[f"benchmark.{i}.mean"]) / 1e3 for i in range(int(found.get("benchmark-count", 0)))
-             if f"benchmark.{i}.mean" in found]
-    errs = [float(found.get(f"benchmark.{i}.err", "nan")) / 1e3 for i in range(len(means))]
-    if found.get("check") != "pass" or not means:
+    log.write(problem.name, f"$ eval.py {mode} {submission.name} (by hand) -> exit {proc.returncode} in {seconds:.1f} s\n"
+                            f"{popcorn}{output[-3000:]}")
+    found = dict((key.strip(), value.strip()) for key, _, value in (line.partition(":") for line in popcorn.splitlines()))
+    count = int(found.get("benchmark-count", 0) or 0)
+    means = [float(found[f"benchmark.{i}.mean"]) / 1e3 for i in range(count) if f"benchmark.{i}.mean" in found]
+    if found.get("check") != "pass" or not means or len(means) != count:
         return {"ok": False, "why": next((v for k, v in found.items() if k.endswith(".error")), f"exit {proc.returncode}")}
+    errs = [float(found.get(f"benchmark.{i}.err", "nan")) / 1e3 for i in range(count)]
     ranking = task.get("ranking_by", "last")
     score = means[-1] if ranking == "last" else (sum(means) / len(means) if ranking == "mean"
-                                                  else math.exp(sum(map(math.log, means)) / len(means)))
-    return {"ok": True, "mean_us": score, "err_us": errs[-1] if ranking == "last" else None}
+                                                  else math.prod(means) ** (1 / len(means)))
+    return {"ok": True, "mean_us": score, "err_us": errs[-1] if ranking == "last" else None,
+            "runs": [int(found.get(f"benchmark.{i}.runs", 0)) for i in range(count)], "seconds": round(seconds, 1),
+            # the ranked case's fastest and slowest call: a mean moved by a few slow calls shows here
+            "best_us": float(found.get(f"benchmark.{count - 1}.best", "nan")) / 1e3,
+            "worst_us": float(found.get(f"benchmark.{count - 1}.worst", "nan")) / 1e3,
+            "sm_mhz": [clock, sm_clock()]}
 
 
-def one_problem(folder: Path, work: Path, gpu: int | None, args, log: Log) -> dict:
-    name = folder.name
-    started = time.monotonic()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)}
-    if gpu is not None:
-        home = work / f"home_gpu{gpu}"
-        home.mkdir(exist_ok=True)
-        env.update(CUDA_VISIBLE_DEVICES=str(gpu), HOME=str(home))
-    lab = work / name
-    record: dict = {"problem": name, "gpu": gpu}
-    done = okc(lab, env, log, name, "init", str(lab), "--gpumode", str(folder))
-    if done.returncode:
-        return {**record, "init": (done.stdout + done.stderr).strip().splitlines()[-1:]}
-    (lab / "candidates" / "002_wrong.py").write_text(WRONG)
-    pairs = ["--target", str(args.target), "--min-pairs", str(args.min_pairs), "--max-pairs", str(args.max_pairs)]
-    tried = okc(lab, env, log, name, "try", "001", *pairs)
-    checked, benched = newest(lab, "try", "check.json"), newest(lab, "try")
-    record["check_001"] = checked.get("status") or f"exit {tried.returncode}"
-    record["check_001_reason"] = checked.get("reason") or said(tried)  # no job: okc's own line (no CUDA, usage)
-    record["bench"] = {key: benched.get(key) for key in ("status", "reason", "score", "score_ci", "pairs", "protocol",
-                                                         "gpumode", "duration_s", "device")} if checked.get("status") == "pass" else None
-    done = okc(lab, env, log, name, "check", "002")
-    wrong = newest(lab, "check")
-    record["check_wrong"] = wrong.get("status") or f"exit {done.returncode}"
-    record["check_wrong_rule"] = wrong.get("rule") or said(done)
-    done = okc(lab, env, log, name, "bench", "001", "--aa", *pairs)
-    aa = newest(lab, "bench") or {"status": f"exit {done.returncode}", "reason": said(done)}
-    record["aa"] = {key: aa.get(key) for key in ("status", "reason", "score", "score_ci", "pairs", "protocol")}
-    copy = lab / "gpumode" / name
-    record["by_hand"] = {mode: by_hand(copy, mode, env, log, name) for mode in args.by_hand}
-    record["seconds"] = round(time.monotonic() - started, 1)
-    return record
+def stop_standby(home: Path) -> None:
+    """The standby worker the lab's last job left (okc.launch.standby), ended: this survey started it."""
+    sys.path.insert(0, str(REPO))
+    from okc.launch.proc import process_start
+
+    for info_file in (home / ".cache" / "okc" / "locks").glob("standby-gpu*/standby.json"):
+        info = json.loads(info_file.read_text())
+        pid = info.get("pid")
+        if isinstance(pid, int) and pid > 0 and process_start(pid, living=True) == info.get("start"):
+            try:
+                os.killpg(pid, 9)
+            except (ProcessLookupError, PermissionError):
+                pass
 
 
 def fmt(value, spec: str = ".4f") -> str:
     return "-" if value is None else format(value, spec)
 
 
+def ci_text(score, ci) -> str:
+    return f"{fmt(score)} [{fmt(ci and ci[0])},{fmt(ci and ci[1])}]"
+
+
+def hand_summary(record: dict, mode: str) -> tuple[float | None, float | None, float | None, str | None]:
+    """By hand in ``mode``: the candidate's mean µs and err (mean over rounds), the speedup if both sides ran, why not."""
+    runs = record.get("by_hand") or {}
+    cand, ref = runs.get(f"{mode}/candidate", []), runs.get(f"{mode}/reference", [])
+    bad = next((run["why"] for run in cand + ref if not run.get("ok")), None)
+    good_c, good_r = [r for r in cand if r.get("ok")], [r for r in ref if r.get("ok")]
+    mean = sum(r["mean_us"] for r in good_c) / len(good_c) if good_c else None
+    err = good_c[0]["err_us"] if good_c and good_c[0]["err_us"] is not None else None
+    speedup = (sum(r["mean_us"] for r in good_r) / len(good_r)) / mean if good_r and mean else None
+    return mean, err, speedup, bad
+
+
 def row(record: dict, modes: list[str]) -> list[str]:
-    bench = record.get("bench") or {}
-    figure = bench.get("gpumode") or {}
+    bench, aa = record.get("bench") or {}, record.get("aa") or {}
+    figure = bench.get("figure") or {}
     paired = figure.get("paired") or {}
-    ci = paired.get("ci")
-    cand = (figure.get("candidate") or {}).get("cases") or [{}]
-    aa = record.get("aa") or {}
-    aa_ci = aa.get("score_ci")
-    cells = [record["problem"], f"{record.get('check_001')}",
-             f"{record.get('check_wrong')}:{str(record.get('check_wrong_rule'))[:CELL]}",
-             f"{bench.get('status')}/{clock_of(bench)}" if bench else "-",
-             f"{fmt(paired.get('speedup'))} [{fmt(ci and ci[0])},{fmt(ci and ci[1])}]",
-             f"{fmt(cand[-1].get('mean_us'), '.2f')}±{fmt(cand[-1].get('err_us'), '.2f')}",
-             fmt(figure.get("speedup")),
-             f"{fmt(aa.get('score'))} [{fmt(aa_ci and aa_ci[0])},{fmt(aa_ci and aa_ci[1])}]"]
-    for mode in modes:
-        hand = (record.get("by_hand") or {}).get(mode) or {}
-        cells.append(f"{fmt(hand.get('mean_us'), '.2f')}±{fmt(hand.get('err_us'), '.2f')}" if hand.get("ok")
-                     else f"fail: {str(hand.get('why'))[:CELL]}")
-    hand = (record.get("by_hand") or {}).get("leaderboard") or {}
-    agree = "-"
-    if hand.get("ok") and cand[-1].get("mean_us") is not None:
-        gap = abs(cand[-1]["mean_us"] - hand["mean_us"])
-        agree = f"{gap:.2f}<={cand[-1]['err_us'] + (hand['err_us'] or 0):.2f}" if gap <= cand[-1]["err_us"] + (
-            hand["err_us"] or 0) else f"NO {gap:.2f}"
-    return cells + [agree, fmt(record.get("seconds"), ".0f")]
-
-
-def clock_of(bench: dict) -> str:
-    """How okc timed it: graph replays on a GPU unless the bench says eager (a side that cannot be captured)."""
-    return (bench.get("protocol") or {}).get("clock") or ("graph" if bench.get("device") == "cuda"
-                                                           else f"{bench.get('device')} eager")
-
-
-def line(record: dict) -> str:
-    """One problem's results on one line, printed as soon as it ends (the table at the end has them all)."""
-    name = record["problem"]
-    if "init" in record or "error" in record:
-        return f"{name}: " + (record.get("error") or f"okc init failed: {' '.join(record['init'])}")
-    bench = record.get("bench") or {}
-    figure = bench.get("gpumode") or {}
-    paired = figure.get("paired") or {}
-    ci = paired.get("ci")
-    parts = [f"check 001 {record.get('check_001')}" + (f" ({record['check_001_reason']})"
-                                                       if record.get("check_001") != "pass" else ""),
-             f"check wrong {record.get('check_wrong')} ({record.get('check_wrong_rule')})"]
-    if bench.get("status") == "ok":
-        clock = clock_of(bench)
-        parts.append(f"bench ok on the {clock} clock: okc paired ({paired.get('ranking_by')}) "
-                     f"{fmt(paired.get('speedup'))} [{fmt(ci and ci[0])}, {fmt(ci and ci[1])}]")
-        if "error" in figure:
-            parts.append(f"no figure: {figure['error']}")
-        else:
-            cand = (figure.get("candidate") or {}).get("cases") or [{}]
-            parts.append(f"figure ({figure.get('source')}) candidate {fmt(cand[-1].get('mean_us'), '.2f')}"
-                         f"±{fmt(cand[-1].get('err_us'), '.2f')} us, speedup {fmt(figure.get('speedup'))}")
-    elif record.get("bench") is None:
-        parts.append("no bench (the check did not pass)")
+    cand = (figure.get("candidate") or {}).get("score_us")
+    against = (figure.get("against") or {}).get("score_us")
+    wrong = f"{record.get('check_wrong')}:{str(record.get('check_wrong_why'))[:CELL]}"
+    if bench.get("status") not in (None, "ok"):
+        okc_cell = f"{bench.get('status')}: {str(bench.get('reason'))[:CELL]}"
     else:
-        parts.append(f"bench {bench.get('status')}: {str(bench.get('reason'))[:200]}")
-    aa = record.get("aa") or {}
-    aa_ci = aa.get("score_ci")
-    parts.append(f"A/A {aa.get('status')} {fmt(aa.get('score'))} [{fmt(aa_ci and aa_ci[0])}, {fmt(aa_ci and aa_ci[1])}]"
-                 + ("" if aa.get("status") == "ok" else f": {str(aa.get('reason'))[:120]}"))
-    for mode, hand in (record.get("by_hand") or {}).items():
-        parts.append(f"by hand {mode} {fmt(hand.get('mean_us'), '.2f')}±{fmt(hand.get('err_us'), '.2f')} us"
-                     if hand.get("ok") else f"by hand {mode} failed: {str(hand.get('why'))[:120]}")
-    return f"{name}: " + "; ".join(parts) + f"; {fmt(record.get('seconds'), '.0f')} s"
+        okc_cell = ci_text(paired.get("speedup", bench.get("score")), paired.get("ci", bench.get("score_ci")))
+    cells = [record["problem"], f"{record.get('check_001')}", wrong, bench.get("clock") or "-", okc_cell,
+             f"{fmt(against, '.1f')}/{fmt(cand, '.1f')}",
+             fmt(figure.get("speedup")) if "error" not in figure else f"none: {figure['error'][:CELL]}",
+             ci_text(aa.get("score"), aa.get("score_ci")) if aa.get("status") in (None, "ok") else
+             f"{aa.get('status')}: {str(aa.get('reason'))[:CELL]}"]
+    for mode in modes:
+        mean, err, speedup, bad = hand_summary(record, mode)
+        cells.append(f"fail: {bad[:CELL]}" if bad and mean is None else
+                     f"{fmt(mean, '.1f')}±{fmt(err, '.1f')}" + (f" x{fmt(speedup)}" if speedup else ""))
+    return cells + [fmt(record.get("seconds"), ".0f")]
+
+
+def line(record: dict, modes: list[str]) -> str:
+    """One problem's results on one line, printed as soon as phase 2 ends it."""
+    if "init" in record:
+        return f"{record['problem']}: okc init failed: {record['init']}"
+    if "error" in record:
+        return f"{record['problem']}: {record['error']}"
+    head = ["problem", "check 001", "check wrong", "clock", "okc paired", "figure µs", "figure x", "A/A",
+            *[f"by hand {mode}" for mode in modes], "s"]
+    why = "" if record.get("check_001") == "pass" else f" ({str(record.get('check_001_why'))[:300]})"
+    rounds = [f"{key} " + ", ".join(f"{fmt(run.get('mean_us'), '.1f')} ({fmt(run.get('best_us'), '.1f')}-"
+                                    f"{fmt(run.get('worst_us'), '.1f')})" for run in runs)
+              for key, runs in (record.get("by_hand") or {}).items() if len(runs) > 1]  # --deep: every run, in order
+    figure = (record.get("bench") or {}).get("figure") or {}
+    ends = [((figure.get(side) or {}).get("cases") or [{}])[-1] for side in ("against", "candidate")]
+    if all(end.get("best_us") for end in ends):  # the figure's last case: mean (best-worst) per side, the bests' ratio
+        rounds.append("figure's last case against/candidate " + " / ".join(
+            f"{fmt(end['mean_us'], '.1f')} ({fmt(end['best_us'], '.1f')}-{fmt(end.get('worst_us'), '.1f')})" for end in ends)
+            + f", bests' ratio {fmt(ends[0]['best_us'] / ends[1]['best_us'])}")
+    clocks = {side: ((figure.get(side) or {}).get("gpu_readings") or {}) for side in ("against", "candidate")}
+    if any(clocks.values()):  # okc runs one eval.py a side, against first: a clock that moved between them shows
+        rounds.append("figure's SM MHz " + ", ".join(
+            f"{side} {fmt((got.get('before') or {}).get('clocks.sm'), '.0f')}->{fmt((got.get('after') or {}).get('clocks.sm'), '.0f')}"
+            for side, got in clocks.items()))
+    return (f"{record['problem']}: " + "; ".join(f"{h} {c}" for h, c in zip(head[1:], row(record, modes)[1:])) + why
+            + (f"; µs mean (best-worst): {'; '.join(rounds)}" if rounds else ""))
+
+
+def order_key(problem: Problem) -> tuple:
+    """matmul first, the slow ones last, a problem of one set next to the same problem of another."""
+    folder = problem.folder.name
+    return (folder not in FIRST, folder in LAST, LAST.index(folder) if folder in LAST else 0, folder, problem.name)
+
+
+def find_sets(root: Path, names: list[str]) -> list[tuple[str, Path]]:
+    if (root / "eval.py").is_file() or any((p / "task.yml").is_file() for p in root.iterdir()):
+        return [(root.name, root)]  # one set's folder
+    found = []
+    for name in names:
+        for base in (root / name, root / "problems" / name):
+            if base.is_dir():
+                found.append((name, base))
+                break
+        else:
+            raise SystemExit(f"no set {name!r} under {root} (nor under {root / 'problems'})")
+    return found
 
 
 def gpu_count() -> int:
@@ -244,62 +358,93 @@ def gpu_count() -> int:
         listed = subprocess.run(["nvidia-smi", "-L"], check=False, capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.TimeoutExpired):
         return 0
-    return sum(1 for line in listed.splitlines() if line.startswith("GPU "))
+    return sum(1 for text in listed.splitlines() if text.startswith("GPU "))
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("reference_kernels", type=Path, help="a checkout of gpu-mode/reference-kernels (or its problems/pmpp_v2)")
-    parser.add_argument("--gpus", type=int, default=None, help="problems run at once, one GPU each (default: all GPUs)")
-    parser.add_argument("--set", default="pmpp_v2", help="the problem set under problems/ (default: pmpp_v2)")
-    parser.add_argument("--only", default="", help="comma-separated problem folders (default: all of pmpp_v2)")
-    parser.add_argument("--target", type=float, default=0.005)
-    parser.add_argument("--min-pairs", type=int, default=50, help="okc's --min-pairs (24 at least)")
-    parser.add_argument("--max-pairs", type=int, default=400)
-    parser.add_argument("--by-hand", default="leaderboard,benchmark", help="eval.py modes run by hand")
+    parser.add_argument("root", type=Path, help="the sets' folder (.refk), a reference-kernels checkout, or one set")
+    parser.add_argument("--sets", default="pmpp_v2", help="comma-separated sets under ROOT (default: pmpp_v2)")
+    parser.add_argument("--only", default="", help="comma-separated problems: a folder name, or SET/NAME")
+    parser.add_argument("--gpus", type=int, default=None, help="problems timed at once, one GPU each (default: all)")
+    parser.add_argument("--jobs", type=int, default=6, help="problems checked at once in phase 1 (default 6)")
+    parser.add_argument("--target", type=float, default=0.01)
+    parser.add_argument("--min-pairs", type=int, default=24, help="okc's --min-pairs (24 at least)")
+    parser.add_argument("--max-pairs", type=int, default=200)
+    parser.add_argument("--by-hand", default="benchmark", help="eval.py modes run by hand (benchmark, leaderboard)")
+    parser.add_argument("--by-hand-sides", default="candidate", choices=("candidate", "reference", "both"))
+    parser.add_argument("--rounds", type=int, default=1, help="by-hand runs of each side and mode (sides swapped each)")
+    parser.add_argument("--deep", default="pmpp_v2/matmul_py",
+                        help="problems whose eval.py runs by hand on both sides, in both modes, twice (issue 33's question)")
+    parser.add_argument("--budget", type=float, default=500.0, help="seconds; past them the timed steps left are skipped")
+    parser.add_argument("--standby", action=argparse.BooleanOptionalAction, default=True,
+                        help="OKC_STANDBY=1: each lab's next worker (python, torch, CUDA) ready before its job (default on)")
     args = parser.parse_args()
     args.by_hand = [mode for mode in args.by_hand.split(",") if mode]
-    root = args.reference_kernels.resolve()
-    sets = root if (root / "eval.py").is_file() else root / "problems" / args.set
-    folders = sorted((p for p in sets.iterdir() if (p / "task.yml").is_file()),
-                     key=lambda p: (p.name not in SLOW_FIRST, SLOW_FIRST.index(p.name) if p.name in SLOW_FIRST else 0, p.name))
-    if args.only:
-        folders = [p for p in folders if p.name in args.only.split(",")]
-    if not folders:
-        raise SystemExit(f"no problem folder (task.yml) under {sets}")
+    args.deep = {name for name in args.deep.split(",") if name}
+    started = time.monotonic()
+    deadline = started + args.budget
+    only = {name for name in args.only.split(",") if name}
     out = Path(os.environ.get("OUT") or ".")
     out.mkdir(parents=True, exist_ok=True)
     log = Log(out / "pmpp_v2.log")
     gpus = args.gpus if args.gpus is not None else max(1, gpu_count())
-    started = time.monotonic()
-    records: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="okc_pmpp_v2_") as tmp:
-        slots = [[folder for i, folder in enumerate(folders) if i % gpus == slot] for slot in range(gpus)]
+        work = Path(tmp)
+        problems = [Problem(set_name, folder, work) for set_name, base in find_sets(args.root.resolve(),
+                                                                                    args.sets.split(","))
+                    for folder in sorted(base.iterdir()) if (folder / "task.yml").is_file()]
+        problems = sorted((p for p in problems if not only or p.name in only or p.folder.name in only), key=order_key)
+        if not problems:
+            raise SystemExit(f"no problem folder (task.yml) under {args.root} for --sets {args.sets} --only {args.only}")
+        for index, problem in enumerate(problems):
+            # A HOME of its own: okc's machine-wide job slot (~/.cache/okc/locks) would serialise phase 1's
+            # checks, and a standby is claimed by the same lab's next job only. Phase 2 is serial by itself.
+            home = work / f"home-{problem.lab.name}"
+            home.mkdir()
+            problem.env["HOME"] = str(home)
+            if gpus > 1:
+                problem.env["CUDA_VISIBLE_DEVICES"] = str(index % gpus)
+            if args.standby:
+                problem.env.update(OKC_STANDBY="1", OKC_STANDBY_IDLE_S=str(int(args.budget)))
 
-        def run_slot(slot: int) -> list[dict]:
-            done = []
-            for folder in slots[slot]:
-                try:
-                    done.append(one_problem(folder, Path(tmp), slot if gpus > 1 else None, args, log))
-                except Exception as exc:  # noqa: BLE001 - one problem's surprise is its line; the others still run
-                    log.write(folder.name, f"the script failed on it: {exc!r}")
-                    done.append({"problem": folder.name, "error": f"the script failed on it: {exc!r}"})
+        def guarded(step, problem: Problem, *rest) -> None:
+            try:
+                step(problem, *rest)
+            except Exception as exc:  # noqa: BLE001 - one problem's surprise is its line; the others still run
+                log.write(problem.name, f"the script failed on it: {exc!r}")
+                problem.record["error"] = f"the script failed on it: {exc!r}"
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            list(pool.map(lambda p: guarded(check_phase, p, log), problems))
+        checked = time.monotonic() - started
+        print(f"phase 1 (init and both checks, {len(problems)} problems, {args.jobs} at once): {checked:.0f} s", flush=True)
+
+        def run_slot(slot: int) -> None:
+            for problem in problems[slot::gpus]:
+                if "init" not in problem.record and "error" not in problem.record:
+                    guarded(timed_phase, problem, args, log, deadline)
                 with _print_lock:
-                    print(line(done[-1]), flush=True)
-            return done
+                    print(line(problem.record, list(dict.fromkeys((*args.by_hand, *DEEP_MODES)))), flush=True)
 
         with concurrent.futures.ThreadPoolExecutor(max_workers=gpus) as pool:
-            for found in pool.map(run_slot, range(gpus)):
-                records.extend(found)
-    records.sort(key=lambda record: record["problem"])
+            list(pool.map(run_slot, range(gpus)))
+        for problem in problems:
+            stop_standby(Path(problem.env["HOME"]))
+    records = sorted((p.record for p in problems), key=lambda record: record["problem"])
     (out / "pmpp_v2.json").write_text(json.dumps(records, indent=2, default=str) + "\n")
-    head = ["problem", "check 001", "check wrong", "bench/clock", "okc paired (ranked) [CI]", "figure cand µs",
-            "figure speedup", "A/A [CI]", *[f"by hand {mode} µs" for mode in args.by_hand], "figure~by hand LB", "s"]
-    table = [head] + [row(record, args.by_hand) if "bench" in record else [record["problem"], "failed: its line above"]
-                      + [""] * (len(head) - 2) for record in records]
-    widths = [max(len(line[i]) for line in table) for i in range(len(head))]
-    text = "\n".join("  ".join(cell.ljust(width) for cell, width in zip(line, widths)) for line in table)
-    text += f"\n{len(records)} problems on {gpus} GPU(s) in {time.monotonic() - started:.0f} s; log: {log.path}"
+    modes = [mode for mode in (*args.by_hand, *DEEP_MODES) if mode in args.by_hand or args.deep]
+    modes = list(dict.fromkeys(modes))
+    head = ["problem", "check 001", "check wrong", "clock", "okc paired (ranked) [CI]", "figure against/cand µs",
+            "figure x", "A/A [CI]", *[f"by hand {mode} cand µs (x)" for mode in modes], "s"]
+    table = [head] + [row(record, modes) if "init" not in record and "error" not in record
+                      else [record["problem"], "failed: its line above"] + [""] * (len(head) - 2) for record in records]
+    widths = [max(len(cells[i]) for cells in table) for i in range(len(head))]
+    text = "\n".join("  ".join(cell.ljust(width) for cell, width in zip(cells, widths)) for cells in table)
+    text += (f"\n{len(records)} problems on {gpus} GPU(s) in {time.monotonic() - started:.0f} s (phase 1 {checked:.0f} s);"
+             f" survey settings, not okc's defaults: --target {args.target}, pairs {args.min_pairs}-{args.max_pairs},"
+             f" ranked cases only; figure: the folder's eval.py, leaderboard mode, both sides (x = against/cand);"
+             f" by hand: {','.join(args.by_hand)} on {args.by_hand_sides}, {args.rounds} round(s); log {log.path}")
     print(text)
     log.write("table", text)
     return 0

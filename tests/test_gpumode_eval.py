@@ -13,7 +13,7 @@ import os
 import sys
 
 import pytest
-from conftest import GPUMODE_FOLDERS, gpumode_lab, gpumode_problem, last_result
+from conftest import GPUMODE_FOLDERS, REPO, gpumode_lab, gpumode_problem, last_result
 from typer.testing import CliRunner
 
 from okc.cli.app import app
@@ -158,3 +158,70 @@ def test_okcs_paired_score_is_ranked_as_the_task_ranks():
     assert figure.paired_ranked(result, "last", 2) == {"ranking_by": "last", "speedup": 0.5, "ci": [0.4, 0.6]}
     assert figure.paired_ranked(result, "mean", 2) == {"ranking_by": "mean", "speedup": 40.0 / 30.0, "ci": None}
     assert figure.paired_ranked(result, "geom", 2) == {"ranking_by": "geom", "speedup": 1.1, "ci": [1.0, 1.2]}
+
+
+def test_an_eval_py_that_reports_no_best_or_worst_still_gives_a_figure():
+    # main: pmpp's (the first set's) eval.py reports runs, mean, std and err in leaderboard mode, and okc
+    # refused its figure: "benchmark.0.best is None, not a number"
+    stats = {f"benchmark.0.{name}": "2000" for name in ("runs", "mean", "std", "err")}
+    rows = evalrun.EvalRun("leaderboard", 0, {"check": "pass", "benchmark-count": "1", **stats}).benchmarks()
+    assert rows[0]["mean_us"] == 2.0 and rows[0]["err_us"] == 2.0 and rows[0]["best_us"] is None
+    with pytest.raises(evalrun.EvalFailed, match="benchmark.0.mean is None"):
+        evalrun.EvalRun("leaderboard", 0, {"check": "pass", "benchmark-count": "1", "benchmark.0.runs": "3"}).benchmarks()
+    with pytest.raises(evalrun.EvalFailed, match="benchmark.0.worst is 'slow', not a number"):
+        evalrun.EvalRun("leaderboard", 0, {"check": "pass", "benchmark-count": "1", **stats,
+                                           "benchmark.0.worst": "slow"}).benchmarks()
+
+
+FIRSTSET = REPO / "tests" / "gpumode" / "firstset" / "strcheck"
+
+
+def test_a_first_set_folder_checks_by_its_error_string_and_benches_with_its_eval_py_figure(tmp_path, monkeypatch):
+    # main: its eval.py's leaderboard mode reports no best or worst, so the bench had no figure
+    root = gpumode_lab(tmp_path, monkeypatch, FIRSTSET)
+    (root / "candidates" / "002_short.py").write_bytes((FIRSTSET / "wrong" / "one_row_short.py").read_bytes())
+    done = runner.invoke(app, ["check", "002"])
+    assert done.exit_code == 1 and "mismatch:" in done.output, done.output
+    done = runner.invoke(app, ["bench", "001", "--min-pairs", "24", "--max-pairs", "24", "--json"])
+    assert done.exit_code == 0, done.output
+    stat = last_result(root, "bench")["gpumode"]
+    assert "error" not in stat, stat.get("error")
+    for side in ("candidate", "against"):  # the last benchmark alone, the test eval.py's 20 calls, no best
+        assert [(row["case"], row["runs"], row["best_us"]) for row in stat[side]["cases"]] == [("benchmark.1", 20, None)]
+    assert stat["speedup"] == pytest.approx(stat["against"]["score_us"] / stat["candidate"]["score_us"])
+
+
+def test_bench_times_only_the_cases_named_and_leaves_the_figure_out_when_asked(tmp_path, monkeypatch):
+    # main: okc bench had no --cases (every benchmark was timed) and always ran eval.py twice for the figure
+    root = gpumode_lab(tmp_path, monkeypatch, OUTPLACE)
+    done = runner.invoke(app, ["bench", "001", "--cases", "benchmark.1", "--no-figure", "--min-pairs", "24",
+                               "--max-pairs", "24", "--json"])
+    assert done.exit_code == 0, done.output
+    result = last_result(root, "bench")
+    assert [load["name"] for load in result["loads"]] == ["benchmark.1"] and "gpumode" not in result
+    jobs = sorted((root / "results").iterdir())
+    done = runner.invoke(app, ["bench", "001", "--cases", "test.0"])  # a checked case is not a scored one
+    assert done.exit_code == 2 and "scores benchmark.0, benchmark.1" in done.output, done.output
+    assert sorted((root / "results").iterdir()) == jobs  # refused before any job folder
+
+
+def test_bench_cases_of_a_built_in_problem_are_its_scored_ones(tiny):
+    from conftest import invoke
+
+    done = invoke("bench", "001", "--cases", "proj/m=3")
+    assert done.exit_code == 2 and "unknown scored case(s) proj/m=3" in done.output and "M in 1, 8" in done.output
+
+
+def test_the_figure_says_its_order_and_the_gpus_clocks_around_each_sides_eval_py(tmp_path, monkeypatch):
+    # main: the two eval.py runs (one a side, against first) left no trace of the clocks they ran at
+    assert figure._readings(None) is None  # off a GPU: no readings
+    problem = gpumode_problem(tmp_path, OUTPLACE)
+    readings = iter([{"clocks.sm": 1980.0}, {"clocks.sm": 1755.0}, {"clocks.sm": 1700.0}, {"clocks.sm": 1650.0}])
+    monkeypatch.setattr(figure, "_readings", lambda device: next(readings))
+    lines: list[str] = []
+    stat = figure.from_eval(problem, OUTPLACE / "submission.py", REPO / "okc/problems/gpumode/baseline.py",
+                            seed=3, log=lines.append, device=None)
+    assert stat["order"] == ["against", "candidate"]
+    assert stat["against"]["gpu_readings"] == {"before": {"clocks.sm": 1980.0}, "after": {"clocks.sm": 1755.0}}
+    assert stat["candidate"]["gpu_readings"]["after"] == {"clocks.sm": 1650.0}
+    assert "SM before 1700 MHz, SM after 1650 MHz" in lines[1]

@@ -146,3 +146,29 @@ def test_the_eager_clock_runs_the_one_loop_pairs_and_rechecks_on_stand_in_events
                                    settings=settings, names=("002", "baseline"), aa=False,
                                    verifier=FolderVerifier(problem, 7, CPU), log=lambda line: None)
     assert cached["status"] == "invalid" and "candidate" in cached["reason"], cached["reason"]
+
+
+# -- a generate_input that draws from torch's global RNG (bioml/trimul's weights) ---------------
+
+GLOBALRNG = FOLDERS / "globalrng"
+
+
+def test_an_input_drawn_from_the_global_rng_is_the_same_for_the_same_seed_and_leaves_the_rng_alone(tmp_path):
+    # main: two generations of one seed differed (the global RNG had moved), so the verifier's regenerated
+    # input was not the submission's and bioml/trimul's own submission failed okc check
+    problem = gpumode_problem(tmp_path, GLOBALRNG)
+    case = problem.check_cases()[0]
+    state = torch.random.get_rng_state()
+    first, second = (problem.make_input(case, 99, "normal", CPU).x for _ in range(2))
+    assert torch.equal(torch.random.get_rng_state(), state)
+    assert all(torch.equal(a, b) for a, b in zip((first[0], *first[1].values()), (second[0], *second[1].values())))
+    other = problem.make_input(case, 100, "normal", CPU).x
+    assert not torch.equal(other[1]["w"], first[1]["w"])  # another seed, other weights
+
+
+def test_a_folder_drawing_from_the_global_rng_checks_its_submission_and_fails_a_wrong_one(tmp_path):
+    problem = gpumode_problem(tmp_path, GLOBALRNG)
+    result = cpu_check(problem, GLOBALRNG / "submission.py")
+    assert result["status"] == "pass", result["failures"]
+    wrong = cpu_check(problem, GLOBALRNG / "wrong" / "no_bias.py")
+    assert wrong["status"] == "fail" and wrong["rule"] == "check_implementation", wrong["reason"]

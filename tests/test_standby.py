@@ -93,6 +93,20 @@ def test_a_candidate_that_crashes_in_a_standby_worker_gets_the_same_verdict(tiny
     assert json.loads((newest(tiny, "check") / standby.EXIT_FILE).read_text()) == {"returncode": -signal.SIGABRT}
 
 
+def test_a_standby_worker_does_not_inherit_its_keepers_ignored_sigterm(tiny, tmp_path):
+    # main: the keeper ignored SIGTERM before it started the worker, so the worker and all it started did too;
+    # pmpp_v2's eval.py (a multiprocessing pool, ended by SIGTERM) then never exited and the figure timed out
+    seen = tmp_path / "sigterm.txt"
+    source = (tiny.candidates / "001_matmul.py").read_text()
+    (tiny.candidates / "002_sigterm.py").write_text(
+        f"import signal\nopen({str(seen)!r}, 'w').write(str(signal.getsignal(signal.SIGTERM)))\n" + source)
+    assert invoke("check", "001", "--quick").exit_code == 0
+    warmed()
+    assert invoke("check", "002", "--quick").exit_code == 0
+    assert (newest(tiny, "check") / standby.EXIT_FILE).is_file()  # it ran in the standby
+    assert seen.read_text() == str(signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("differs", ["code_dir", "CUDA_VISIBLE_DEVICES"])
 def test_a_standby_for_other_code_or_another_gpu_is_stopped_not_used(tiny, tmp_path, differs):
     locks = str(tmp_path / "locks")

@@ -111,6 +111,10 @@ def bench(
     solo: bool = typer.Option(False, "--solo", help="Time each side alone (blocks of its own replays; same graphs, flush, inputs)."),
     device: str = typer.Option("auto", help="auto, cuda or cpu (local target)."),
     seed: Optional[int] = typer.Option(None, help="Reuse a recorded seed (inputs and weights) instead of a fresh one."),
+    cases: Optional[str] = typer.Option(None, help="Only these scored cases, comma-separated (e.g. router/m=8,o/m=1; "
+                                        "a GPU MODE lab: benchmark.7)."),
+    figure: bool = typer.Option(True, "--figure/--no-figure", help="A GPU MODE lab: also run the folder's eval.py on "
+                                "both sides (its own figure, beside okc's score)."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help=VERBOSE_HELP),
     fmt: str = "table",
 ) -> None:
@@ -123,8 +127,8 @@ def bench(
     from okc.reports import views
 
     half_width, flag = options.half_width_option(half_width, target)
-    benching = options.BenchOptions(half_width, min_pairs, max_pairs, overhead_us, aa, against, solo, flag)
-    running = options.CheckOptions.parse(device, seed)  # where and with which seed, as a check takes them
+    benching = options.BenchOptions(half_width, min_pairs, max_pairs, overhead_us, aa, against, solo, figure, flag)
+    running = options.CheckOptions.parse(device, seed, cases)  # where, with which seed and cases, as a check takes them
     lab = load_lab()
     candidate = candidates.resolve(lab.candidates, candidate_ref(words))
     # A/A: the named candidate against a second capture of itself (`okc bench 000 --aa` is the noise floor).
@@ -135,11 +139,12 @@ def bench(
 
         raise ConfigError(f"{candidate.name} would be benched against itself; that is an A/A run: "
                           f"okc bench {candidate.label} --aa")
-    options.preflight(lab, on, running, kind="bench")
+    options.preflight(lab, on, running, kind="bench", scored=True)
     with _bench_progress(half_width) as on_progress:
         outcome = runner.submit(lab, "bench", candidate, against=other, aa=aa, on=on, on_progress=on_progress,
                                 on_log=echo_okc_lines() if fmt == "table" else None, bench=benching.settings(),
-                                device=running.device, seed=running.seed)
+                                device=running.device, seed=running.seed,
+                                cases=list(running.cases) if running.cases else None)
     result = outcome.result
     document = views.bench_document(result, source_of(outcome), other.name, outcome.recorded, _gpumode(outcome))
     if not result.passed:

@@ -91,6 +91,7 @@ class BenchOptions:
     aa: bool = False
     against: str | None = None  # None: the lab's baseline
     solo: bool = False  # each side timed alone (the same graphs, flush and inputs): the truth a paired score must match
+    figure: bool = True  # a GPU MODE problem: the folder's eval.py run on both sides too (okc.problems.gpumode.figure)
     half_width_flag: str = "--half-width"  # how the command line named it: --target, its old name, is still taken
 
     def __post_init__(self) -> None:
@@ -112,11 +113,14 @@ class BenchOptions:
             settings["overhead_us"] = self.overhead_us
         if self.solo:
             settings["layout"] = "solo"
+        if not self.figure:
+            settings["figure"] = False
         return settings
 
 
-def check_cases(problem: str, cases: tuple[str, ...] | None, max_m: int | None) -> None:
-    """Every named case exists in the problem (within a quick check's m); a module-path problem is left to its job."""
+def check_cases(problem: str, cases: tuple[str, ...] | None, max_m: int | None, scored: bool = False) -> None:
+    """Every named case exists in the problem (within a quick check's m; ``scored``: among its scored
+    cases); a module-path problem is left to its job."""
     from okc.problems import catalog
 
     shapes = catalog.shapes_of(problem)
@@ -126,6 +130,12 @@ def check_cases(problem: str, cases: tuple[str, ...] | None, max_m: int | None) 
         keys = shapes.check_keys(None)[:2] if shapes is not None else ["LAYER/m=M"]
         raise ConfigError(f"--cases names cases separated by commas, e.g. {','.join(keys)}")
     if shapes is None:
+        return
+    if scored:
+        known = [f"{layer}/m={m}" for _, m in shapes.loads for layer in shapes.layer_names]
+        if unknown := [key for key in cases if key not in known]:
+            raise ConfigError(f"unknown scored case(s) {', '.join(unknown)}: {problem} scores LAYER/m=M with LAYER in "
+                              f"{', '.join(shapes.layer_names)} and M in {', '.join(str(m) for _, m in shapes.loads)}")
         return
     known = shapes.check_keys(max_m)
     if left_out := [key for key in cases if key not in known and key in shapes.check_keys(None)]:
@@ -203,17 +213,23 @@ def needs_here(lab: Lab, kind: str) -> None:
                           f"run it on a pod: okc {kind} ... --on POD")
 
 
-def preflight(lab: Lab, on: str | None, options: CheckOptions | None = None, kind: str = "check") -> None:
-    """Everything a job needs from the lab and this machine, checked before its folder exists."""
+def preflight(lab: Lab, on: str | None, options: CheckOptions | None = None, kind: str = "check",
+              scored: bool = False) -> None:
+    """Everything a job needs from the lab and this machine, checked before its folder exists.
+
+    ``scored``: the options' cases are scored cases (``okc bench --cases``), not checked ones.
+    """
     local = runs_here(lab, on)
     from okc.lab.gpumode import check_lab_problem
     from okc.problems import catalog
 
     gpumode_task = check_lab_problem(lab)  # a malformed task.yml is one line, before any job exists
     if gpumode_task is not None and options is not None and options.cases:
-        known = [f"test.{i}" for i in range(len(gpumode_task.tests))]
+        specs, what = (gpumode_task.benchmarks, "benchmark") if scored else (gpumode_task.tests, "test")
+        known = [f"{what}.{i}" for i in range(len(specs))]
         if unknown := [key for key in options.cases if key not in known]:
-            raise ConfigError(f"unknown case(s) {', '.join(unknown)}: {lab.problem} checks {', '.join(known)}")
+            raise ConfigError(f"unknown case(s) {', '.join(unknown)}: {lab.problem} "
+                              f"{'scores' if scored else 'checks'} {', '.join(known)}")
     elif gpumode_task is None and "." in lab.problem and local and _module_missing(lab.problem):
         raise ConfigError(f"[tool.okc] problem {lab.problem!r}: no such module here")
     if local:
@@ -227,7 +243,7 @@ def preflight(lab: Lab, on: str | None, options: CheckOptions | None = None, kin
             and "cpu" not in shapes.bench_devices:
         raise ConfigError(f"--device cpu: {lab.problem}'s bench needs a CUDA GPU (its timing is the judge's)")
     if options is not None:
-        check_cases(lab.problem, options.cases, options.max_m)
+        check_cases(lab.problem, options.cases, options.max_m, scored)
         if options.device == "cuda" and local and not cuda_here():
             raise ConfigError("--device cuda: this machine has no CUDA device torch can use; "
                               "use --device cpu, or --on a pod with a GPU")

@@ -155,9 +155,12 @@ def keep(slot: Path) -> int:
     """The keeper: start the worker, wait for its job folder, hand it over, and report how it ended."""
     reader = os.open(slot / FIFO, os.O_RDONLY | os.O_NONBLOCK)
     holder = os.open(slot / FIFO, os.O_WRONLY | os.O_NONBLOCK)  # a writer always: no end of file while idle
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the launcher's TERM is for the worker; the keeper reports it
     worker = subprocess.Popen([sys.executable, "-m", "okc.standby"], stdin=subprocess.PIPE,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=slot)
+    # The launcher's TERM is for the worker; the keeper reports it. Ignored only once the worker is started:
+    # an ignored signal is inherited, and a worker (and what it starts: a folder's eval.py, its pool) that
+    # ignores TERM cannot be stopped by it (multiprocessing's Pool waits forever on its own workers).
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     line = _read_line(reader, float(os.environ.get(IDLE_ENV) or IDLE_S))
     if line is None:
         try:  # nobody came: give the slot up, unless a launcher claimed it this very moment

@@ -51,13 +51,16 @@ class BenchSettings:
     # batches enqueued and not yet read back (okc.judge.protocol.timing.MAX_IN_FLIGHT); 1: the host is idle
     # while a batch runs, as an each-side-alone harness is (an issue-21 experiment, benchmarks/ab_truth.py)
     in_flight: int = 2
+    # a GPU MODE problem: also its folder's own figure (its eval.py on both sides, okc.problems.gpumode.figure);
+    # False leaves it out (it costs two eval.py runs: over a minute for a folder whose inputs are slow to make)
+    figure: bool = True
 
     @classmethod
     def from_options(cls, options: dict, problem: Problem) -> BenchSettings:
         """Parse ``options``; ValueError names the bad one."""
         known = {"target_half_width", "min_pairs", "max_pairs", "overhead_us", "flush", "aa_floor", "batch_ops",
                  "warmup_pairs", "copies", "captures", "layout", "shared_outputs", "rechecks",
-                 "in_flight"}
+                 "in_flight", "figure"}
         unknown = sorted(set(options) - known)
         if unknown:
             raise ValueError(f"unknown bench setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
@@ -87,13 +90,14 @@ class BenchSettings:
         if layout not in LAYOUTS:
             raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
         shared, rechecks = options.get("shared_outputs", True), options.get("rechecks", True)
-        for name, value in (("shared_outputs", shared), ("rechecks", rechecks)):
+        figure = options.get("figure", True)
+        for name, value in (("shared_outputs", shared), ("rechecks", rechecks), ("figure", figure)):
             if not isinstance(value, bool):
                 raise ValueError(f"{name} must be true or false, got {value!r}")
         return cls(rule=stats.StoppingRule(**rule_options), judge_overhead_us=float(overhead),
                    flush=options.get("flush", "read"), aa_floor=float(aa_floor), batch_ops=batch_ops,
                    warmup_pairs=warmup, copies=copies, captures=captures, layout=layout,
-                   shared_outputs=shared, rechecks=rechecks, in_flight=in_flight)
+                   shared_outputs=shared, rechecks=rechecks, in_flight=in_flight, figure=figure)
 
     def protocol(self) -> dict:
         """Which protocol a result's numbers come from (result.json's ``protocol``)."""

@@ -21,6 +21,8 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import sys
+import zlib
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 
@@ -69,6 +71,15 @@ def to_device(data: object, device: torch.device) -> object:
         items = [to_device(item, device) for item in data]
         return type(data)(*items) if hasattr(data, "_fields") else type(data)(items)
     return data
+
+
+@contextmanager
+def _seeded_rng(seed: int):
+    """torch's global RNG (the CPU's and, once CUDA is up, the current GPU's) seeded with ``seed``, restored after."""
+    devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed % SEED_RANGE)
+        yield
 
 
 class GpuModeProblem(Problem):
@@ -151,14 +162,21 @@ class GpuModeProblem(Problem):
         """``generate_input``'s keyword arguments for ``case``, as task.yml gives them."""
         return as_kwargs(case.args)
 
-    def generate(self, args: dict, device: torch.device) -> object:
+    def generate(self, args: dict, device: torch.device, rng_seed: int | None = None) -> object:
         """``generate_input(**args)`` on ``device``, its uninitialised memory filled (okc.problems.gpumode.places).
 
+        torch's global RNG is seeded for the call (``rng_seed``, else the spec's seed) and given back
+        as it was after it: some folders draw part of their data from it rather than from their seeded
+        generator (bioml/trimul's weights), and an input must be the same each time its seed is
+        (the verifier regenerates it) and must not move the RNG a candidate sees.
         On a machine without CUDA, a folder whose inputs are made on CUDA is refused in one line
         (BadJob: the job cannot run here), not with torch's traceback.
         """
+        seed = rng_seed if rng_seed is not None else args.get("seed")
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            seed = zlib.crc32(repr(sorted(args.items())).encode())  # a spec without a seed: the same input each time
         try:
-            with filled_empty():
+            with filled_empty(), _seeded_rng(seed):
                 data = self._function("generate_input")(**args)
             self._unwritten[signature(data)] = clear_unwritten(data)
         except Exception as exc:
@@ -180,7 +198,7 @@ class GpuModeProblem(Problem):
         args = as_kwargs(case.args)
         if "seed" in args:
             args["seed"] = seed % SEED_RANGE
-        return Inputs(x=self.generate(args, device))
+        return Inputs(x=self.generate(args, device, rng_seed=seed % SEED_RANGE))
 
     def prepare(self, module: ModuleType, weights: dict[str, torch.Tensor]) -> None:
         self.reference_module  # GPU MODE has no prepare; the reference is imported before any candidate call
@@ -284,4 +302,7 @@ class GpuModeProblem(Problem):
             finally:
                 verifier.close()
             result = {**result, "device": device.type}
+        if settings is not None and not settings.figure:
+            log("no GPU MODE figure: the bench was asked for none (okc bench --no-figure)")
+            return result
         return add_figure(self, result, candidate, against, device=device, seed=seed, log=log)

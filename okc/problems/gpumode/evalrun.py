@@ -6,7 +6,8 @@ needs into a file (one ``key: value; key: value`` line per argument dict: ``test
 the task ranks by ``last``), and runs ``python eval.py MODE CASES`` there with ``POPCORN_FD``
 naming the write end of a pipe (and ``POPCORN_SEED`` a seed, when it gives one). eval.py writes
 ``key: value`` lines into that pipe: ``benchmark-count``, ``benchmark.I.spec``,
-``benchmark.I.mean`` (ns), ``.err``, ``.std``, ``.runs``, ``.best``, ``.worst``, ``check: pass``.
+``benchmark.I.mean`` (ns), ``.err``, ``.std``, ``.runs``, ``.best``, ``.worst`` (not every set's eval.py
+reports best and worst), ``check: pass``.
 
 okc does the same in a temporary folder (the job's flat copy of the problem, and the submission
 as task.yml names it), with the worker's Python, in a session of its own that a timeout kills
@@ -36,6 +37,7 @@ CASES_FILE = "cases.txt"
 PIPE_CAP = 1 << 20  # bytes of POPCORN output kept; the rest is read and dropped, so eval.py never blocks
 TAIL_CHARS = 2000  # of eval.py's stderr, kept for the reason when it fails
 STATS = ("runs", "mean", "std", "err", "best", "worst")  # what eval.py reports per benchmark (ns, runs a count)
+REQUIRED_STATS = ("runs", "mean")  # the rest may be missing: pmpp's (the first set's) leaderboard mode has no best or worst
 SKIPPED = ("task.json",)  # okc's own file in the flat copy, not GPU MODE's
 
 
@@ -80,7 +82,8 @@ class EvalRun:
                          f"check {self.popcorn.get('check', 'not reported')}: {last[0]}")
 
     def benchmarks(self) -> list[dict]:
-        """Per benchmark eval.py reported: its spec and stats (µs, runs a count); EvalFailed if one is missing or bad."""
+        """Per benchmark eval.py reported: its spec and stats (µs, runs a count; a stat it did not report is None);
+        EvalFailed if runs or mean is missing, or a number is bad."""
         try:
             count = int(self.popcorn["benchmark-count"])
         except (KeyError, ValueError):
@@ -90,6 +93,9 @@ class EvalRun:
             row = {"spec": self.popcorn.get(f"benchmark.{index}.spec", "")}
             for name in STATS:
                 text = self.popcorn.get(f"benchmark.{index}.{name}")
+                if text is None and name not in REQUIRED_STATS:
+                    row[name] = None
+                    continue
                 try:
                     value = float(text)
                 except (TypeError, ValueError):

@@ -48,14 +48,30 @@ def paired_ranked(result: dict, ranking_by: str, benchmarks: int) -> dict:
     return {"ranking_by": ranking_by, "speedup": result.get("score"), "ci": list(ci) if ci else None}
 
 
-def _side(problem, source: Path, *, side: str, seed: int, log) -> dict:
+def _readings(device) -> dict | None:
+    """The GPU's clocks, temperature, power and throttle reasons now (None off a GPU): each side's eval.py
+    runs in a process of its own, one after the other, so a clock that moved between them moves the figure."""
+    if device is None or getattr(device, "type", None) != "cuda":
+        return None
+    import torch
+
+    from okc.judge.envinfo import gpu_readings
+
+    return gpu_readings(torch.cuda.current_device())
+
+
+def _side(problem, source: Path, *, side: str, seed: int, log, device=None) -> dict:
     task = problem.task
     timeout = dict(task.timeouts).get("ranked_timeout" if MODE == "leaderboard" else "benchmark_timeout")
     specs = [spec.as_dict() for spec in task.benchmarks]
+    before = _readings(device)
     run = run_eval(problem.folder, source, submission_name=task.submission_name, mode=MODE, specs=specs,
                    ranking_by=task.ranking_by, timeout_s=timeout, seed=seed)
+    readings = {"before": before, "after": _readings(device)}
     log(f"the folder's eval.py ({MODE} mode) on {side}: exit code {run.returncode}, "
-        f"check {run.popcorn.get('check', 'not reported')}, {run.seconds:.1f} s")
+        f"check {run.popcorn.get('check', 'not reported')}, {run.seconds:.1f} s"
+        + "".join(f", SM {when} {value['clocks.sm']:.0f} MHz" for when, value in readings.items()
+                  if value and value.get("clocks.sm") is not None))
     if not run.passed:
         raise EvalFailed(run.why())
     rows = run.benchmarks()
@@ -65,20 +81,22 @@ def _side(problem, source: Path, *, side: str, seed: int, log) -> dict:
     cases = [{"case": f"benchmark.{index}", **row, "spec": task.benchmarks[index].text, "eval_spec": row["spec"]}
              for index, row in zip(indexes, rows)]
     score = gpumode_timing.combine([row["mean_us"] for row in cases], task.ranking_by)
-    return {"score_us": score, "cases": cases, "seconds": run.seconds, "exit_code": run.returncode}
+    return {"score_us": score, "cases": cases, "seconds": run.seconds, "exit_code": run.returncode,
+            "gpu_readings": readings}
 
 
-def from_eval(problem, candidate: Path, against: Path, *, seed: int, log) -> dict:
+def from_eval(problem, candidate: Path, against: Path, *, seed: int, log, device=None) -> dict:
     """The figure by the folder's eval.py; BenchFailed if it failed the candidate."""
     popcorn_seed = derive_seed(seed, "gpumode", "eval") % POPCORN_SEED_RANGE
     figure = {"source": EVAL_FILE, "label": eval_label(MODE, problem.task.ranking_by), "mode": MODE,
-              "ranking_by": problem.task.ranking_by, "popcorn_seed": popcorn_seed, "rechecked_outputs": None}
+              "ranking_by": problem.task.ranking_by, "popcorn_seed": popcorn_seed, "rechecked_outputs": None,
+              "order": ["against", "candidate"]}  # one eval.py run a side, in this order (see _readings)
     try:
-        figure["against"] = _side(problem, against, side="against", seed=popcorn_seed, log=log)
+        figure["against"] = _side(problem, against, side="against", seed=popcorn_seed, log=log, device=device)
     except EvalFailed as exc:
         return {**figure, "error": f"on the side benched against: {exc}"}
     try:
-        figure["candidate"] = _side(problem, candidate, side="candidate", seed=popcorn_seed, log=log)
+        figure["candidate"] = _side(problem, candidate, side="candidate", seed=popcorn_seed, log=log, device=device)
     except EvalFailed as exc:
         raise BenchFailed(f"the folder's eval.py failed the candidate: {exc}") from None
     figure["speedup"] = figure["against"]["score_us"] / figure["candidate"]["score_us"]
@@ -106,7 +124,7 @@ def add_figure(problem, result: dict, candidate: Path, against: Path, *, device,
         log(f"the folder has no {EVAL_FILE}: the second figure is okc's own timing, not the folder's")
     try:
         if has_eval:
-            figure = from_eval(problem, candidate, against, seed=seed, log=log)
+            figure = from_eval(problem, candidate, against, seed=seed, log=log, device=device)
         else:
             figure = {"source": "okc", "label": OKC_LABEL,
                       **gpumode_timing.measure(problem, candidate, against, device=device, log=log)}

@@ -1,0 +1,8 @@
+"""Wrong: the bias left out."""
+
+from task import input_t, output_t
+
+
+def custom_kernel(data: input_t) -> output_t:
+    x, weights, config = data
+    return x * weights["w"] * config["scale"]
