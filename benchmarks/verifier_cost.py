@@ -19,10 +19,10 @@ import time
 
 import torch
 
-from okc.judge.seeds import derive_seed
 from okc.judge.verdict import rules, verdicts
 from okc.judge.verdict.verifier import Verifier, describe, read_bytes
 from okc.problems import load_problem
+from okc.seeds import derive_seed
 
 SEED = 7
 

@@ -4,13 +4,14 @@ is handed, and its verdicts do not move when the process that hands them over re
 from __future__ import annotations
 
 import time
+from collections import deque
 from pathlib import Path
 
 import pytest
 import torch
 
 from okc.judge.problem import Case
-from okc.judge.verdict import rules
+from okc.judge.verdict import arena, rules
 from okc.judge.verdict import verifier as verifier_module
 from okc.judge.verdict.verifier import Verifier, VerifierError
 from okc.problems import load_problem
@@ -188,7 +189,7 @@ def test_cuda_outputs_are_read_by_address_and_judged_on_the_gpu():
     big = Case("unpooler", 256)
     inputs = [muse.make_input(big, derive_seed(SEED, "big", n), "normal", cuda) for n in range(3)]
     outs = [muse.reference(truth, big, one.x) for one in inputs]
-    count = 3 * verifier_module.ARENA_BYTES // outs[0].nbytes
+    count = 3 * arena.ARENA_BYTES // outs[0].nbytes
     for n in range(count):
         wrong = n % 7 == 3
         session.submit({"weights": 0, "case": big.key, "input": ["big", n % 3], "variant": "normal", "tag": {"n": n},
@@ -200,7 +201,7 @@ def test_cuda_outputs_are_read_by_address_and_judged_on_the_gpu():
 
 
 def test_the_arenas_ring_gives_space_in_order_and_waits_when_full():
-    ring = verifier_module.Ring(100)
+    ring = arena.Ring(100)
     assert ring.take(40) == 0 and ring.take(40) == 40
     ring.sent(True), ring.sent(False), ring.sent(True)  # a pipe message sits between the two
     assert ring.take(30) is None  # 20 left at the end, none at the start
@@ -213,7 +214,7 @@ def test_the_arenas_ring_gives_space_in_order_and_waits_when_full():
     assert ring.take(10) == 30
     ring.sent(True), ring.sent(True)
     ring.answered(), ring.answered()  # [40, 80) and [0, 30) back
-    assert ring.live == verifier_module.deque([(30, 40)])
+    assert ring.live == deque([(30, 40)])
     ring.answered()
     assert not ring.live and ring.take(100) == 0
 

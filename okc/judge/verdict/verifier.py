@@ -1,52 +1,6 @@
 """The verifier: a process that never imports the candidate judges what the candidate returned.
 
-The worker starts it (:data:`COMMAND`; ``python -m okc.judge.verdict.verifier`` works too) before
-any candidate module is imported and hands it the raw bytes of each output, read from the
-output's memory by address: no torch function or Tensor method the candidate could rebind,
-no dispatcher the candidate could hook. The verifier regenerates the weights and inputs itself from the job's seed and
-the seed labels the worker used, computes the float64 reference and applies every rule of
-okc.judge.verdict.rules. A candidate that rebinds torch functions, registers a TorchFunctionMode or
-TorchDispatchMode, overrides aten ops or flips ``allow_tf32`` in its own process cannot
-reach any of that.
-
-The whole API (the check and the bench's re-checks use nothing else)::
-
-    verifier = Verifier.start(problem_name, seed, device, job_dir)  # before the candidate is imported
-    verifier.submit(ref, out, x=None)           # non-blocking; returns at once once out's bytes are copied
-    verifier.check_weights(weights, tensors, tag)  # non-blocking: are the worker's weights still intact?
-    verifier.results()                          # -> list[dict]: waits for everything submitted
-    verifier.close()
-
-``ref`` says how the verifier regenerates the reference of one output::
-
-    {"weights": W, "case": "layer/m=N", "input": [part, ...], "variant": "normal", "tag": {...},
-     "poisoned": False}
-
-- weights: ``problem.make_weights(derive_seed(seed, *W), device)``; ``W`` is a list of seed label
-  parts, an int ``i`` is short for ``["weights", i]`` and a str ``s`` for ``[s]``;
-- input: ``problem.make_input(case, derive_seed(seed, *input), variant, device)``;
-- tag: any JSON dict, echoed back in the result (side, pair, slot, replay ...);
-- poisoned (optional): the output was NaN-filled before the call that wrote it, so an all-NaN
-  output is called stale.
-- stream (optional): outputs are held against the previous one of the same stream only (a
-  bench's re-checks name their side: the two sides' outputs for one input may be equal).
-
-``out`` is what the candidate returned (not a plain ``torch.Tensor``: the type rule fails).
-``x`` (optional) is the input buffer as the call left it: it must equal the regenerated input.
-``check_weights(weights, tensors, tag)`` compares the dict ``tensors`` (name -> tensor, the
-worker's own references to the weights it handed over) with the weights ``W`` regenerated.
-
-``results()`` returns, in submission order, one dict per ``submit``/``check_weights`` not
-returned before: ``{"tag", "ok", "rule", "message", "value", "bound", "row"}`` (rules as in
-okc.judge.verdict.rules; a weights result's message is "wrote into weight 'name'"). An output is
-also called stale when its bytes equal the previous output submitted for the same weights,
-case and variant, and fails ``alias`` when its memory overlaps ``x`` or a weight checked
-before. If the verifier process dies or cannot judge, ``results()`` (and ``submit``) raise
-:class:`VerifierError`: a harness failure, never a candidate pass.
-
-The verifier runs on the worker's device (CUDA: the float64 references of 8192-wide shapes
-need it). It ends when its stdin closes (the worker exiting, by any means) and by
-PR_SET_PDEATHSIG when the worker dies.
+The API, the ``ref`` format and the results are described in docs/verifier.md.
 """
 
 from __future__ import annotations
@@ -60,12 +14,12 @@ import os
 import subprocess
 import sys
 import threading
-from collections import deque
 from pathlib import Path
 
 import torch
 
 from okc.judge.verdict import verdicts
+from okc.judge.verdict.arena import ARENA_BYTES, Ring, aligned, make_arena
 
 # How the process is started (okc.worker has the same list: it starts one before importing torch).
 # Niced: on a machine of few cores its torch import must not slow the worker's own start.
@@ -76,8 +30,6 @@ POOLED_MIN_BYTES = 2**16  # smaller buffers are cheaper made than looked up
 PIPE_BYTES = 2**20  # the pipe's buffer (Linux's default limit for one): 64 KiB made a switch per 64 KiB
 F_SETPIPE_SZ = 1031
 CUDA_MEMCPY_DEFAULT = 4  # cudaMemcpyDefault: the direction from the pointers (unified addressing)
-ARENA_BYTES = 256 * 2**20  # the device buffer both processes map (CUDA): outputs travel through it, not the pipe
-ARENA_ALIGN = 256  # every part starts on this boundary (any dtype's view of it is aligned)
 
 # --- bound at import, before any candidate runs: the transport never looks these up again ----------
 _TensorBase = torch._C.TensorBase
@@ -101,8 +53,6 @@ _os_write = os.write
 _pack = verdicts.HEADER.pack
 _cuda_memcpy = None  # cudaMemcpy of the libcudart torch loaded, bound by Verifier.start
 _empty = torch.empty
-_share_cuda = getattr(torch.UntypedStorage, "_share_cuda_", None)
-_untyped_storage = _TensorBase.untyped_storage
 
 _spare: subprocess.Popen | None = None  # a verifier process started early (okc.worker) or left by close()
 
@@ -191,56 +141,6 @@ def read_bytes(address: int, nbytes: int, device_type: str, buffer: bytearray | 
     return buffer
 
 
-class Ring:
-    """Space in a buffer of ``size`` bytes, taken in order and given back in the same order (the
-    verifier answers its messages in the order they were sent): the arena's bookkeeping."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self.live: deque[tuple[int, int]] = deque()  # the regions not yet given back, oldest first
-        self.messages: deque[bool] = deque()  # per message awaiting its answer: does it hold a region?
-
-    def take(self, nbytes: int) -> int | None:
-        """The offset of ``nbytes`` free bytes (0 < nbytes <= size), or None until answers give some back."""
-        if not self.live:
-            start = 0
-        else:
-            tail, head = self.live[0][0], self.live[-1][1]
-            if self.live[-1][0] >= tail:  # not wrapped: free are [head, size) and [0, tail)
-                start = head if head + nbytes <= self.size else 0 if nbytes <= tail else None
-            else:  # wrapped: free is [head, tail)
-                start = head if head + nbytes <= tail else None
-        if start is not None:
-            self.live.append((start, start + nbytes))
-        return start
-
-    def untake(self) -> None:
-        """Give back the region taken last (its message was never sent)."""
-        self.live.pop()
-
-    def sent(self, holds_region: bool) -> None:
-        self.messages.append(holds_region)
-
-    def answered(self) -> None:
-        if self.messages and self.messages.popleft():
-            self.live.popleft()
-
-
-def _aligned(nbytes: int) -> int:
-    return -(-nbytes // ARENA_ALIGN) * ARENA_ALIGN
-
-
-def _make_arena(device: torch.device) -> tuple[torch.Tensor, list] | None:
-    """A device buffer and the handle another process opens it by (CUDA IPC); None where it cannot be shared."""
-    if _share_cuda is None:
-        return None
-    try:
-        arena = _empty(ARENA_BYTES, dtype=torch.uint8, device=device)
-        return arena, verdicts.encode_handle(_share_cuda(_untyped_storage(arena)))
-    except Exception:  # no IPC here (expandable segments, a restricted /dev/shm ...): the pipe carries the bytes
-        return None
-
-
 class Verifier:
     """The worker's side of one verifier session (see the module docstring)."""
 
@@ -277,7 +177,7 @@ class Verifier:
         shared = None
         if torch.device(device).type == "cuda":
             _bind_cuda_memcpy()
-            shared = _make_arena(torch.device(device))
+            shared = make_arena(torch.device(device))
         verifier = cls(process)
         if shared is not None:
             verifier.arena, hello["arena"] = shared
@@ -326,7 +226,7 @@ class Verifier:
         """Copy ``parts`` (address, bytes, device type) into the arena: their [offset, bytes], or None (the pipe)."""
         if self.ring is None or not parts or any(device_type != "cuda" for _, _, device_type in parts):
             return None
-        total = sum(_aligned(nbytes) for _, nbytes, _ in parts)
+        total = sum(aligned(nbytes) for _, nbytes, _ in parts)
         if not total or total > self.ring.size:
             return None
         with self.lock:
@@ -349,7 +249,7 @@ class Verifier:
                     if error:
                         raise RuntimeError(f"CUDA error {error} while reading an output (an illegal memory access earlier?)")
                 placed.append([offset, nbytes])
-                offset += _aligned(nbytes)
+                offset += aligned(nbytes)
             _device_synchronize()  # the copies are done before the verifier reads them
         except BaseException:
             with self.lock:
