@@ -31,7 +31,7 @@ EXIT_FAILED = 1
 EXIT_BAD_JOB = 2
 VERIFIED_KINDS = ("check", "bench", "try")  # the kinds whose outputs the verifier process judges
 # okc.judge.verdict.verifier.COMMAND, spelled out: importing that module here would import torch first.
-VERIFIER_COMMAND = [sys.executable, "-c", "import os; os.nice(10); from okc.judge.verdict.verifier import main; main()"]
+VERIFIER_COMMAND = [sys.executable, "-c", "import os; os.nice(10); from okc.verify import main; main()"]
 
 # kind -> "module:function"; the function is (job, job_dir, problem, *, device, seed, phase, log) -> result
 # fields, the job's problem loaded once here (load_job_problem) and handed to it.

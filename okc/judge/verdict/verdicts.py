@@ -1,6 +1,6 @@
 """The verifier process's side: read outputs off a pipe, regenerate, judge, answer.
 
-It runs in ``python -m okc.judge.verdict.verifier`` (see okc.judge.verdict.verifier for the protocol's API),
+It runs in ``python -m okc.verify`` (see okc.judge.verdict.verifier for the protocol's API),
 a process that never imports a candidate: everything here (the weights and inputs drawn
 from the job's seed, the float64 reference, every rule of okc.judge.verdict.rules) runs on torch
 as torch ships it.
@@ -16,6 +16,7 @@ import signal
 import struct
 import sys
 import traceback
+from collections.abc import Callable
 from typing import BinaryIO, TextIO
 
 import torch
@@ -210,10 +211,9 @@ def answer(tag: object, verdict: Verdict) -> dict:
             "value": verdict.value, "bound": verdict.bound, "row": verdict.row}
 
 
-def serve(stream: BinaryIO, answers: TextIO) -> None:
-    """Judge every message on ``stream`` until it ends; one JSON line on ``answers`` per output or weights."""
-    from okc.problems import load_problem
-
+def serve(stream: BinaryIO, answers: TextIO, load_problem: Callable[[str], Problem]) -> None:
+    """Judge every message on ``stream`` until it ends; one JSON line on ``answers`` per output or weights.
+    ``load_problem`` (okc.problems's, handed down by the entry point okc.verify) turns the hello's name into the problem."""
     session: Session | None = None
     arena: torch.Tensor | None = None  # the worker's device buffer, where a message names "arena"
     buffers: list[bytearray] = []

@@ -23,7 +23,7 @@ from okc.judge.verdict.arena import ARENA_BYTES, Ring, aligned, make_arena
 
 # How the process is started (okc.worker has the same list: it starts one before importing torch).
 # Niced: on a machine of few cores its torch import must not slow the worker's own start.
-COMMAND = [sys.executable, "-c", "import os; os.nice(10); from okc.judge.verdict.verifier import main; main()"]
+COMMAND = [sys.executable, "-c", "import os; os.nice(10); from okc.verify import main; main()"]
 IN_FLIGHT_BYTES = 256 * 2**20  # output bytes copied and not yet written to the pipe: the back-pressure
 CLOSE_WAIT_S = 30.0  # for the verifier to finish the outputs in its pipe and acknowledge the end
 POOLED_MIN_BYTES = 2**16  # smaller buffers are cheaper made than looked up
@@ -382,14 +382,3 @@ class Verifier:
             if self.returned + len(self.received) < self.submitted or self.arena_open is None:
                 self.failure = self.failure or f"the verifier process ended (exit code {self.process.wait()})"
             self.lock.notify_all()
-
-
-def main() -> None:
-    answers = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)  # whatever torch prints goes to the job's log, never into the answers
-    verdicts.die_with_parent()
-    verdicts.serve(sys.stdin.buffer, answers)
-
-
-if __name__ == "__main__":
-    main()
