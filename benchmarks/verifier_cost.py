@@ -1,8 +1,8 @@
 """Where a re-check's judging time goes: one output of every scored case, phase by phase.
 
 In this process (no pipe), per output of each scored case of the problem, the seconds of:
-read (the output's bytes off the device by address, as the worker's side reads them), rebuild
-(the bytes back into a tensor on the device, as the verifier does), draw (the input regenerated
+read and rebuild (the pipe's path: the output's bytes off the device by address and back into a
+tensor; on a GPU the verifier now reads them from the arena instead, device to device), draw (the input regenerated
 from its seed), reference (the float64 product) and rules (every rule of okc.judge.verdict.rules).
 Then the whole path through a real verifier process: ``--outputs`` outputs submitted and judged.
 A bench judges about 800 outputs (issue 31's target: all of its re-checks in 5% of its wall).

@@ -14,7 +14,10 @@ from okc.judge.verdict import verdicts
 
 ARENA_BYTES = 256 * 2**20  # the device buffer both processes map (CUDA): outputs travel through it, not the pipe
 ARENA_ALIGN = 256  # every part starts on this boundary (any dtype's view of it is aligned)
-_share_cuda = getattr(torch.UntypedStorage, "_share_cuda_", None)  # bound at import, before any candidate
+# bound at import, before any candidate runs
+_share_cuda = getattr(torch.UntypedStorage, "_share_cuda_", None)
+_untyped_storage = torch._C.TensorBase.untyped_storage
+_empty = torch.empty
 
 
 class Ring:
@@ -61,7 +64,7 @@ def make_arena(device: torch.device) -> tuple[torch.Tensor, list] | None:
     if _share_cuda is None:
         return None
     try:
-        arena = torch.empty(ARENA_BYTES, dtype=torch.uint8, device=device)
-        return arena, verdicts.encode_handle(_share_cuda(torch._C.TensorBase.untyped_storage(arena)))
+        arena = _empty(ARENA_BYTES, dtype=torch.uint8, device=device)
+        return arena, verdicts.encode_handle(_share_cuda(_untyped_storage(arena)))
     except Exception:  # no IPC here (expandable segments, a restricted /dev/shm ...): the pipe carries the bytes
         return None

@@ -1,6 +1,9 @@
 """The verifier: a process that never imports the candidate judges what the candidate returned.
 
-The API, the ``ref`` format and the results are described in docs/verifier.md.
+The worker starts it (:data:`COMMAND`, okc.verify) before the candidate is imported and hands it
+each output's raw bytes, read by address (no torch function the candidate could rebind): through
+a device buffer both map on a GPU (okc.judge.verdict.arena), else the pipe. The verifier redraws
+weights and inputs from the job's seed and applies every rule. API and formats: docs/verifier.md.
 """
 
 from __future__ import annotations
@@ -52,7 +55,6 @@ _loads = json.loads
 _os_write = os.write
 _pack = verdicts.HEADER.pack
 _cuda_memcpy = None  # cudaMemcpy of the libcudart torch loaded, bound by Verifier.start
-_empty = torch.empty
 
 _spare: subprocess.Popen | None = None  # a verifier process started early (okc.worker) or left by close()
 
@@ -135,10 +137,15 @@ def read_bytes(address: int, nbytes: int, device_type: str, buffer: bytearray | 
         return buffer
     _device_synchronize()
     _bind_cuda_memcpy()
-    error = _cuda_memcpy(ctypes.addressof(target), address, nbytes, CUDA_MEMCPY_DEFAULT)
+    _copy(ctypes.addressof(target), address, nbytes)
+    return buffer
+
+
+def _copy(destination: int, source: int, nbytes: int) -> None:
+    """cudaMemcpy, directions from the pointers; a CUDA error raises (the output cannot be read)."""
+    error = _cuda_memcpy(destination, source, nbytes, CUDA_MEMCPY_DEFAULT)
     if error:
         raise RuntimeError(f"CUDA error {error} while reading an output (an illegal memory access earlier?)")
-    return buffer
 
 
 class Verifier:
@@ -245,9 +252,7 @@ class Verifier:
             placed, offset = [], start
             for address, nbytes, _ in parts:
                 if nbytes:
-                    error = _cuda_memcpy(self.arena_address + offset, address, nbytes, CUDA_MEMCPY_DEFAULT)
-                    if error:
-                        raise RuntimeError(f"CUDA error {error} while reading an output (an illegal memory access earlier?)")
+                    _copy(self.arena_address + offset, address, nbytes)
                 placed.append([offset, nbytes])
                 offset += aligned(nbytes)
             _device_synchronize()  # the copies are done before the verifier reads them
