@@ -37,13 +37,12 @@ def become_worker(job_dir: Path) -> None:
     Worker(job_dir).run()
 
 
-READY_FILE = "ready"  # written into the standby's folder (its working directory) once warm
-
-
-def main() -> None:
+def main(argv: list[str]) -> None:
+    """``argv``: the file to create once warm (the keeper's slot/ready, okc.launch.standby)."""
     warm_up()
     try:
-        Path(READY_FILE).write_text("")
+        if argv:
+            Path(argv[0]).write_text("")
     except OSError:  # the folder is gone: claimed already, and the job is on its way
         pass
     line = sys.stdin.readline().strip()
@@ -54,4 +53,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

@@ -16,7 +16,6 @@ from okc.jobs.target import local_locks
 from okc.lab.config import find_lab
 from okc.launch import standby
 from okc.launch.proc import process_start
-from okc.standby import READY_FILE
 
 CRASH = Path(__file__).resolve().parent.parent / "okc/problems/tiny_matvec/solutions/wrong/crash.py"  # os.abort()
 READY_WAIT_S = 60.0  # a standby's python imports torch: seconds on a busy 2-core machine
@@ -47,7 +46,7 @@ def slot_info() -> dict:
 def warmed() -> None:
     """Wait until the standby's worker has imported torch (it then blocks reading its stdin)."""
     deadline = time.monotonic() + READY_WAIT_S
-    while not list(local_locks().glob(f"standby-gpu*/{READY_FILE}")):
+    while not list(local_locks().glob(f"standby-gpu*/{standby.READY_FILE}")):
         assert time.monotonic() < deadline, "the standby worker did not get ready"
         time.sleep(0.1)
 
@@ -80,6 +79,17 @@ def test_the_next_check_runs_in_the_standby_the_last_one_left_and_each_serves_on
     assert slot_info()["pid"] != left["pid"]
     rows = json.loads(invoke("ledger", "--json").output)
     assert [r["check"] for r in rows if r["number"] == 1] == ["pass"]
+
+
+def test_a_job_that_claims_a_standby_still_starting_runs_in_it(tiny):
+    # main: the claim deleted the slot, the standby's working directory, while its python still imported
+    # torch (os.getcwd failed there): every job right after another ended "the worker exited with code 1"
+    # (2 on the H200), the pmpp_v2 survey's wrong-solution checks and A/As all did
+    assert invoke("check", "001", "--quick").exit_code == 0
+    assert not list(local_locks().glob(f"standby-gpu*/{standby.READY_FILE}"))  # not warm yet: torch takes seconds
+    second = invoke("check", "001", "--quick")
+    assert second.exit_code == 0 and "PASS 001_matmul" in second.output, second.output
+    assert json.loads((newest(tiny, "check") / standby.EXIT_FILE).read_text()) == {"returncode": 0}
 
 
 def test_a_candidate_that_crashes_in_a_standby_worker_gets_the_same_verdict(tiny):

@@ -13,7 +13,7 @@ from okc.jobs.target import local_locks
 from okc.lab.config import find_lab
 from okc.lab.ledger import open_ledger, runs
 from okc.launch import standby
-from okc.standby import READY_FILE
+from okc.launch.standby import READY_FILE
 
 pytestmark = pytest.mark.gpu
 TRY_WALL_S = 60.0  # tiny_matvec's check and a +-1% bench on one GPU: seconds, with room for a busy machine

@@ -37,6 +37,7 @@ HANDOFF_S = 30.0  # a claimed standby waits this long for its job folder
 FIFO = "job.fifo"
 INFO_FILE = "standby.json"
 EXIT_FILE = "standby_exit.json"  # in the job folder: the worker's return code, by the keeper
+READY_FILE = "ready"  # in the slot, written by the worker (okc.standby) once warm
 
 
 def enabled() -> bool:
@@ -122,7 +123,9 @@ def leave(locks: str, index: int, code_dir: str, env: dict) -> None:
     try:
         slot.mkdir(parents=True)
         os.mkfifo(slot / FIFO, 0o600)
-        keeper = subprocess.Popen([sys.executable, "-m", "okc.launch.standby", str(slot)], env=env, cwd=slot,
+        # Neither the keeper nor its worker runs in the slot: the claim deletes it, maybe while they still
+        # start (a python whose working directory is gone fails in its imports: os.getcwd).
+        keeper = subprocess.Popen([sys.executable, "-m", "okc.launch.standby", str(slot.resolve())], env=env, cwd=slot.parent,
                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                   start_new_session=True)
         write_json(slot / INFO_FILE, {"pid": keeper.pid, "start": process_start(keeper.pid, living=True), "gpu": index,
@@ -155,8 +158,8 @@ def keep(slot: Path) -> int:
     """The keeper: start the worker, wait for its job folder, hand it over, and report how it ended."""
     reader = os.open(slot / FIFO, os.O_RDONLY | os.O_NONBLOCK)
     holder = os.open(slot / FIFO, os.O_WRONLY | os.O_NONBLOCK)  # a writer always: no end of file while idle
-    worker = subprocess.Popen([sys.executable, "-m", "okc.standby"], stdin=subprocess.PIPE,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=slot)
+    worker = subprocess.Popen([sys.executable, "-m", "okc.standby", str(slot / READY_FILE)], stdin=subprocess.PIPE,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=slot.parent)
     # The launcher's TERM is for the worker; the keeper reports it. Ignored only once the worker is started:
     # an ignored signal is inherited, and a worker (and what it starts: a folder's eval.py, its pool) that
     # ignores TERM cannot be stopped by it (multiprocessing's Pool waits forever on its own workers).
