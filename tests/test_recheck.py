@@ -303,3 +303,38 @@ def test_a_memoising_candidate_is_not_scored_faster(tiny_lab):
     result = json.loads((benched.job_dir / "result.json").read_text())
     assert result["status"] == "ok" and result["rechecks"]["passed"], result.get("reason")
     assert result["verdict"] != "faster", result["score"]
+
+
+# -- kept outputs past the loop's memory bound are judged during the run ---------------------------
+
+
+@pytest.mark.parametrize("source, status", [(SOLUTIONS / "correct" / "matmul.py", "ok"),
+                                            (SOLUTIONS / "timed_only" / "counts_calls.py", "invalid")])
+def test_outputs_past_the_spill_bound_are_judged_at_once_and_count_the_same(monkeypatch, source, status):
+    # main: every kept output waited on the device to the end of the run; a GPU MODE grayscale bench
+    # (1 GiB outputs, every replay of its short first epoch re-checked) ran the H200 out of memory
+    from okc.judge.protocol import benchcases, loop, recheck
+    from okc.judge.verdict.verifier import Verifier
+
+    monkeypatch.setattr(loop, "SPILL_BYTES", 1)  # every kept output is judged as soon as its batch is in
+    spills: list[int] = []
+    judge = recheck.judge
+
+    def counted(kept, *args):
+        spills.append(len(kept))
+        return judge(kept, *args)
+
+    monkeypatch.setattr(recheck, "judge", counted)
+    bench = CpuBench(TINY, source, Path(TINY.baseline_source), seed=5,
+                     settings=BenchSettings(rule=stats.StoppingRule(min_pairs=40, max_pairs=40), judge_overhead_us=0.0),
+                     log=lambda line: None)
+    verifier = Verifier.start(TINY.name, 5, "cpu")
+    try:
+        result = benchcases.run_paired(bench, names=("c", "b"), aa=False, verifier=verifier, log=lambda line: None)
+    finally:
+        verifier.close()
+    assert result["status"] == status, result.get("reason")
+    assert len(spills) > 10  # one a batch, and the final round's
+    rechecks = result["rechecks"]
+    assert rechecks["judged"] == sum(spills) == sum(rechecks["per_side"].values())
+    assert rechecks["passed"] is (status == "ok")

@@ -15,6 +15,9 @@ like everything else in the process, never knows in advance):
 A clock's ``submit(units, number, final=False)`` starts a batch (``final``: every output is
 kept) and ``collect(handle, units)`` returns its times in the order the pair table files
 them, with the outputs it kept; ``discard(handle)`` drops a batch after a void.
+The kept outputs wait where they are (on the device) until the run ends, unless they pass
+``SPILL_BYTES``: then they are judged at once, where no batch is in flight (a GPU MODE output
+of 1 GiB, every one of a short run re-checked, ran an H200 out of memory).
 The garbage collector is frozen and paused while pairs run: a collection takes hundreds of
 milliseconds in a process holding torch, and nothing the loop makes needs one.
 """
@@ -30,6 +33,7 @@ from contextlib import contextmanager
 from typing import Protocol
 
 import numpy as np
+import torch
 
 from okc.judge.protocol import pairs, stats
 from okc.judge.protocol.benchcases import BenchFailed
@@ -37,7 +41,12 @@ from okc.judge.protocol.pairs import PairTable, Unit
 from okc.judge.protocol.recheck import Recheck
 from okc.judge.protocol.timing import HoldTimeout, TimingError
 
+_Tensor = torch.Tensor  # bound at import, before any candidate: a kept output's size is read with these
+_numel = torch._C.TensorBase.numel
+_element_size = torch._C.TensorBase.element_size
+
 MAX_HOLD_RETRIES = 3  # voided batches tolerated (each halves the batch) before giving up
+SPILL_BYTES = 2 * 2**30  # kept outputs past this many bytes are judged before the run goes on
 PROGRESS_INTERVAL_S = 0.2  # progress.json is rewritten at most this often (the CLI polls at that pace)
 
 
@@ -76,6 +85,10 @@ class PairLoop:
         self.clock, self.cases, self.matrix, self.settings = clock, cases, matrix, settings
         self.progress, self.log = progress, log
         self.kept: list[tuple[Recheck, object]] = []  # the re-checked outputs the clock kept, in order
+        self.kept_bytes = 0
+        # judges a list of kept outputs before the run ends (okc.judge.protocol.benchcases.run_paired sets it)
+        self.spill: Callable[[list[tuple[Recheck, object]]], None] | None = None
+        self.spill_bytes = SPILL_BYTES
 
     @property
     def rule(self) -> stats.StoppingRule:
@@ -84,8 +97,14 @@ class PairLoop:
         floor = min(rule.max_pairs, max(rule.min_pairs, pairs.slot_floor(self.clock.slots)))
         return dataclasses.replace(rule, min_pairs=floor)
 
-    def _keep(self, outputs: list[tuple[Recheck, object]]) -> None:
+    def _keep(self, outputs: list[tuple[Recheck, object]], idle: bool = True) -> None:
+        """Keep ``outputs`` for the verifier; judge what is kept now if it passed ``spill_bytes`` and
+        nothing is ``idle``-less (a batch in flight: its hold must not wait on the verifier's reads)."""
         self.kept.extend(outputs)
+        self.kept_bytes += sum(_numel(out) * _element_size(out) for _, out in outputs if type(out) is _Tensor)
+        if idle and self.spill is not None and self.kept_bytes > self.spill_bytes:
+            kept, self.kept, self.kept_bytes = self.kept, [], 0
+            self.spill(kept)
 
     def warm_up(self) -> None:
         """Pairs run and thrown away first (clocks ramp up, first replays are slow)."""
@@ -149,7 +168,7 @@ class PairLoop:
                 batches = deque(pairs.plan(table.complete, rule.max_pairs - table.complete, self.cases, budget))
                 continue
             table.record(units, times)
-            self._keep(outputs)
+            self._keep(outputs, idle=not pending)
             if stopped_by is None and table.complete >= min(next_check, rule.max_pairs):
                 found = pairs.quad_stats(table, self.matrix, self.settings.judge_overhead_us)
                 if found is None:

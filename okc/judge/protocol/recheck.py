@@ -136,6 +136,21 @@ class Outcome:
     def passed(self) -> bool:
         return not self.failures
 
+    @classmethod
+    def merged(cls, parts: list["Outcome | None"]) -> "Outcome | None":
+        """One outcome of several judgings of one run (None: none judged anything)."""
+        parts = [part for part in parts if part is not None]
+        if not parts:
+            return None
+        total = cls()
+        for part in parts:
+            total.judged += part.judged
+            total.failures.extend(part.failures)
+            total.seconds += part.seconds
+            for side, count in part.per_side.items():
+                total.per_side[side] = total.per_side.get(side, 0) + count
+        return total
+
     def report(self) -> dict:
         return {"judged": self.judged, "per_side": dict(self.per_side), "passed": self.passed,
                 "failures": self.failures[:8], "seconds": round(self.seconds, 3)}
