@@ -3,6 +3,10 @@ is handed, and its verdicts do not move when the process that hands them over re
 
 from __future__ import annotations
 
+import io
+import json
+import os
+import threading
 import time
 from collections import deque
 from pathlib import Path
@@ -11,7 +15,7 @@ import pytest
 import torch
 
 from okc.judge.problem import Case
-from okc.judge.verdict import arena, rules
+from okc.judge.verdict import arena, rules, verdicts
 from okc.judge.verdict import verifier as verifier_module
 from okc.judge.verdict.verifier import Verifier, VerifierError
 from okc.problems import load_problem
@@ -248,3 +252,49 @@ def test_the_verifier_dies_with_a_worker_that_crashed(tmp_path):
     while any(_is_verifier(pid) for pid in verifiers) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not any(_is_verifier(pid) for pid in verifiers)
+
+
+def _message(header: dict, parts: list[bytes]) -> bytes:
+    text = json.dumps({**header, "nbytes": [len(part) for part in parts]}).encode()
+    return verdicts.HEADER.pack(len(text), len(parts)) + text + b"".join(parts)
+
+
+def _output(request: dict, out: torch.Tensor) -> bytes:
+    facts, address, nbytes, device = verifier_module.describe(out)
+    return _message({"kind": "output", "ref": request, "out": facts},
+                    [bytes(verifier_module.read_bytes(address, nbytes, device))])
+
+
+@pytest.mark.parametrize("raw", [True, False])
+def test_outputs_waiting_together_are_read_back_together_and_answered_in_order(tiny, monkeypatch, raw):
+    # main: every output was its own host sync (its measurements, then its probe rows): about 2 ms of the
+    # H200's verifier per re-checked output, +21% on an okc bench's wall time
+    batches: list[int] = []
+    flush = verdicts.Answers.flush
+
+    def counted(self):
+        batches.append(len(self.pending))
+        flush(self)
+
+    monkeypatch.setattr(verdicts.Answers, "flush", counted)
+    expected = []
+    messages = [_message({"kind": "hello", "problem": "tiny_matvec", "seed": SEED, "device": "cpu"}, [])]
+    for n in range(40):
+        _, right = reference(tiny, CASE, ["timed", n])
+        out, rule = (torch.zeros_like(right), rules.WHOLE) if n % 13 == 7 else (right, None)
+        messages.append(_output(ref(["timed", n], {"n": n}), out))
+        expected.append(rule)
+    read, write = os.pipe()
+    writer = threading.Thread(target=lambda: (os.write(write, b"".join(messages)), os.close(write)))
+    writer.start()  # all of it at once: what the pipe holds waits together
+    answers = io.StringIO()
+    stream = os.fdopen(read, "rb", buffering=0 if raw else -1)
+    verdicts.serve(stream, answers, load_problem)
+    writer.join()
+    lines = [json.loads(line) for line in answers.getvalue().splitlines()][1:]  # after the hello's
+    assert [line["tag"] for line in lines] == [{"n": n} for n in range(40)]
+    assert [None if line["ok"] else line["rule"] for line in lines] == expected
+    if raw:  # read back in a few batches, not one a message
+        assert max(batches) > 10 and sum(batches) == 40
+    else:  # a stream that cannot tell whether more is waiting: each is answered at once
+        assert max(batches) == 1

@@ -155,6 +155,12 @@ class Problem(abc.ABC):
     def make_input(self, case: Case, seed: int, variant: str, device: torch.device) -> Inputs:
         """A fresh input for ``case`` drawn from ``seed``."""
 
+    def draw_input(self, case: Case, seed: int, variant: str, device: torch.device) -> tuple[Inputs, torch.Tensor | None]:
+        """``make_input``'s input with its probe rows as a device mask (one bool a row) nothing has read
+        yet, so that a verifier reads them back with the rest of its numbers; the default is
+        ``make_input``'s input and None (its ``probe_rows`` hold)."""
+        return self.make_input(case, seed, variant, device), None
+
     def fill_input(self, buffer: object, case: Case, seed: int, variant: str) -> bool:
         """Write the input ``make_input`` draws from ``seed`` into ``buffer`` (the graph's input buffer), bit for bit.
 

@@ -107,11 +107,18 @@ class ProjectionProblem(Problem):
 
     def make_input(self, case: Case, seed: int, variant: str, device: torch.device) -> Inputs:
         """The input drawn from ``seed`` (okc.problems.projection_draw), and its probe rows."""
+        x = self._draw(case, seed, variant, device)
+        return Inputs(x=x, probe_rows=projection_draw.probe_rows(x))
+
+    def draw_input(self, case: Case, seed: int, variant: str, device: torch.device) -> tuple[Inputs, torch.Tensor]:
+        x = self._draw(case, seed, variant, device)
+        return Inputs(x=x), projection_draw.probe_mask(x)
+
+    def _draw(self, case: Case, seed: int, variant: str, device: torch.device) -> torch.Tensor:
         if variant not in self.input_variants:
             raise ValueError(f"unknown input variant {variant!r}; one of {', '.join(self.input_variants)}")
         layer = self.layer(case.layer)
-        x = projection_draw.draw_new(case.m, layer.k, layer.x_dtype, seed, variant, device)
-        return Inputs(x=x, probe_rows=projection_draw.probe_rows(x))
+        return projection_draw.draw_new(case.m, layer.k, layer.x_dtype, seed, variant, device)
 
     def fill_input(self, buffer: object, case: Case, seed: int, variant: str) -> bool:
         """Draw into ``buffer`` the x that ``make_input`` draws from ``seed``: on a GPU one kernel launch

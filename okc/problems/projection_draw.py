@@ -92,10 +92,14 @@ def draw_new(m: int, k: int, dtype: torch.dtype, seed: int, variant: str, device
 
 def probe_rows(x: torch.Tensor) -> tuple[int, ...]:
     """The rows of ``x`` with exactly one non-zero entry (host sync: not for a timed batch)."""
+    return tuple(int(row) for row in torch.nonzero(probe_mask(x)).flatten().tolist())
+
+
+def probe_mask(x: torch.Tensor) -> torch.Tensor:
+    """One bool a row of ``x``: has it exactly one non-zero entry? (On x's device, nothing read back.)"""
     if x.shape[-1] < 2:
-        return ()
-    single = (x != 0).sum(dim=1) == 1
-    return tuple(int(row) for row in torch.nonzero(single).flatten().tolist())
+        return torch.zeros(x.shape[0], dtype=torch.bool, device=x.device)
+    return (x != 0).sum(dim=1) == 1
 
 
 def _torch_draw(chosen: Plan, m: int, k: int, device: torch.device) -> torch.Tensor:

@@ -80,12 +80,33 @@ def check_facts(facts: dict, shape: tuple[int, ...], dtype: torch.dtype, device_
     return None
 
 
+@dataclass(frozen=True)
+class Measured:
+    """What :func:`measure` enqueued for one output on its device: ``packed`` is read back (a verifier
+    reads hundreds of outputs' at once, each host sync cost it tens of microseconds), then :func:`conclude`."""
+
+    packed: torch.Tensor  # float64: the heads, the probe mask (if any), then _measure's numbers
+    heads: tuple[str, ...]
+    probes: int  # entries of the probe mask after the heads; 0: the probe rows are ``probe_rows``
+    probe_rows: tuple[int, ...]
+    out: torch.Tensor
+    poisoned: bool
+    x_form: bool
+    tolerance: Tolerance
+
+
 def judge(out: torch.Tensor, reference: Callable[[], torch.Tensor], inputs: Inputs, previous: torch.Tensor | None,
           poisoned: bool, x_after: torch.Tensor | None, tolerance: Tolerance) -> Verdict:
-    """An output of the right form: stale, values against ``reference()``, then x as the call left it.
+    """An output of the right form: stale, values against ``reference()``, then x as the call left it."""
+    measured = measure(out, reference, inputs, previous, poisoned, x_after, tolerance)
+    return conclude(measured, measured.packed.cpu())
 
-    Everything is measured on the output's device and read back in one transfer (a verifier
-    judges hundreds of a bench's outputs: each host sync cost it tens of microseconds)."""
+
+def measure(out: torch.Tensor, reference: Callable[[], torch.Tensor], inputs: Inputs, previous: torch.Tensor | None,
+            poisoned: bool, x_after: torch.Tensor | None, tolerance: Tolerance,
+            probe_mask: torch.Tensor | None = None) -> Measured:
+    """:func:`judge`'s measurements, enqueued on the output's device and not read; ``probe_mask`` (one
+    bool a row, on the device) stands for ``inputs.probe_rows``."""
     x_form = x_after is not None and (x_after.shape != inputs.x.shape or x_after.dtype != inputs.x.dtype)
     heads: dict[str, torch.Tensor] = {}  # one-element device tensors, read back with the measurements
     if poisoned and out.is_floating_point():
@@ -96,18 +117,31 @@ def judge(out: torch.Tensor, reference: Callable[[], torch.Tensor], inputs: Inpu
         differs = x_after != inputs.x
         changed_rows = differs.reshape(differs.shape[0], -1).any(dim=1) if differs.dim() else differs.reshape(1)
         heads["x_changed"], heads["x_row"] = changed_rows.any().view(1), changed_rows.int().argmax().view(1)
-    packed = torch.cat([*(head.double() for head in heads.values()), _measure(out, reference())]).cpu()
-    read = dict(zip(heads, packed[:len(heads)].tolist()))
+    parts = [head.double() for head in heads.values()]
+    if probe_mask is not None:
+        parts.append(probe_mask.reshape(-1).double())
+    parts.append(_measure(out, reference()))
+    return Measured(torch.cat(parts), tuple(heads), 0 if probe_mask is None else probe_mask.numel(), inputs.probe_rows,
+                    out, poisoned, x_form, tolerance)
+
+
+def conclude(measured: Measured, packed: torch.Tensor) -> Verdict:
+    """The verdict from ``packed``, :func:`measure`'s numbers read back to the host."""
+    count = len(measured.heads)
+    read = dict(zip(measured.heads, packed[:count].tolist()))
     if read.get("all_nan"):
         return fail(STALE, "the replay wrote nothing into the output (its NaN poison survived everywhere): "
                     "a cached output, or one computed outside the captured work")
     if read.get("same"):
         return fail(STALE, "the output is bit-identical to the previous call's, for a different input: a cached output")
-    verdict = _values_verdict(packed[len(heads):], out, tolerance, inputs.probe_rows)
-    if poisoned and verdict.rule == NONFINITE:
+    probe_rows = measured.probe_rows
+    if measured.probes:
+        probe_rows = tuple(row for row, flag in enumerate(packed[count:count + measured.probes].tolist()) if flag)
+    verdict = _values_verdict(packed[count + measured.probes:], measured.out, measured.tolerance, probe_rows)
+    if measured.poisoned and verdict.rule == NONFINITE:
         verdict = replace(verdict, message=verdict.message + " (the output was NaN-poisoned before the replay: "
                           "an element the graph never writes stays NaN)")
-    if verdict.passed and x_form:
+    if verdict.passed and measured.x_form:
         return fail(X_MODIFIED, "the input x the call left has another shape or dtype than it was given")
     if verdict.passed and read.get("x_changed"):
         return fail(X_MODIFIED, "kernel_fn wrote into its input x", row=int(read["x_row"]))

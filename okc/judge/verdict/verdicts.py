@@ -8,10 +8,11 @@ as torch ships it.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
+import io
 import json
 import os
+import select
 import signal
 import struct
 import sys
@@ -29,6 +30,7 @@ from okc.seeds import derive_seed
 VERIFIER_ERROR = "verifier_error"  # the verifier could not judge: a harness failure, never a verdict
 PR_SET_PDEATHSIG = 1
 HEADER = struct.Struct("<II")  # a message: the JSON header's length and its payload's part count
+MAX_PENDING = 128  # outputs begun before their measurements are read back and answered (Answers)
 
 
 def die_with_parent() -> None:
@@ -180,10 +182,15 @@ class Session:
         return Verdict(True, rules.WEIGHTS_MODIFIED, "the weights are unchanged")
 
     def judge_output(self, header: dict, parts: list[bytearray]) -> Verdict:
+        begun = self.begin_output(header, parts)
+        return begun if isinstance(begun, Verdict) else rules.conclude(begun, begun.packed.cpu())
+
+    def begin_output(self, header: dict, parts: list[bytearray]) -> Verdict | rules.Measured:
+        """A verdict where the form decides it, else the output's measurements, enqueued and not yet read."""
         ref = header["ref"]
         case = self.case(ref["case"])
         key, truth = self.weight_set(ref["weights"])
-        inputs = self.problem.make_input(case, derive_seed(self.seed, *ref["input"]), ref["variant"], self.device)
+        inputs, probe_mask = self.problem.draw_input(case, derive_seed(self.seed, *ref["input"]), ref["variant"], self.device)
         shape, dtype = self.problem.output_spec(case)
         facts = header["out"]
         verdict = rules.check_facts(facts, shape, dtype, self.device.type)
@@ -202,8 +209,8 @@ class Session:
         self.previous[stream] = (label, out)
         if last_label == label:  # the same input again: the same output is right, not stale
             previous = None
-        return rules.judge(out, lambda: self.problem.reference(truth, case, inputs.x), inputs, previous,
-                           bool(ref.get("poisoned")), x_after, self.problem.tolerance(case))
+        return rules.measure(out, lambda: self.problem.reference(truth, case, inputs.x), inputs, previous,
+                             bool(ref.get("poisoned")), x_after, self.problem.tolerance(case), probe_mask)
 
 
 def answer(tag: object, verdict: Verdict) -> dict:
@@ -211,15 +218,75 @@ def answer(tag: object, verdict: Verdict) -> dict:
             "value": verdict.value, "bound": verdict.bound, "row": verdict.row}
 
 
+def could_not_judge(tag: object, exc: BaseException) -> dict:
+    traceback.print_exception(exc)
+    return {"tag": tag, "ok": False, "rule": VERIFIER_ERROR, "message": f"{type(exc).__name__}: {exc}",
+            "value": None, "bound": None, "row": None}
+
+
+def _dry(stream: BinaryIO) -> bool:
+    """Whether nothing more is waiting on ``stream`` now (True where that cannot be told: judge at once)."""
+    if not isinstance(stream, io.RawIOBase):
+        return True
+    try:
+        return not select.select([stream.fileno()], [], [], 0)[0]
+    except (OSError, ValueError):
+        return True
+
+
+class Answers:
+    """Outputs begun and not yet answered: their measurements are read back together (one host sync
+    for many) when the pipe runs dry, when ``MAX_PENDING`` wait, or before any other message."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.pending: list[tuple[object, object]] = []  # (tag, a result dict or rules.Measured), in order
+        self.arena = False  # a pending message's bytes are in the arena: it is read before the answers
+
+    def add(self, tag: object, item: object, arena: bool) -> None:
+        self.pending.append((tag, item))
+        self.arena = self.arena or arena
+
+    def flush(self) -> None:
+        pending, self.pending = self.pending, []
+        measured = [item for _, item in pending if isinstance(item, rules.Measured)]
+        values: list = []
+        failed: BaseException | None = None
+        try:
+            if measured:
+                read = torch.cat([item.packed for item in measured]).cpu()
+                values = list(read.split([item.packed.numel() for item in measured]))
+            if self.arena and torch.cuda.is_initialized():
+                torch.cuda.synchronize()  # every read of the arena is done: the answers give its regions back
+        except Exception as exc:  # a CUDA error: nothing pending can be judged
+            failed = exc
+        self.arena = False
+        numbers = iter(values)
+        for tag, item in pending:
+            if isinstance(item, rules.Measured):
+                try:
+                    if failed is not None:
+                        raise failed
+                    item = answer(tag, rules.conclude(item, next(numbers)))
+                except Exception as exc:
+                    item = could_not_judge(tag, exc)
+            self.out.write(json.dumps(item) + "\n")
+        self.out.flush()
+
+
 def serve(stream: BinaryIO, answers: TextIO, load_problem: Callable[[str], Problem]) -> None:
     """Judge every message on ``stream`` until it ends; one JSON line on ``answers`` per output or weights.
-    ``load_problem`` (okc.problems's, handed down by the entry point okc.verify) turns the hello's name into the problem."""
+    ``load_problem`` (okc.problems's, handed down by the entry point okc.verify) turns the hello's name into the problem.
+    On a raw stream (okc.verify's), outputs that arrive together are read back together (:class:`Answers`)."""
     session: Session | None = None
     arena: torch.Tensor | None = None  # the worker's device buffer, where a message names "arena"
     buffers: list[bytearray] = []
+    waiting = Answers(answers)
     while (message := read_message(stream, buffers)) is not None:
         header, parts = message
         kind = header.get("kind")
+        if kind != "output":
+            waiting.flush()
         if kind == "hello":
             torch.backends.cuda.matmul.allow_tf32 = False  # the reference is float64 anyway: say so
             device = torch.device(header["device"])
@@ -249,13 +316,14 @@ def serve(stream: BinaryIO, answers: TextIO, load_problem: Callable[[str], Probl
                 if arena is None:
                     raise ValueError("a message names the arena, and none is mapped")
                 parts = [arena[offset:offset + nbytes] for offset, nbytes in header["arena"]]
-            verdict = session.judge_weights(header, parts) if kind == "weights" else session.judge_output(header, parts)
-            result = answer(tag, verdict)
+            if kind == "weights":
+                item = answer(tag, session.judge_weights(header, parts))
+            else:
+                begun = session.begin_output(header, parts)
+                item = answer(tag, begun) if isinstance(begun, Verdict) else begun
         except Exception as exc:
-            traceback.print_exc()
-            result = {"tag": tag, "ok": False, "rule": VERIFIER_ERROR, "message": f"{type(exc).__name__}: {exc}",
-                      "value": None, "bound": None, "row": None}
-        if "arena" in header and arena is not None:
-            with contextlib.suppress(Exception):
-                torch.cuda.synchronize()  # every read of the arena is done: the answer gives its region back
-        answers.write(json.dumps(result) + "\n")
+            item = could_not_judge(tag, exc)
+        waiting.add(tag, item, "arena" in header and arena is not None)
+        if kind != "output" or len(waiting.pending) >= MAX_PENDING or _dry(stream):
+            waiting.flush()
+    waiting.flush()
