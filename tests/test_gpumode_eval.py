@@ -72,7 +72,8 @@ def test_bench_reports_the_folders_eval_py_figure_ranked_by_last(tmp_path, monke
     assert stat["source"] == "eval.py" and stat["mode"] == "leaderboard" and stat["ranking_by"] == "last"
     assert stat["label"] == "the folder's eval.py, leaderboard mode, ranked by last"
     for side in ("candidate", "against"):  # eval.py was given the last benchmark alone, and ran its own 25 calls
-        assert [(row["case"], row["runs"]) for row in stat[side]["cases"]] == [("benchmark.1", 25)]
+        assert [(row["case"], row["runs"]) for row in stat[side]["cases"]] == [("benchmark.1", 25 * figure.ROUNDS)]
+        assert len(stat[side]["runs"]) == figure.ROUNDS and stat[side]["cases"][0]["run_means_us"] == stat[side]["runs"]
         assert stat[side]["score_us"] == stat[side]["cases"][0]["mean_us"]
     last = next(load for load in result["loads"] if load["name"] == "benchmark.1")
     assert stat["paired"] == {"ranking_by": "last", "speedup": last["speedup"], "ci": last["ci"]}
@@ -187,7 +188,7 @@ def test_a_first_set_folder_checks_by_its_error_string_and_benches_with_its_eval
     stat = last_result(root, "bench")["gpumode"]
     assert "error" not in stat, stat.get("error")
     for side in ("candidate", "against"):  # the last benchmark alone, the test eval.py's 20 calls, no best
-        assert [(row["case"], row["runs"], row["best_us"]) for row in stat[side]["cases"]] == [("benchmark.1", 20, None)]
+        assert [(row["case"], row["runs"], row["best_us"]) for row in stat[side]["cases"]] == [("benchmark.1", 20 * figure.ROUNDS, None)]
     assert stat["speedup"] == pytest.approx(stat["against"]["score_us"] / stat["candidate"]["score_us"])
 
 
@@ -216,12 +217,20 @@ def test_the_figure_says_its_order_and_the_gpus_clocks_around_each_sides_eval_py
     # main: the two eval.py runs (one a side, against first) left no trace of the clocks they ran at
     assert figure._readings(None) is None  # off a GPU: no readings
     problem = gpumode_problem(tmp_path, OUTPLACE)
-    readings = iter([{"clocks.sm": 1980.0}, {"clocks.sm": 1755.0}, {"clocks.sm": 1700.0}, {"clocks.sm": 1650.0}])
+    readings = iter([{"clocks.sm": mhz} for mhz in (1980.0, 1755.0, 1700.0, 1650.0, 1640.0, 1630.0, 1620.0, 1610.0)])
     monkeypatch.setattr(figure, "_readings", lambda device: next(readings))
     lines: list[str] = []
     stat = figure.from_eval(problem, OUTPLACE / "submission.py", REPO / "okc/problems/gpumode/baseline.py",
                             seed=3, log=lines.append, device=None)
-    assert stat["order"] == ["against", "candidate"]
-    assert stat["against"]["gpu_readings"] == {"before": {"clocks.sm": 1980.0}, "after": {"clocks.sm": 1755.0}}
-    assert stat["candidate"]["gpu_readings"]["after"] == {"clocks.sm": 1650.0}
+    # two runs a side, ABBA: a clock that sinks over the four moves both sides alike
+    assert stat["order"] == ["against", "candidate", "candidate", "against"]
+    assert stat["against"]["gpu_readings"][0] == {"before": {"clocks.sm": 1980.0}, "after": {"clocks.sm": 1755.0}}
+    assert stat["candidate"]["gpu_readings"][1]["after"] == {"clocks.sm": 1630.0}
+    assert stat["against"]["gpu_readings"][1]["after"] == {"clocks.sm": 1610.0}
     assert "SM before 1700 MHz, SM after 1650 MHz" in lines[1]
+    # the spread between processes, beside the mean of the runs (one run's err cannot show it)
+    spread = stat["between_runs"]
+    assert spread["against"] == [min(stat["against"]["runs"]), max(stat["against"]["runs"])]
+    assert spread["speedup"][0] <= stat["speedup"] <= spread["speedup"][1]
+    assert stat["against"]["score_us"] == pytest.approx(sum(stat["against"]["runs"]) / 2)
+    assert f"(runs {spread['speedup'][0]:.4f}-{spread['speedup'][1]:.4f})" in figure.summary_line(stat)

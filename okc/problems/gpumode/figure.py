@@ -2,8 +2,8 @@
 
 The folder's eval.py is the authority for the figure its leaderboard shows (SPEC 5: one set times
 eager calls and takes a mean, another replays graphs and takes a median). So okc runs it
-(okc.problems.gpumode.evalrun) in ``leaderboard`` mode, the mode kernelbot ranks, first on the
-side benched against, then on the candidate, each with the same ``POPCORN_SEED``, and ranks each
+(okc.problems.gpumode.evalrun) in ``leaderboard`` mode, the mode kernelbot ranks, twice a side in
+ABBA order (against first), each run with the same ``POPCORN_SEED``, and ranks each
 side's means by the task's ``ranking_by`` as kernelbot does (``last``: eval.py is given the last
 benchmark alone, and its mean is the score). Beside it goes okc's paired speedup ranked the same
 way (``last``: the last load's speedup and CI; ``geom``: okc's score; ``mean``: the ratio of the
@@ -24,6 +24,7 @@ from okc.judge.protocol.benchcases import BenchFailed, error_result
 from okc.problems.gpumode.evalrun import EVAL_FILE, EvalFailed, ran_indexes, run_eval
 from okc.seeds import derive_seed
 
+ROUNDS = 2  # eval.py runs a side (ABBA): their spread is the figure's error between processes (from_eval)
 MODE = "leaderboard"  # kernelbot ranks this mode's means: inputs regenerated and re-checked every timed call
 POPCORN_SEED_RANGE = 2**31  # their eval.py combines it with each case's seed; keep it an ordinary int
 OKC_LABEL = ("okc's own timing, not the folder's figure: the folder has no eval.py (okc's loop after one set's "
@@ -85,22 +86,53 @@ def _side(problem, source: Path, *, side: str, seed: int, log, device=None) -> d
             "gpu_readings": readings}
 
 
-def from_eval(problem, candidate: Path, against: Path, *, seed: int, log, device=None) -> dict:
-    """The figure by the folder's eval.py; BenchFailed if it failed the candidate."""
+def run_order(rounds: int) -> list[str]:
+    """The sides' eval.py runs: ABBA over the rounds (against, candidate, candidate, against, ...)."""
+    pair = [["against", "candidate"], ["candidate", "against"]]
+    return [side for index in range(rounds) for side in pair[index % 2]]
+
+
+def from_eval(problem, candidate: Path, against: Path, *, seed: int, log, device=None, rounds: int = ROUNDS) -> dict:
+    """The figure by the folder's eval.py, ``rounds`` runs a side in ABBA order; BenchFailed if it failed the candidate.
+
+    A side's score is the mean of its runs' scores, and ``between_runs`` the spread of those scores and of
+    every (against, candidate) pairing's speedup: on the H200, two processes running one file's eval.py
+    read 10-30 of its own errs apart (benchmarks/NOTES.md, 2026-12-03), so one run's err says nothing of it."""
     popcorn_seed = derive_seed(seed, "gpumode", "eval") % POPCORN_SEED_RANGE
+    order = run_order(rounds)
     figure = {"source": EVAL_FILE, "label": eval_label(MODE, problem.task.ranking_by), "mode": MODE,
               "ranking_by": problem.task.ranking_by, "popcorn_seed": popcorn_seed, "rechecked_outputs": None,
-              "order": ["against", "candidate"]}  # one eval.py run a side, in this order (see _readings)
-    try:
-        figure["against"] = _side(problem, against, side="against", seed=popcorn_seed, log=log, device=device)
-    except EvalFailed as exc:
-        return {**figure, "error": f"on the side benched against: {exc}"}
-    try:
-        figure["candidate"] = _side(problem, candidate, side="candidate", seed=popcorn_seed, log=log, device=device)
-    except EvalFailed as exc:
-        raise BenchFailed(f"the folder's eval.py failed the candidate: {exc}") from None
+              "order": order}  # eval.py runs, one process each, in this order (see _readings)
+    runs: dict[str, list[dict]] = {"against": [], "candidate": []}
+    sources = {"against": against, "candidate": candidate}
+    for side in order:
+        try:
+            runs[side].append(_side(problem, sources[side], side=side, seed=popcorn_seed, log=log, device=device))
+        except EvalFailed as exc:
+            if side == "against":
+                return {**figure, "error": f"on the side benched against: {exc}"}
+            raise BenchFailed(f"the folder's eval.py failed the candidate: {exc}") from None
+    for side, done in runs.items():
+        figure[side] = _merged(done, problem.task.ranking_by)
     figure["speedup"] = figure["against"]["score_us"] / figure["candidate"]["score_us"]
+    speedups = [a / c for a in figure["against"]["runs"] for c in figure["candidate"]["runs"]]
+    figure["between_runs"] = {side: [min(figure[side]["runs"]), max(figure[side]["runs"])] for side in runs}
+    figure["between_runs"]["speedup"] = [min(speedups), max(speedups)]
     return figure
+
+
+def _merged(done: list[dict], ranking_by: str) -> dict:
+    """One side's runs as one: each case's mean the mean of its runs' (err: the largest run's, calls: all of
+    them), the score ranked from those, and each run's own score in ``runs``."""
+    cases = []
+    for rows in zip(*(run["cases"] for run in done)):
+        means = [row["mean_us"] for row in rows]
+        errs = [row["err_us"] for row in rows if row.get("err_us") is not None]
+        cases.append({**rows[0], "mean_us": sum(means) / len(means), "run_means_us": means,
+                      "err_us": max(errs, default=None), "runs": sum(row["runs"] for row in rows)})
+    return {"score_us": gpumode_timing.combine([row["mean_us"] for row in cases], ranking_by), "cases": cases,
+            "runs": [run["score_us"] for run in done], "seconds": sum(run["seconds"] for run in done),
+            "exit_code": done[-1]["exit_code"], "gpu_readings": [run["gpu_readings"] for run in done]}
 
 
 def summary_line(figure: dict) -> str:
@@ -111,8 +143,11 @@ def summary_line(figure: dict) -> str:
         f" [{ci[0]:.4f}, {ci[1]:.4f}]" if ci else "")
     if "error" in figure:
         return f"GPU MODE figure ({figure['label']}): none, {figure['error']}{okc}"
+    spread = figure.get("between_runs")
+    runs = "" if not spread or len(figure["candidate"].get("runs", ())) < 2 else (
+        f" (runs {spread['speedup'][0]:.4f}-{spread['speedup'][1]:.4f})")
     return (f"GPU MODE figure ({figure['label']}): candidate {figure['candidate']['score_us']:.3f} us, "
-            f"against {figure['against']['score_us']:.3f} us, speedup {figure['speedup']:.4f}{okc}")
+            f"against {figure['against']['score_us']:.3f} us, speedup {figure['speedup']:.4f}{runs}{okc}")
 
 
 def add_figure(problem, result: dict, candidate: Path, against: Path, *, device, seed: int, log) -> dict:
