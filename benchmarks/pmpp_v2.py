@@ -324,11 +324,14 @@ def line(record: dict, modes: list[str]) -> str:
         rounds.append("figure's last case against/candidate " + " / ".join(
             f"{fmt(end['mean_us'], '.1f')} ({fmt(end['best_us'], '.1f')}-{fmt(end.get('worst_us'), '.1f')})" for end in ends)
             + f", bests' ratio {fmt(ends[0]['best_us'] / ends[1]['best_us'])}")
-    clocks = {side: ((figure.get(side) or {}).get("gpu_readings") or {}) for side in ("against", "candidate")}
-    if any(clocks.values()):  # okc runs one eval.py a side, against first: a clock that moved between them shows
+    clocks = {side: (figure.get(side) or {}).get("gpu_readings") or [] for side in ("against", "candidate")}
+    if any(clocks.values()):  # okc's eval.py runs, ABBA: a clock that moved between them shows
         rounds.append("figure's SM MHz " + ", ".join(
             f"{side} {fmt((got.get('before') or {}).get('clocks.sm'), '.0f')}->{fmt((got.get('after') or {}).get('clocks.sm'), '.0f')}"
-            for side, got in clocks.items()))
+            for side, runs in clocks.items() for got in (runs if isinstance(runs, list) else [runs]) if got))
+    spread = figure.get("between_runs")
+    if spread:
+        rounds.append(f"figure's runs' speedups {fmt(spread['speedup'][0])}-{fmt(spread['speedup'][1])}")
     return (f"{record['problem']}: " + "; ".join(f"{h} {c}" for h, c in zip(head[1:], row(record, modes)[1:])) + why
             + (f"; µs mean (best-worst): {'; '.join(rounds)}" if rounds else ""))
 
