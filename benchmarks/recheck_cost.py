@@ -73,7 +73,8 @@ def main() -> None:
                 print(f"{number}{' A/A' if aa else ''} run {run} re-checks {'on ' if rechecks else 'off'}: "
                       f"{result['status']} wall {wall:.2f} s, job {result.get('duration_s', 0):.2f} s, "
                       f"{result.get('pairs')} pairs; judged {checks.get('judged', 0)} outputs in "
-                      f"{checks.get('seconds', 0):.2f} s; phases {result.get('seconds')}", flush=True)
+                      f"{checks.get('seconds', 0):.2f} s (handing over {checks.get('handing_s', 0):.2f} s, then waiting "
+                      f"{checks.get('waiting_s', 0):.2f} s); phases {result.get('seconds')}", flush=True)
         on, off = statistics.median(walls[True]), statistics.median(walls[False])
         print(f"{number}{' A/A' if aa else ''}: median wall {on:.2f} s with re-checks, {off:.2f} s without: "
               f"{100 * (on / off - 1):+.1f}%")

@@ -337,4 +337,6 @@ def test_outputs_past_the_spill_bound_are_judged_at_once_and_count_the_same(monk
     assert len(spills) > 10  # one a batch, and the final round's
     rechecks = result["rechecks"]
     assert rechecks["judged"] == sum(spills) == sum(rechecks["per_side"].values())
+    assert 0 < rechecks["handing_s"] <= rechecks["seconds"]  # the worker's part of the judging, and the wait after
+    assert rechecks["waiting_s"] == pytest.approx(rechecks["seconds"] - rechecks["handing_s"], abs=2e-3)
     assert rechecks["passed"] is (status == "ok")

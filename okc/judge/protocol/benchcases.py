@@ -115,7 +115,8 @@ def run_paired(bench, *, names: tuple[str, str], aa: bool, verifier, log) -> dic
             "timed_inputs": {"drawn": bench.draws.total, "fresh": True}}
     if outcome is not None:
         sides = ", ".join(f"{count} {side}" for side, count in sorted(outcome.per_side.items()))
-        log(f"re-checks: {outcome.judged} timed outputs judged ({sides}) in {outcome.seconds:.2f} s, "
+        log(f"re-checks: {outcome.judged} timed outputs judged ({sides}) in {outcome.seconds:.2f} s "
+            f"({outcome.handing_s:.2f} s handing them over), "
             f"{'all passed' if outcome.passed else f'{len(outcome.failures)} failed'}")
         if not outcome.passed:  # no score: what was timed is not what the check passed
             return {"kind": "bench", **identity, "pairs": summary["pairs"], **extra, **tail, "status": "invalid",

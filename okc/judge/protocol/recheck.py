@@ -130,6 +130,9 @@ class Outcome:
     judged: int = 0
     failures: list[dict] = field(default_factory=list)
     seconds: float = 0.0
+    # of seconds: handing the outputs over (the worker's side: its copies and syncs), then waiting for the
+    # verdicts (the verifier's side, past what it judged while the worker handed over)
+    handing_s: float = 0.0
     per_side: dict[str, int] = field(default_factory=dict)  # outputs judged per side (the final round included)
 
     @property
@@ -147,13 +150,15 @@ class Outcome:
             total.judged += part.judged
             total.failures.extend(part.failures)
             total.seconds += part.seconds
+            total.handing_s += part.handing_s
             for side, count in part.per_side.items():
                 total.per_side[side] = total.per_side.get(side, 0) + count
         return total
 
     def report(self) -> dict:
         return {"judged": self.judged, "per_side": dict(self.per_side), "passed": self.passed,
-                "failures": self.failures[:8], "seconds": round(self.seconds, 3)}
+                "failures": self.failures[:8], "seconds": round(self.seconds, 3), "handing_s": round(self.handing_s, 3),
+                "waiting_s": round(self.seconds - self.handing_s, 3)}
 
     def reason(self) -> str:
         first = self.failures[0]
@@ -178,6 +183,7 @@ def judge(kept: list, verifier, cases: list, variant: str) -> Outcome | None:
             per_side[recheck.side] = per_side.get(recheck.side, 0) + 1
             verifier.submit({"weights": "weights", "case": key, "input": [*recheck.label, key], "variant": variant,
                              "tag": recheck.tag(key), "stream": recheck.side, "poisoned": recheck.poisoned}, out)
+        handed = time.monotonic()
         results = verifier.results()
     except Exception as exc:  # the verifier died, or its pipe broke: nothing was judged
         raise JudgeError(f"{type(exc).__name__}: {exc}".splitlines()[0]) from None
@@ -186,4 +192,5 @@ def judge(kept: list, verifier, cases: list, variant: str) -> Outcome | None:
         raise JudgeError(broken[0]["message"])
     failures = [{**result["tag"], **{k: result[k] for k in ("rule", "message", "value", "bound", "row")}}
                 for result in results if not result["ok"]]
-    return Outcome(judged=len(results), failures=failures, seconds=time.monotonic() - started, per_side=per_side)
+    return Outcome(judged=len(results), failures=failures, seconds=time.monotonic() - started, per_side=per_side,
+                   handing_s=handed - started)
