@@ -115,6 +115,8 @@ def bench(
                                         "a GPU MODE lab: benchmark.7)."),
     figure: bool = typer.Option(True, "--figure/--no-figure", help="A GPU MODE lab: also run the folder's eval.py on "
                                 "both sides (its own figure, beside okc's score)."),
+    systematic: bool = typer.Option(False, "--systematic", help="Then score it again under each protocol variant okc "
+                                    "supports (solo, one batch in flight, sum flush, ...): their spread beside the CI."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help=VERBOSE_HELP),
     fmt: str = "table",
 ) -> None:
@@ -127,7 +129,8 @@ def bench(
     from okc.reports import views
 
     half_width, flag = options.half_width_option(half_width, target)
-    benching = options.BenchOptions(half_width, min_pairs, max_pairs, overhead_us, aa, against, solo, figure, flag)
+    benching = options.BenchOptions(half_width, min_pairs, max_pairs, overhead_us, aa, against, solo, figure, flag,
+                                    systematic)
     running = options.CheckOptions.parse(device, seed, cases)  # where, with which seed and cases, as a check takes them
     lab = load_lab()
     candidate = candidates.resolve(lab.candidates, candidate_ref(words))
@@ -146,7 +149,8 @@ def bench(
                                 device=running.device, seed=running.seed,
                                 cases=list(running.cases) if running.cases else None)
     result = outcome.result
-    document = views.bench_document(result, source_of(outcome), other.name, outcome.recorded, _gpumode(outcome))
+    document = views.bench_document(result, source_of(outcome), other.name, outcome.recorded, _gpumode(outcome),
+                                    _result_field(outcome, "systematic"))
     if not result.passed:
         not_recorded(outcome)
         raise_failed(result, fmt, document, outcome.job_dir)
@@ -158,9 +162,15 @@ def bench(
 
 def _gpumode(outcome) -> dict | None:
     """A GPU MODE problem's own statistic (result.json's ``gpumode``), shown beside okc's score."""
+    return _result_field(outcome, "gpumode")
+
+
+def _result_field(outcome, name: str) -> dict | None:
+    """result.json's ``name`` (an object), where the job left one."""
     from okc.contract import RESULT_FILE, read_json
 
-    return (read_json(outcome.job_dir / RESULT_FILE) or {}).get("gpumode")
+    found = (read_json(outcome.job_dir / RESULT_FILE) or {}).get(name)
+    return found if isinstance(found, dict) else None
 
 
 @app.command("try")

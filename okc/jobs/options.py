@@ -93,6 +93,7 @@ class BenchOptions:
     solo: bool = False  # each side timed alone (the same graphs, flush and inputs): the truth a paired score must match
     figure: bool = True  # a GPU MODE problem: the folder's eval.py run on both sides too (okc.problems.gpumode.figure)
     half_width_flag: str = "--half-width"  # how the command line named it: --target, its old name, is still taken
+    systematic: bool = False  # then each protocol variant too (okc.judge.protocol.variants)
 
     def __post_init__(self) -> None:
         try:  # the judge's own rules (okc.benchrules), in the command line's words
@@ -115,6 +116,8 @@ class BenchOptions:
             settings["layout"] = "solo"
         if not self.figure:
             settings["figure"] = False
+        if self.systematic:
+            settings["systematic"] = True
         return settings
 
 

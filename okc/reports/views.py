@@ -202,8 +202,18 @@ def gpumode_table(result: JobResult, figure: dict) -> Table:
     return table("gpumode", f"GPU MODE figure beside okc's: {figure.get('label', '?')}", spec, rows)
 
 
+def systematic_table(systematic: dict) -> Table:
+    """okc bench --systematic: the score under each protocol variant (result.json's ``systematic``)."""
+    rows = [(row["variant"], ", ".join(f"{key}={value}" for key, value in (row.get("settings") or {}).items()) or "okc's",
+             rounded(row.get("score")), rounded_pair(row.get("ci")), row.get("status"))
+            for row in systematic.get("variants", ())]
+    spec = [("variant", "variant"), ("settings", "protocol settings"), ("score", "score"), ("ci", "95% CI"),
+            ("status", "status")]
+    return table("systematic", systematic.get("line") or "systematic", spec, rows)
+
+
 def bench_document(result: JobResult, source: Source | None, against: str | None, recorded: bool | None,
-                   gpumode: dict | None = None) -> Document:
+                   gpumode: dict | None = None, systematic: dict | None = None) -> Document:
     fields = {**job_fields(result, source, recorded), "against": against, **bench_fields(result)}
     # A passing bench's reason is its caveat (a CPU run says it is a CPU timing).
     lines = (score_line(result), protocol_line(result), *([result.reason] if result.reason else []),
@@ -211,6 +221,9 @@ def bench_document(result: JobResult, source: Source | None, against: str | None
     tables = (shape_table(result), load_table(result))
     if gpumode:  # a GPU MODE problem: the folder's figure too (result.json's gpumode has all of it)
         tables += (gpumode_table(result, gpumode),)
+    if systematic:  # okc bench --systematic: its spread over the protocols, beside the default's CI
+        tables += (systematic_table(systematic),)
+        lines = (*lines[:2], systematic.get("line") or "", *lines[2:])
     return Document(tables=tables, fields=fields, lines=lines)
 
 

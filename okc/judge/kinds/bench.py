@@ -26,7 +26,7 @@ from okc.judge.problem import Problem
 
 # Importing timing binds torch's timing objects, before any candidate module is imported.
 from okc.judge.protocol import cpu_clock as cpu_timing
-from okc.judge.protocol import timing
+from okc.judge.protocol import timing, variants
 from okc.judge.protocol.benchcases import (
     BenchFailed,
     bench_summary,
@@ -100,7 +100,7 @@ class Bench:
         overhead = timing.trivial_graph(device)  # (graph, the tensor it writes): both live as long as the loop
         protocol = timing.Protocol(device, self.flush)  # synchronizes: every buffer above is in place
         picker = Picker(len(self.cases), rule.min_pairs) if settings.rechecks else None
-        self.draws = Draws(self.seed, [case.key for case in self.cases])
+        self.draws = Draws(self.seed, [case.key for case in self.cases], first=self.settings.first_draw)
         clock = GpuClock(protocol, self.sides, overhead[0], problem, self.cases, self.draws, settings, picker)
         clock.stage()
         self._keep = overhead  # the trivial graph writes its tensor: both live as long as the clock
@@ -178,8 +178,16 @@ def run_kind(job, job_dir: Path, problem: Problem, *, device: torch.device, seed
     # The verifier starts before either side's module is imported: nothing a candidate does reaches it.
     runnable = on_cpu or (device.type == "cuda" and torch.cuda.is_available())
     verifier = Verifier.start(problem.name, seed, device, job_dir) if settings.rechecks and runnable else None
+    names = (job.candidate.name, against_name)
     try:
-        result = run_paired(bench, names=(job.candidate.name, against_name), aa=job.aa, verifier=verifier, log=log)
+        result = run_paired(bench, names=names, aa=job.aa, verifier=verifier, log=log)
+        if settings.systematic and result.get("status") == "ok":
+            def again(changed: BenchSettings) -> dict:
+                other = make(problem, candidate, against, device=device, **{**common, "settings": changed})
+                return run_paired(other, names=names, aa=job.aa, verifier=verifier if changed.rechecks else None, log=log)
+
+            result["systematic"] = variants.systematic(result, settings, variants.variants_for(settings, not on_cpu),
+                                                       again, log)
     finally:
         if verifier is not None:
             verifier.close()

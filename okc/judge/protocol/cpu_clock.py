@@ -219,7 +219,7 @@ class CpuBench:
         self.warm = make_inputs(problem, self.cases, self.seed, "warm", 1, CPU)[0]
         self.shape_rows = shape_rows(problem, self.cases, self.first)
         picker = Picker(len(self.cases), self.settings.rule.min_pairs) if self.settings.rechecks else None
-        self.draws = Draws(self.seed, [case.key for case in self.cases])
+        self.draws = Draws(self.seed, [case.key for case in self.cases], first=self.settings.first_draw)
         clock = CpuClock(problem, self.cases, self.sides, self.draws, self.settings, picker)
         self.loop = PairLoop(clock, len(self.cases), self.matrix, self.settings, self.progress, self.log)
 

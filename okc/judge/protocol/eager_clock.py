@@ -153,7 +153,7 @@ class EagerBench:
             sides[name] = side
         self.flush = timing.make_flush(device, self.settings.flush)
         picker = Picker(len(self.cases), rule.min_pairs) if self.settings.rechecks else None
-        self.draws = Draws(self.seed, [case.key for case in self.cases])
+        self.draws = Draws(self.seed, [case.key for case in self.cases], first=self.settings.first_draw)
         clock = EagerClock(problem, self.cases, sides, self.draws, self.flush, device, picker)
         self.loop = PairLoop(clock, len(self.cases), case_load_matrix(self.cases, self.loads), self.settings,
                              lambda state: None, self.log)

@@ -80,9 +80,11 @@ class Recheck:
 class Draws:
     """The inputs of a bench's timed calls, numbered per case: no number is ever drawn twice."""
 
-    def __init__(self, seed: int, keys: list[str]) -> None:
-        self.seed, self.keys = seed, list(keys)
-        self.taken = [0] * len(self.keys)
+    def __init__(self, seed: int, keys: list[str], first: int = 0) -> None:
+        """``first``: the first draw's number (a later bench of one job, okc.judge.protocol.variants, starts past
+        the earlier ones' numbers, so that none of its timed calls reads an input an earlier one read)."""
+        self.seed, self.keys, self.first = seed, list(keys), first
+        self.taken = [first] * len(self.keys)
 
     def take(self, case: int) -> tuple[int, int]:
         """The next draw of ``case``: (its number, the seed its input is drawn from)."""
@@ -95,7 +97,7 @@ class Draws:
 
     @property
     def total(self) -> int:
-        return sum(self.taken)
+        return sum(self.taken) - self.first * len(self.taken)
 
 
 class Picker:

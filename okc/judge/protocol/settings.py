@@ -54,13 +54,16 @@ class BenchSettings:
     # a GPU MODE problem: also its folder's own figure (its eval.py on both sides, okc.problems.gpumode.figure);
     # False leaves it out (it costs two eval.py runs: over a minute for a folder whose inputs are slow to make)
     figure: bool = True
+    # okc bench --systematic: after the bench, the same candidate under each protocol variant (okc.judge.protocol.variants)
+    systematic: bool = False
+    first_draw: int = 0  # the first timed input's number (okc.judge.protocol.recheck.Draws); not a job setting
 
     @classmethod
     def from_options(cls, options: dict, problem: Problem) -> BenchSettings:
         """Parse ``options``; ValueError names the bad one."""
         known = {"target_half_width", "min_pairs", "max_pairs", "overhead_us", "flush", "aa_floor", "batch_ops",
                  "warmup_pairs", "copies", "captures", "layout", "shared_outputs", "rechecks",
-                 "in_flight", "figure"}
+                 "in_flight", "figure", "systematic"}
         unknown = sorted(set(options) - known)
         if unknown:
             raise ValueError(f"unknown bench setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
@@ -90,14 +93,16 @@ class BenchSettings:
         if layout not in LAYOUTS:
             raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
         shared, rechecks = options.get("shared_outputs", True), options.get("rechecks", True)
-        figure = options.get("figure", True)
-        for name, value in (("shared_outputs", shared), ("rechecks", rechecks), ("figure", figure)):
+        figure, systematic = options.get("figure", True), options.get("systematic", False)
+        for name, value in (("shared_outputs", shared), ("rechecks", rechecks), ("figure", figure),
+                            ("systematic", systematic)):
             if not isinstance(value, bool):
                 raise ValueError(f"{name} must be true or false, got {value!r}")
         return cls(rule=stats.StoppingRule(**rule_options), judge_overhead_us=float(overhead),
                    flush=options.get("flush", "read"), aa_floor=float(aa_floor), batch_ops=batch_ops,
                    warmup_pairs=warmup, copies=copies, captures=captures, layout=layout,
-                   shared_outputs=shared, rechecks=rechecks, in_flight=in_flight, figure=figure)
+                   shared_outputs=shared, rechecks=rechecks, in_flight=in_flight, figure=figure,
+                   systematic=systematic)
 
     def protocol(self) -> dict:
         """Which protocol a result's numbers come from (result.json's ``protocol``)."""
