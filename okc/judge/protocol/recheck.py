@@ -180,11 +180,13 @@ def judge(kept: list, verifier, cases: list, variant: str) -> Outcome | None:
     entries = sorted(kept, key=lambda entry: (entry[0].pair is None, entry[0].pair or 0, entry[0].side))
     per_side: dict[str, int] = {}
     try:
+        items = []
         for recheck, out in entries:
             key = cases[recheck.case].key
             per_side[recheck.side] = per_side.get(recheck.side, 0) + 1
-            verifier.submit({"weights": "weights", "case": key, "input": [*recheck.label, key], "variant": variant,
-                             "tag": recheck.tag(key), "stream": recheck.side, "poisoned": recheck.poisoned}, out)
+            items.append(({"weights": "weights", "case": key, "input": [*recheck.label, key], "variant": variant,
+                           "tag": recheck.tag(key), "stream": recheck.side, "poisoned": recheck.poisoned}, out))
+        verifier.submit_all(items)  # their bytes copied together (okc.judge.verdict.verifier)
         handed = time.monotonic()
         results = verifier.results()
     except Exception as exc:  # the verifier died, or its pipe broke: nothing was judged

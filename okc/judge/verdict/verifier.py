@@ -9,8 +9,6 @@ weights and inputs from the job's seed and applies every rule. API and formats: 
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import fcntl
 import json
 import os
@@ -22,6 +20,15 @@ from pathlib import Path
 import torch
 
 from okc.judge.verdict import verdicts
+from okc.judge.verdict.addressing import (
+    VerifierError,
+    address_of,
+    bind_cuda_memcpy,
+    copy,
+    describe,
+    device_synchronize,
+    read_bytes,
+)
 from okc.judge.verdict.arena import ARENA_BYTES, Ring, aligned, make_arena
 
 # How the process is started (okc.worker has the same list: it starts one before importing torch).
@@ -32,35 +39,16 @@ CLOSE_WAIT_S = 30.0  # for the verifier to finish the outputs in its pipe and ac
 POOLED_MIN_BYTES = 2**16  # smaller buffers are cheaper made than looked up
 PIPE_BYTES = 2**20  # the pipe's buffer (Linux's default limit for one): 64 KiB made a switch per 64 KiB
 F_SETPIPE_SZ = 1031
-CUDA_MEMCPY_DEFAULT = 4  # cudaMemcpyDefault: the direction from the pointers (unified addressing)
+PIPE = -1  # Verifier._take's answer where the arena is not mapped: the bytes go through the pipe
 
 # --- bound at import, before any candidate runs: the transport never looks these up again ----------
-_TensorBase = torch._C.TensorBase
-_Tensor = torch.Tensor
-_type = type
-_str = str
-_int = int
-_data_ptr = _TensorBase.data_ptr
-_size = _TensorBase.size
-_stride = _TensorBase.stride
-_element_size = _TensorBase.element_size
-_get_dtype = _TensorBase.dtype.__get__
-_get_device = _TensorBase.device.__get__
-_no_torch_function = torch._C.DisableTorchFunction
-_device_synchronize = getattr(torch._C, "_cuda_synchronize", None)
-_memmove = ctypes.memmove
-_char_array = ctypes.c_char
 _dumps = json.dumps
 _loads = json.loads
 _os_write = os.write
 _pack = verdicts.HEADER.pack
-_cuda_memcpy = None  # cudaMemcpy of the libcudart torch loaded, bound by Verifier.start
+_int, _str = int, str
 
 _spare: subprocess.Popen | None = None  # a verifier process started early (okc.worker) or left by close()
-
-
-class VerifierError(Exception):
-    """The verifier process died or could not judge: the job is a harness failure."""
 
 
 def spawn(job_dir: Path | None = None) -> subprocess.Popen:
@@ -75,77 +63,6 @@ def adopt(process: subprocess.Popen) -> None:
     """Keep ``process`` (started by okc.worker before torch was imported) as the spare."""
     global _spare
     _spare = process
-
-
-def _bind_cuda_memcpy():
-    """cudaMemcpy from the libcudart torch already loaded (same runtime, same context)."""
-    global _cuda_memcpy
-    if _cuda_memcpy is not None:
-        return
-    names = []
-    try:
-        with open("/proc/self/maps", encoding="utf-8") as maps:
-            names = [line.split()[-1] for line in maps if "libcudart.so" in line]
-    except OSError:
-        pass
-    names += [name for name in (ctypes.util.find_library("cudart"), "libcudart.so") if name]
-    for name in dict.fromkeys(names):
-        try:
-            function = ctypes.CDLL(name).cudaMemcpy
-        except (OSError, AttributeError):
-            continue
-        function.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-        function.restype = ctypes.c_int
-        _cuda_memcpy = function
-        return
-    raise VerifierError("the verifier's transport needs libcudart (cudaMemcpy) and none could be loaded")
-
-
-def describe(obj: object) -> tuple[dict, int, int, str]:
-    """Facts about ``obj`` read without torch's Python layer: (facts, address, bytes, device type)."""
-    if _type(obj) is not _Tensor:
-        try:
-            name = f"{_str(_type(obj).__module__)}.{_str(_type(obj).__qualname__)}"
-        except Exception:
-            name = "an object whose type has no readable name"
-        return {"tensor": False, "type": name}, 0, 0, ""
-    with _no_torch_function():
-        device = _get_device(obj)
-        size = [_int(n) for n in _size(obj)]
-        stride = [_int(n) for n in _stride(obj)]
-        itemsize = _int(_element_size(obj))
-        address = _int(_data_ptr(obj))
-        dtype = _str(_get_dtype(obj))
-    device_type = _str(device.type)
-    elements = 0 if 0 in size else 1 + sum((n - 1) * s for n, s in zip(size, stride))
-    nbytes = elements * itemsize if device_type in ("cpu", "cuda") and address else 0
-    facts = {"tensor": True, "device": device_type, "shape": size, "stride": stride, "dtype": dtype,
-             "span": [address, elements * itemsize], "nbytes": nbytes}
-    return facts, address, nbytes, device_type
-
-
-def read_bytes(address: int, nbytes: int, device_type: str, buffer: bytearray | None = None) -> bytearray:
-    """The ``nbytes`` at ``address`` in host memory (a device-wide synchronize first on CUDA),
-    in ``buffer`` if it is given and of that size (a fresh one costs a page fault per page)."""
-    if buffer is None or len(buffer) != nbytes:
-        buffer = bytearray(nbytes)
-    if not nbytes:
-        return buffer
-    target = (_char_array * nbytes).from_buffer(buffer)
-    if device_type == "cpu":
-        _memmove(target, address, nbytes)
-        return buffer
-    _device_synchronize()
-    _bind_cuda_memcpy()
-    _copy(ctypes.addressof(target), address, nbytes)
-    return buffer
-
-
-def _copy(destination: int, source: int, nbytes: int) -> None:
-    """cudaMemcpy, directions from the pointers; a CUDA error raises (the output cannot be read)."""
-    error = _cuda_memcpy(destination, source, nbytes, CUDA_MEMCPY_DEFAULT)
-    if error:
-        raise RuntimeError(f"CUDA error {error} while reading an output (an illegal memory access earlier?)")
 
 
 class Verifier:
@@ -183,12 +100,12 @@ class Verifier:
         hello = {"kind": "hello", "problem": problem_name, "seed": int(seed), "device": str(device)}
         shared = None
         if torch.device(device).type == "cuda":
-            _bind_cuda_memcpy()
+            bind_cuda_memcpy()
             shared = make_arena(torch.device(device))
         verifier = cls(process)
         if shared is not None:
             verifier.arena, hello["arena"] = shared
-            verifier.arena_address = _int(_data_ptr(verifier.arena))
+            verifier.arena_address = address_of(verifier.arena)
             verifier.ring = Ring(ARENA_BYTES)
         else:
             verifier.arena_open = False
@@ -201,6 +118,14 @@ class Verifier:
         return "arena" if self.arena_open else "pipe"
 
     def submit(self, ref: dict, out: object, x: torch.Tensor | None = None) -> None:
+        self._hand_over_all([self._output(ref, out, x)])
+
+    def submit_all(self, items: list[tuple[dict, object]]) -> None:
+        """:meth:`submit` of each (ref, out), their bytes copied into the arena together: one device sync
+        before the copies and one after, not two an output (on one GPU, each waited on the verifier's work)."""
+        self._hand_over_all([self._output(ref, out) for ref, out in items])
+
+    def _output(self, ref: dict, out: object, x: torch.Tensor | None = None) -> tuple[dict, list]:
         facts, address, nbytes, device_type = describe(out)
         header = {"kind": "output", "ref": ref, "out": facts}
         parts = [(address, nbytes, device_type)]
@@ -208,7 +133,7 @@ class Verifier:
             x_facts, x_address, x_bytes, x_device = describe(x)
             parts.append((x_address, x_bytes, x_device))
             header["x"] = x_facts
-        self._hand_over(header, parts)
+        return header, parts
 
     def check_weights(self, weights: object, tensors: dict, tag: dict | None = None) -> None:
         names, parts = [], []
@@ -216,51 +141,74 @@ class Verifier:
             facts, address, nbytes, device_type = describe(tensor)
             names.append([_str(name), facts])
             parts.append((address, nbytes, device_type))
-        self._hand_over({"kind": "weights", "ref": {"weights": weights, "tag": tag or {}}, "tensors": names}, parts)
+        self._hand_over_all([({"kind": "weights", "ref": {"weights": weights, "tag": tag or {}}, "tensors": names}, parts)])
 
-    def _hand_over(self, header: dict, parts: list[tuple[int, int, str]]) -> None:
-        """Send one message that the verifier answers: its parts' bytes through the arena where they
-        fit (device to device), else through the pipe."""
-        placed = self._into_arena(parts)
-        if placed is not None:
-            header["arena"] = placed
-            self._send(header, [], 1, holds_region=True)
-        else:
-            self._send(header, [read_bytes(address, nbytes, device_type, self._buffer(nbytes))
-                                for address, nbytes, device_type in parts], 1)
+    def _hand_over_all(self, messages: list[tuple[dict, list[tuple[int, int, str]]]]) -> None:
+        """Send messages that the verifier answers, in order: their parts' bytes through the arena where
+        they fit (device to device, copied a group at a time), else through the pipe."""
+        group: list[tuple[dict, list, int]] = []  # arena space taken, bytes not yet copied, message not yet sent
+        for header, parts in messages:
+            total = self._arena_bytes(parts)
+            start = PIPE if total is None else self._take(total, wait=False)
+            if start is None:  # the ring is full: what waits goes first, so that answers can give space back
+                self._copy_and_send(group)
+                group = []
+                start = self._take(total, wait=True)
+            if start == PIPE:
+                self._copy_and_send(group)
+                group = []
+                self._send(header, [read_bytes(address, nbytes, device_type, self._buffer(nbytes))
+                                    for address, nbytes, device_type in parts], 1)
+            else:
+                group.append((header, parts, start))
+        self._copy_and_send(group)
 
-    def _into_arena(self, parts: list[tuple[int, int, str]]) -> list[list[int]] | None:
-        """Copy ``parts`` (address, bytes, device type) into the arena: their [offset, bytes], or None (the pipe)."""
+    def _arena_bytes(self, parts: list[tuple[int, int, str]]) -> int | None:
+        """The arena bytes ``parts`` (address, bytes, device type) take, or None: they go through the pipe."""
         if self.ring is None or not parts or any(device_type != "cuda" for _, _, device_type in parts):
             return None
         total = sum(aligned(nbytes) for _, nbytes, _ in parts)
-        if not total or total > self.ring.size:
-            return None
+        return total if 0 < total <= self.ring.size else None
+
+    def _take(self, total: int, wait: bool) -> int | None:
+        """An arena offset for ``total`` bytes; None: none free now (``wait`` False); PIPE: no arena."""
         with self.lock:
             while self.arena_open is None and self.failure is None:  # the verifier has not mapped it yet
                 self.lock.wait(0.5)
                 self._note_death()
             if not self.arena_open:
-                return None
-            while (start := self.ring.take(total)) is None and self.failure is None:
+                return PIPE
+            while (start := self.ring.take(total)) is None and wait and self.failure is None:
                 self.lock.wait(0.5)
                 self._note_death()
             if self.failure is not None:
+                if start is not None:
+                    self.ring.untake()
                 raise VerifierError(f"the verifier failed: {self.failure}")
+            return start
+
+    def _copy_and_send(self, group: list[tuple[dict, list, int]]) -> None:
+        """Copy each message's parts to its arena space (between two device syncs), then send them in order."""
+        if not group:
+            return
         try:
-            _device_synchronize()  # the output is written (the worker's streams are done)
-            placed, offset = [], start
-            for address, nbytes, _ in parts:
-                if nbytes:
-                    _copy(self.arena_address + offset, address, nbytes)
-                placed.append([offset, nbytes])
-                offset += aligned(nbytes)
-            _device_synchronize()  # the copies are done before the verifier reads them
+            device_synchronize()  # the outputs are written (the worker's streams are done)
+            for header, parts, start in group:
+                placed, offset = [], start
+                for address, nbytes, _ in parts:
+                    if nbytes:
+                        copy(self.arena_address + offset, address, nbytes)
+                    placed.append([offset, nbytes])
+                    offset += aligned(nbytes)
+                header["arena"] = placed
+            device_synchronize()  # the copies are done before the verifier reads them
         except BaseException:
             with self.lock:
-                self.ring.untake()
+                for _ in group:
+                    self.ring.untake()
             raise
-        return placed
+        for header, _, _ in group:
+            self._send(header, [], 1, holds_region=True)
 
     def _note_death(self) -> None:
         """(Under the lock) a verifier that ended without a word fails the session."""
