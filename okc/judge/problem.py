@@ -212,9 +212,9 @@ class Problem(abc.ABC):
         raise NotImplementedError(f"{self.name} is judged by okc's verifier (own_judge is False)")
 
     def after_bench(self, result: dict, candidate: Path, against: Path, *, device: torch.device, seed: int, log,
-                    settings=None) -> dict:
-        """A bench's result.json fields, given the paired bench's and its settings (a problem may add a statistic
-        of its own, or time again where the paired bench could not)."""
+                    settings=None, cases: list[str] | None = None) -> dict:
+        """A bench's result.json fields, given the paired bench's, its settings and the cases it timed (None: all
+        scored; a problem may add a statistic of its own, or time again where the paired bench could not)."""
         return result
 
     def shape_row(self, case: Case, x: object) -> dict:

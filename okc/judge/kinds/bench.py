@@ -194,7 +194,7 @@ def run_kind(job, job_dir: Path, problem: Problem, *, device: torch.device, seed
     if tracebacks and result.get("status") == "error":  # the side's own traceback, for the command to show
         result["traceback"] = tracebacks[-1]
     result = problem.after_bench({**result, "device": device.type}, candidate, against, device=device, seed=seed, log=log,
-                                 settings=settings)
+                                 settings=settings, cases=job.cases)
     envinfo.add_bench_readings(job_dir, result)
     return result
 

@@ -131,9 +131,9 @@ class EagerBench:
     """A paired bench on the eager clock, in okc.judge.kinds.bench.Bench's steps (for benchcases.run_paired)."""
 
     def __init__(self, problem: Problem, candidate: Path, against: Path, *, device: torch.device, seed: int, settings,
-                 log: Callable[[str], None] = print) -> None:
+                 log: Callable[[str], None] = print, cases: list[str] | None = None) -> None:
         self.problem, self.device, self.seed, self.settings, self.log = problem, device, seed, settings, log
-        self.cases = scored_cases(problem, None)
+        self.cases = scored_cases(problem, cases)  # okc bench --cases: those alone (None: every scored case)
         self.loads = scored_loads(problem, self.cases)
         self.sources = {"candidate": candidate, "baseline": against}
         self.loop: PairLoop | None = None
@@ -176,8 +176,9 @@ class EagerBench:
 
 
 def run_eager(problem: Problem, candidate: Path, against: Path, *, device: torch.device, seed: int, settings,
-              names: tuple[str, str], aa: bool, verifier, log) -> dict:
+              names: tuple[str, str], aa: bool, verifier, log, cases: list[str] | None = None) -> dict:
     """The paired bench on the eager clock: result.json's bench fields, ``protocol.clock`` "eager"."""
-    result = run_paired(EagerBench(problem, candidate, against, device=device, seed=seed, settings=settings, log=log),
+    result = run_paired(EagerBench(problem, candidate, against, device=device, seed=seed, settings=settings, log=log,
+                                   cases=cases),
                         names=names, aa=aa, verifier=verifier, log=log)
     return {**result, "protocol": {**result.get("protocol", {}), "clock": CLOCK}}

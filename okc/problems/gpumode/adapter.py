@@ -288,7 +288,7 @@ class GpuModeProblem(Problem):
 
     # --- the bench's second figure -------------------------------------------------------------------
     def after_bench(self, result: dict, candidate: Path, against: Path, *, device: torch.device, seed: int, log,
-                    settings=None) -> dict:
+                    settings=None, cases: list[str] | None = None) -> dict:
         """The folder's figure beside okc's; first, a bench whose call cannot be captured is timed eagerly."""
         if settings is not None and device.type == "cuda" and eager_clock.cannot_capture(result):
             log(f"{result['reason']}".splitlines()[0])
@@ -298,7 +298,7 @@ class GpuModeProblem(Problem):
                 result = eager_clock.run_eager(self, candidate, against, device=device, seed=seed,
                                                settings=dataclasses.replace(settings, rechecks=True),
                                                names=(result["candidate"], result["against"]), aa=result["aa"],
-                                               verifier=verifier, log=log)
+                                               verifier=verifier, log=log, cases=cases)
             finally:
                 verifier.close()
             result = {**result, "device": device.type}
