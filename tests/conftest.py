@@ -149,15 +149,23 @@ def lab(lab_root):
     return find_lab()
 
 
-@pytest.fixture
-def tiny_lab(tmp_path, monkeypatch):
-    """A lab of the CPU problem tiny_matvec (its baseline as candidate 000), made the current lab."""
-    from okc.lab.config import find_lab
+def make_tiny_lab(tmp_path: Path, monkeypatch) -> Path:
+    """A lab of the CPU problem tiny_matvec at tmp_path/tiny (its baseline as candidate 000), made the
+    current lab: its root."""
     from okc.problems.tiny_matvec import PROBLEM
 
     root = write_lab(tmp_path / "tiny", problem="tiny_matvec", baseline=PROBLEM.baseline_source)
     monkeypatch.setenv("OKC_LAB", str(root))
     monkeypatch.chdir(root)
+    return root
+
+
+@pytest.fixture
+def tiny_lab(tmp_path, monkeypatch):
+    """A lab of the CPU problem tiny_matvec (its baseline as candidate 000), made the current lab."""
+    from okc.lab.config import find_lab
+
+    make_tiny_lab(tmp_path, monkeypatch)
     return find_lab()
 
 

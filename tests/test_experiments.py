@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, jobs_of_kind, write_lab
+from conftest import REPO, jobs_of_kind
 from outputschema import SCHEMA
 from typer.testing import CliRunner
 
@@ -22,10 +22,8 @@ from okc.cli.app import app
 from okc.contract import read_job
 from okc.errors import CandidateError, ConfigError
 from okc.judge.protocol.batch import read_lines
-from okc.lab.config import find_lab
 from okc.lab.ledger import open_ledger
 from okc.lab.sweep_ledger import sweep_rows
-from okc.problems.tiny_matvec import PROBLEM as TINY
 from okc.sweeps.experiments import Point, load_experiment, materialise
 from okc.sweeps.funnel import TABLE_FILE, RunFolder, latest_run, run_sweep
 
@@ -83,13 +81,11 @@ def definition(points, shapes=SHAPES, **funnel) -> dict:
 
 
 @pytest.fixture
-def tiny_lab(tmp_path, monkeypatch):
-    root = write_lab(tmp_path / "tiny", problem="tiny_matvec", baseline=TINY.baseline_source)
-    (root / "experiments" / "templates").mkdir(parents=True)
-    (root / "experiments" / "templates" / "probe.py").write_text(TEMPLATE)
-    monkeypatch.setenv("OKC_LAB", str(root))
-    monkeypatch.chdir(root)
-    return find_lab()
+def probe_lab(tiny_lab):
+    """conftest's tiny_lab with experiments/templates/probe.py (TEMPLATE)."""
+    (tiny_lab.experiments / "templates").mkdir(parents=True)
+    (tiny_lab.experiments / "templates" / "probe.py").write_text(TEMPLATE)
+    return tiny_lab
 
 
 def write_sweep(lab, name: str, data) -> None:
@@ -122,11 +118,11 @@ def table(lab, name: str) -> list[dict]:
     ({"funnel": {"pairs": 3}}, "unknown funnel key(s) pairs"),
     ({"shape": ["proj/m=1"]}, "unknown key(s) shape"),
 ])
-def test_a_bad_definition_is_refused_with_a_message_that_says_what(tiny_lab, change, message):
+def test_a_bad_definition_is_refused_with_a_message_that_says_what(probe_lab, change, message):
     data = {**definition([FAST]), **change}
-    write_sweep(tiny_lab, "bad", data)
+    write_sweep(probe_lab, "bad", data)
     with pytest.raises(ConfigError) as caught:
-        load_experiment(tiny_lab.experiments, "bad")
+        load_experiment(probe_lab.experiments, "bad")
     assert message in str(caught.value)
 
 
@@ -136,27 +132,27 @@ def test_a_bad_definition_is_refused_with_a_message_that_says_what(tiny_lab, cha
     ("PARAMS_BY_SHAPE = {}\nPARAMS = {}\nPARAMS = {}\n", "found 2"),
     ("PARAMS = {\n", "syntax error at line"),
 ])
-def test_a_template_without_the_convention_is_refused(tiny_lab, template, message):
-    (tiny_lab.experiments / "templates" / "probe.py").write_text(template)
-    write_sweep(tiny_lab, "bad", definition([{}]))
+def test_a_template_without_the_convention_is_refused(probe_lab, template, message):
+    (probe_lab.experiments / "templates" / "probe.py").write_text(template)
+    write_sweep(probe_lab, "bad", definition([{}]))
     with pytest.raises(ConfigError) as caught:
-        load_experiment(tiny_lab.experiments, "bad")
+        load_experiment(probe_lab.experiments, "bad")
     assert message in str(caught.value)
 
 
-def test_invalid_yaml_and_a_missing_sweep_name_their_file(tiny_lab):
-    write_sweep(tiny_lab, "broken", "shapes: [proj/m=1\n")
+def test_invalid_yaml_and_a_missing_sweep_name_their_file(probe_lab):
+    write_sweep(probe_lab, "broken", "shapes: [proj/m=1\n")
     with pytest.raises(ConfigError, match="broken.yaml: not valid YAML at line"):
-        load_experiment(tiny_lab.experiments, "broken")
+        load_experiment(probe_lab.experiments, "broken")
     with pytest.raises(ConfigError, match="no sweep definition .*nothere.yaml; defined: broken"):
-        load_experiment(tiny_lab.experiments, "nothere")
+        load_experiment(probe_lab.experiments, "nothere")
 
 
-def test_a_grid_is_crossed_and_point_ids_hash_the_parameters_not_their_order(tiny_lab):
+def test_a_grid_is_crossed_and_point_ids_hash_the_parameters_not_their_order(probe_lab):
     data = definition([FAST])
     del data["points"]
-    write_sweep(tiny_lab, "grid", {**data, "grid": {"MODE": ["right", "wrong"], "DELAY_MS": [0, 1, 2]}})
-    experiment = load_experiment(tiny_lab.experiments, "grid")
+    write_sweep(probe_lab, "grid", {**data, "grid": {"MODE": ["right", "wrong"], "DELAY_MS": [0, 1, 2]}})
+    experiment = load_experiment(probe_lab.experiments, "grid")
     assert len(experiment.points) == 6
     assert Point.of({"a": 1, "b": 2}).id == Point.of({"b": 2, "a": 1}).id != Point.of({"a": 1, "b": 3}).id
     assert experiment.check_cases() == ["proj/m=1", "gate/m=8", "proj/m=3", "gate/m=3"]
@@ -192,10 +188,10 @@ def interrupt_after_first_rows(lab, name: str, *options: str) -> tuple[Path, lis
     return run_dir, before, stderr
 
 
-def test_an_interrupted_sweep_resumes_funnels_to_the_winners_skips_failing_points_and_emits(tiny_lab):
+def test_an_interrupted_sweep_resumes_funnels_to_the_winners_skips_failing_points_and_emits(probe_lab):
     # One sweep serves every stage of the story, because each job costs a process start and a torch import.
-    write_sweep(tiny_lab, "demo", definition([FAST, WRONG, BROKEN, SLOWEST]))
-    run_dir, before, stderr = interrupt_after_first_rows(tiny_lab, "demo")
+    write_sweep(probe_lab, "demo", definition([FAST, WRONG, BROKEN, SLOWEST]))
+    run_dir, before, stderr = interrupt_after_first_rows(probe_lab, "demo")
     # The screen job in flight was stopped with the sweep, not left running: its folder says so.
     (interrupted,) = (run_dir / "jobs").iterdir()
     assert (interrupted / "result.json").is_file()
@@ -204,7 +200,7 @@ def test_an_interrupted_sweep_resumes_funnels_to_the_winners_skips_failing_point
     assert {r["stage"] for r in before} == {"screen"}
     assert Point.of(SLOWEST).id not in screened_before, "the interrupt came too late to test a resume"
 
-    result = run_sweep(tiny_lab, "demo", emit=7)
+    result = run_sweep(probe_lab, "demo", emit=7)
     assert result.run.path == run_dir
     rows = result.run.rows
     assert rows[: len(before)] == before
@@ -234,7 +230,7 @@ def test_an_interrupted_sweep_resumes_funnels_to_the_winners_skips_failing_point
     assert set(result.failed) == {ids["wrong"], ids["broken"]}
 
     emitted = result.emitted
-    assert emitted == tiny_lab.candidates / "007_demo.py"
+    assert emitted == probe_lab.candidates / "007_demo.py"
     assert "('gate', 8): {'MODE': 'right', 'DELAY_MS': 1}," in emitted.read_text()
     runner = CliRunner()
     checked = runner.invoke(app, ["check", "7"])
@@ -249,7 +245,7 @@ def test_an_interrupted_sweep_resumes_funnels_to_the_winners_skips_failing_point
     for win in winners.values():
         assert (win["point"], win["params"], win["check"], win["emitted"]) == (ids["fast"], FAST, "pass", 7)
         assert sha == win["emitted_sha256"] and win["speedup_ci"][0] <= win["speedup"] <= win["speedup_ci"][1]
-    conn = open_ledger(tiny_lab.ledger_path)
+    conn = open_ledger(probe_lab.ledger_path)
     assert len(sweep_rows(conn, "demo", run_dir.name)) == len(rows)
     conn.close()
     again = runner.invoke(app, ["sweep", "demo", "--emit", "7"])  # the finished run is not redone
@@ -257,16 +253,16 @@ def test_an_interrupted_sweep_resumes_funnels_to_the_winners_skips_failing_point
     assert len(list(run_dir.parent.iterdir())) == 1
 
 
-def test_a_sweep_records_every_job_it_ran_in_the_ledgers_costs_once(tiny_lab):
+def test_a_sweep_records_every_job_it_ran_in_the_ledgers_costs_once(probe_lab):
     # GPU time spent on a sweep is spent all the same: okc cost must see its jobs.
-    shutil.copy(REPO / "experiments" / "tiny_demo.yaml", tiny_lab.experiments)
-    shutil.copytree(REPO / "experiments" / "templates", tiny_lab.experiments / "templates", dirs_exist_ok=True)
+    shutil.copy(REPO / "experiments" / "tiny_demo.yaml", probe_lab.experiments)
+    shutil.copytree(REPO / "experiments" / "templates", probe_lab.experiments / "templates", dirs_exist_ok=True)
     swept = CliRunner().invoke(app, ["sweep", "tiny_demo"])
     assert swept.exit_code == 0, swept.output
-    (run_dir,) = (tiny_lab.results / "experiments" / "tiny_demo").iterdir()
+    (run_dir,) = (probe_lab.results / "experiments" / "tiny_demo").iterdir()
     jobs = {job.name for job in (run_dir / "jobs").iterdir()}
     assert {read_job(run_dir / "jobs" / job).kind for job in jobs} == {"screen", "check", "time"}  # ids name no kind
-    conn = open_ledger(tiny_lab.ledger_path)
+    conn = open_ledger(probe_lab.ledger_path)
     costs = {row["job_id"]: row for row in conn.execute("SELECT * FROM job_costs")}
     conn.close()
     assert set(costs) == jobs
@@ -287,10 +283,10 @@ def test_a_winner_without_a_whole_speedup_ci_is_recorded_without_one(tmp_path):
     assert found == {"proj/m=1": (None, None), "gate/m=8": (1.4, 1.6)}
 
 
-def test_a_shape_the_problem_does_not_have_stops_the_sweep(tiny_lab):
-    write_sweep(tiny_lab, "typo", definition([FAST], shapes=["proj/m=2"]))
+def test_a_shape_the_problem_does_not_have_stops_the_sweep(probe_lab):
+    write_sweep(probe_lab, "typo", definition([FAST], shapes=["proj/m=2"]))
     with pytest.raises(ConfigError, match="unknown scored case.*proj/m=2"):
-        run_sweep(tiny_lab, "typo")
+        run_sweep(probe_lab, "typo")
 
 
 def test_a_table_line_cut_short_by_a_kill_is_ignored_and_then_terminated(tmp_path):
@@ -302,12 +298,12 @@ def test_a_table_line_cut_short_by_a_kill_is_ignored_and_then_terminated(tmp_pat
     assert run.done("c", "screen") and not run.done("b", "screen")
 
 
-def test_emit_refuses_a_number_that_is_taken_before_running_anything(tiny_lab):
-    write_sweep(tiny_lab, "demo", definition([FAST]))
+def test_emit_refuses_a_number_that_is_taken_before_running_anything(probe_lab):
+    write_sweep(probe_lab, "demo", definition([FAST]))
     with pytest.raises(CandidateError, match="--emit 000: candidate 000_baseline.py has that number"):
         from okc.sweeps.experiments import emit_candidate
 
-        emit_candidate(tiny_lab.candidates, 0, "demo", "")
+        emit_candidate(probe_lab.candidates, 0, "demo", "")
 
 
 @pytest.mark.ssh

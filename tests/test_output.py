@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import reportdata
 import typer
-from conftest import REPO, invoke, write_lab
+from conftest import REPO, invoke, make_tiny_lab
 from outputschema import SCHEMA, assert_schema
 from typer.testing import CliRunner
 
@@ -68,17 +68,10 @@ def test_calibration_matches_the_schema(lab):
     assert data["loads"] == [] and data["fit"] is None
 
 
-def tiny_lab(tmp_path, monkeypatch):
-    root = write_lab(tmp_path / "tiny", problem="tiny_matvec", baseline=TINY.baseline_source)
-    monkeypatch.setenv("OKC_LAB", str(root))
-    monkeypatch.chdir(root)
-    return root
-
-
 def test_check_json_has_the_verdict_the_job_the_hash_and_every_case(tmp_path, monkeypatch):
     import hashlib
 
-    root = tiny_lab(tmp_path, monkeypatch)
+    root = make_tiny_lab(tmp_path, monkeypatch)
     result = invoke("check", "0", "--quick", "--json")
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
@@ -173,7 +166,7 @@ def test_the_ledger_table_fits_80_columns_without_splitting_a_header_word(lab):
 
 
 def test_text_from_a_candidate_is_printed_literally(tmp_path, monkeypatch):
-    root = tiny_lab(tmp_path, monkeypatch)
+    root = make_tiny_lab(tmp_path, monkeypatch)
     source = TINY.baseline_source.read_text() + (
         "\n\ndef prepare(weights):\n    raise ValueError('[/x] not markup [bold]at all[/bold] [tool.okc]')\n")
     (root / "candidates" / "004_loud.py").write_text(source)

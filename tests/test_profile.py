@@ -11,7 +11,7 @@ import statistics
 import profiledata
 import pytest
 import reportdata
-from conftest import invoke, jobs_of_kind, write_lab
+from conftest import invoke, jobs_of_kind, make_tiny_lab
 from outputschema import SCHEMA, assert_schema
 from PIL import Image
 
@@ -88,12 +88,11 @@ def test_short_names_drop_return_types_templates_and_parameters(name, short):
 # -- a real profile on the CPU (tiny_matvec) -----------------------------------------------------
 
 
-def tiny_lab(tmp_path, monkeypatch):
-    root = write_lab(tmp_path / "tiny", problem="tiny_matvec", baseline=TINY.baseline_source)
+def matmul_lab(tmp_path, monkeypatch):
+    """conftest's tiny lab (make_tiny_lab) with solutions/correct/matmul.py as candidate 001: its root."""
+    root = make_tiny_lab(tmp_path, monkeypatch)
     (root / "candidates" / "001_matmul.py").write_text(
         (TINY.baseline_source.parent / "solutions" / "correct" / "matmul.py").read_text())
-    monkeypatch.setenv("OKC_LAB", str(root))
-    monkeypatch.chdir(root)
     return root
 
 
@@ -109,7 +108,7 @@ def only_on_path(tmp_path, monkeypatch, ncu: str | None = None):
 
 
 def test_a_cpu_profile_lists_the_ops_of_every_shape_and_side_writes_traces_and_records_it(tmp_path, monkeypatch):
-    root = tiny_lab(tmp_path, monkeypatch)
+    root = matmul_lab(tmp_path, monkeypatch)
     only_on_path(tmp_path, monkeypatch)  # no ncu here: --counters says so and the profile runs
     done = invoke("profile", "1", "--replays", "5", "--counters", "--json")
     assert done.exit_code == 0, done.output
@@ -144,7 +143,7 @@ def test_a_cpu_profile_lists_the_ops_of_every_shape_and_side_writes_traces_and_r
 
 
 def test_counters_denied_say_why_in_one_line_and_the_activity_profile_still_runs(tmp_path, monkeypatch):
-    tiny_lab(tmp_path, monkeypatch)
+    matmul_lab(tmp_path, monkeypatch)
     only_on_path(tmp_path, monkeypatch, f"#!/bin/sh\necho '==PROF== Connected to process 1'\necho '{DENIED}' >&2\nexit 1\n")
     done = invoke("profile", "1", "--shapes", "gate/m=8", "--replays", "3", "--counters")
     assert done.exit_code == 0, done.output
@@ -166,7 +165,7 @@ def kernel_fn(x, layer):
 
 
 def test_a_candidate_that_raises_fails_its_profile_and_the_ledger_keeps_the_error(tmp_path, monkeypatch):
-    root = tiny_lab(tmp_path, monkeypatch)
+    root = matmul_lab(tmp_path, monkeypatch)
     (root / "candidates" / "002_raises.py").write_text(RAISES)
     failed = invoke("profile", "2", "--replays", "2", "--shapes", "single")
     assert failed.exit_code == 1, failed.output
@@ -183,7 +182,7 @@ def test_a_candidate_that_raises_fails_its_profile_and_the_ledger_keeps_the_erro
     (["--against", "7"], "7"),
 ])
 def test_a_usage_error_is_one_line_and_leaves_no_job_folder(tmp_path, monkeypatch, args, message):
-    root = tiny_lab(tmp_path, monkeypatch)
+    root = matmul_lab(tmp_path, monkeypatch)
     refused = invoke("profile", "1", *args)
     assert refused.exit_code == 2, refused.output
     assert len(refused.output.strip().splitlines()) == 1 and message in refused.output

@@ -13,17 +13,14 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
-from conftest import write_lab
 
 from okc.contract import BadJob
 from okc.jobs.folder import create_job
 from okc.jobs.runner import run_local
 from okc.judge.protocol.batch import POINTS_FILE, read_lines, read_spec
 from okc.judge.protocol.stats import MIN_PAIRS_FOR_CI
-from okc.lab.config import find_lab
 from okc.lab.ledger import open_ledger
 from okc.lab.sweep_ledger import sweep_rows
-from okc.problems.tiny_matvec import PROBLEM as TINY
 from okc.sweeps.experiments import Point, load_experiment
 from okc.sweeps.fanout import Detached, Slot, run_tasks
 from okc.sweeps.funnel import Sweep, open_run
@@ -70,13 +67,11 @@ DEADLINE_S = 4
 
 
 @pytest.fixture
-def tiny_lab(tmp_path, monkeypatch):
-    root = write_lab(tmp_path / "tiny", problem="tiny_matvec", baseline=TINY.baseline_source)
-    (root / "experiments" / "templates").mkdir(parents=True)
-    (root / "experiments" / "templates" / "modes.py").write_text(TEMPLATE)
-    monkeypatch.setenv("OKC_LAB", str(root))
-    monkeypatch.chdir(root)
-    return find_lab()
+def modes_lab(tiny_lab):
+    """conftest's tiny_lab with experiments/templates/modes.py (TEMPLATE)."""
+    (tiny_lab.experiments / "templates").mkdir(parents=True)
+    (tiny_lab.experiments / "templates" / "modes.py").write_text(TEMPLATE)
+    return tiny_lab
 
 
 def screen(lab, points: list[dict]) -> Sweep:
@@ -97,9 +92,9 @@ def by_point(sweep: Sweep) -> dict[str, list[dict]]:
     return found
 
 
-def test_points_that_raise_segfault_and_hang_fail_alone_and_a_new_worker_takes_the_rest(tiny_lab):
+def test_points_that_raise_segfault_and_hang_fail_alone_and_a_new_worker_takes_the_rest(modes_lab):
     points = [RIGHT[0], RAISE, SEGFAULT, RIGHT[1], HANG, RIGHT[2]]
-    sweep = screen(tiny_lab, points)
+    sweep = screen(modes_lab, points)
     ids = [Point.of(p).id for p in points]
     rows = by_point(sweep)
     assert set(rows) == set(ids)
@@ -124,7 +119,7 @@ def test_points_that_raise_segfault_and_hang_fail_alone_and_a_new_worker_takes_t
     assert {r["job"] for r in rows[ids[2]]} == {job_dirs[0].name}  # blamed on the job it crashed
 
     # Every row is in the ledger too, with the point's parameters and source hash.
-    conn = open_ledger(tiny_lab.ledger_path)
+    conn = open_ledger(modes_lab.ledger_path)
     recorded = sweep_rows(conn, "modes")
     conn.close()
     assert len(recorded) == len(sweep.run.rows) == len(points) * len(SHAPES)

@@ -68,16 +68,8 @@ def test_the_job_view_of_a_finished_job_and_of_one_still_running():
     assert timeline_tables({}.get) == ()
 
 
-def tiny_lab(tmp_path, monkeypatch):
-    root = tmp_path / "laptop"
-    assert invoke("init", str(root), "--problem", "tiny_matvec").exit_code == 0
-    monkeypatch.setenv("OKC_LAB", str(root))
-    monkeypatch.chdir(root)
-    return root
-
-
-def test_check_verbose_adds_the_timeline_and_okc_jobs_shows_it_for_the_job(tmp_path, monkeypatch):
-    root = tiny_lab(tmp_path, monkeypatch)
+def test_check_verbose_adds_the_timeline_and_okc_jobs_shows_it_for_the_job(tiny):
+    root = tiny
     plain = invoke("check", "001", "--quick", "--json")
     assert plain.exit_code == 0 and "timeline" not in json.loads(plain.stdout)
     done = invoke("check", "001", "--quick", "--json", "--verbose")
@@ -107,8 +99,8 @@ def test_check_verbose_adds_the_timeline_and_okc_jobs_shows_it_for_the_job(tmp_p
     assert invoke("jobs", "../etc").exit_code == 2
 
 
-def test_okc_jobs_takes_a_try_rows_step_id_and_try_json_follows_the_schema(tmp_path, monkeypatch):
-    root = tiny_lab(tmp_path, monkeypatch)
+def test_okc_jobs_takes_a_try_rows_step_id_and_try_json_follows_the_schema(tiny):
+    root = tiny
     done = invoke("try", "001", "--quick", "--json", "-v", "--min-pairs", "24", "--max-pairs", "48", "--target", "0.5")
     assert done.exit_code == 0, done.output
     data = json.loads(done.stdout)
