@@ -415,3 +415,22 @@ def test_sides_share_each_case_input_and_pool_and_interleave_their_copies(monkey
     assert all(torch.equal(buffer, x) for buffer, x in zip(both.inputs, first))
     with pytest.raises(ValueError, match="copies x captures"):
         Sides(Side("a", Path("a.py")), Side("b", Path("b.py")), copies=8, captures=9)
+
+
+def test_a_sweeps_settings_go_through_the_benchs_one_parser():
+    # issue 36: the time and screen kinds had a parser of their own, with another overhead rule
+    from okc.judge.kinds.sweep import parse_settings
+    from okc.problems.tiny_matvec import PROBLEM
+
+    fixed = parse_settings({"pairs": 3}, PROBLEM, on_cuda=False)
+    assert fixed.fixed_pairs == 3 and fixed.rule.min_pairs == fixed.rule.max_pairs == stats.MIN_PAIRS_FOR_CI
+    assert not fixed.rechecks and fixed.judge_overhead_us == 0.0  # a sweep ranks points; a CPU subtracts nothing
+    ruled = parse_settings({"min_pairs": 40, "max_pairs": 90, "target_half_width": 0.02}, PROBLEM, on_cuda=True)
+    assert ruled.fixed_pairs is None and (ruled.rule.min_pairs, ruled.rule.max_pairs) == (40, 90)
+    assert ruled.judge_overhead_us == PROBLEM.judge_overhead_us
+    for bad, message in (({"pairs": 0}, "bench.pairs must be an integer"), ({"pairs": True}, "bench.pairs"),
+                         ({"overhead_us": -1}, "bench.overhead_us"), ({"copies": 0}, "copies"),
+                         ({"warp": 1}, "unknown bench setting")):
+        with pytest.raises(ValueError, match=message):
+            parse_settings(bad, PROBLEM, on_cuda=True)
+

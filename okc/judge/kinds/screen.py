@@ -204,7 +204,7 @@ class Screen:
 
 def run_kind(job, job_dir: Path, problem, *, device: torch.device, seed: int, phase, log) -> dict:
     """The worker's entry for ``kind: screen`` (see okc.worker.KINDS)."""
-    from okc.judge.kinds.sweep import parse_settings, settings_for
+    from okc.judge.kinds.sweep import parse_settings
     from okc.judge.protocol.benchcases import scored_cases
     from okc.judge.protocol.warm import CpuScreener, CudaScreener
 
@@ -216,10 +216,9 @@ def run_kind(job, job_dir: Path, problem, *, device: torch.device, seed: int, ph
     on_cuda = device.type == "cuda"
     try:
         scored_cases(problem, job.cases)
-        settings = parse_settings(job.bench)
-        if settings.fixed_pairs is None:
+        timing = parse_settings(job.bench, problem, on_cuda)
+        if timing.fixed_pairs is None:
             raise ValueError("bench.pairs: a screen times every point with a fixed number of pairs")
-        timing = settings_for(settings, problem, on_cuda)
     except ValueError as exc:
         raise BadJob(str(exc)) from None
     kind = CudaScreener if on_cuda else CpuScreener

@@ -17,66 +17,27 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from okc import benchrules
 from okc.judge.problem import Problem
-from okc.judge.protocol import stats
 from okc.judge.protocol.benchcases import scored_cases
 from okc.judge.protocol.cpu_clock import CPU_NOTE, NO_OVERHEAD
 from okc.judge.protocol.pairs import PairTable, case_rows
 from okc.judge.protocol.settings import BenchSettings
 from okc.judge.tracebacks import describe, is_cuda_error
-from okc.podfiles import is_integer
 
 
-@dataclass(frozen=True)
-class Settings:
-    """How many pairs: a fixed count, or the stopping rule."""
-
-    fixed_pairs: int | None
-    rule: stats.StoppingRule | None
-    overhead_us: float | None  # None: the problem's judge overhead
-
-
-def parse_settings(bench: dict) -> Settings:
-    """``job.bench`` as :class:`Settings`; ValueError naming the field when it is unusable."""
-    overhead = bench.get("overhead_us")
-    if overhead is not None:  # the rule a bench's settings follow (okc.benchrules), in job.json's words
-        overhead = benchrules.check_overhead_us(overhead, "bench.overhead_us")
-    pairs = bench.get("pairs")
-    if pairs is not None:
-        if not is_integer(pairs, 1, benchrules.MAX_PAIRS_LIMIT):
-            raise ValueError(f"bench.pairs must be an integer from 1 to {benchrules.MAX_PAIRS_LIMIT}, got {pairs!r}")
-        return Settings(pairs, None, overhead)
-    rule = stats.StoppingRule(
-        min_pairs=bench.get("min_pairs", benchrules.MIN_PAIRS),
-        max_pairs=bench.get("max_pairs", benchrules.MAX_PAIRS),
-        target_half_width=bench.get("target_half_width", benchrules.TARGET_HALF_WIDTH),
-    )
-    return Settings(None, rule, overhead)
+def parse_settings(bench: dict, problem: Problem, on_cuda: bool) -> BenchSettings:
+    """``job.bench`` as the bench's settings (okc.judge.protocol.settings, the one parser); ValueError naming
+    the field. No re-checks: a sweep ranks points, and the funnel checks a point before it becomes a
+    candidate (whose okc bench re-checks it). On a CPU no replay cost is subtracted unless asked."""
+    options = {**bench, "rechecks": False}
+    return BenchSettings.from_options(options if on_cuda else {**NO_OVERHEAD, **options}, problem, fixed_count=True)
 
 
-def settings_for(settings: Settings, problem: Problem, on_cuda: bool) -> BenchSettings:
-    """The bench's settings for this job: a fixed count as min = max pairs (at least the 6 a median CI takes)."""
-    if settings.fixed_pairs is not None:
-        pairs = max(settings.fixed_pairs, stats.MIN_PAIRS_FOR_CI)
-        rule = {"min_pairs": pairs, "max_pairs": pairs}
-    else:
-        rule = {"min_pairs": settings.rule.min_pairs, "max_pairs": settings.rule.max_pairs,
-                "target_half_width": settings.rule.target_half_width}
-    if settings.overhead_us is not None:
-        rule["overhead_us"] = settings.overhead_us
-    # No re-checks: a sweep ranks points, and the funnel checks a point before it becomes a candidate
-    # (whose okc bench re-checks it).
-    rule["rechecks"] = False
-    return BenchSettings.from_options(rule if on_cuda else {**NO_OVERHEAD, **rule}, problem)
-
-
-def _time(problem: Problem, candidate: Path, baseline: Path, cases: list[str], settings: Settings,
+def _time(problem: Problem, candidate: Path, baseline: Path, cases: list[str], settings: BenchSettings,
           device: torch.device, seed: int, phase, log) -> tuple[PairTable, str, float, dict]:
     """The paired bench itself (okc.judge.kinds.bench on a GPU, okc.judge.protocol.cpu_clock on a CPU) on ``cases``:
     the judge's protocol, nothing re-implemented (on a CPU enough to rank points, not judge-equivalent)."""
@@ -84,16 +45,15 @@ def _time(problem: Problem, candidate: Path, baseline: Path, cases: list[str], s
     from okc.judge.protocol.cpu_clock import CpuBench
 
     on_cuda = device.type == "cuda"
-    bench_settings = settings_for(settings, problem, on_cuda=on_cuda)
     bench = (Bench if on_cuda else CpuBench)(problem, candidate, baseline, device=device, seed=seed,
-                                             settings=bench_settings, cases=cases, phase=phase, log=log)
+                                             settings=settings, cases=cases, phase=phase, log=log)
     bench.setup()
     table, stopped_by = bench.measure()
     extra = {"flush": bench.flush.describe(), "persisting_l2": bench.persisting.done()} if on_cuda else {}
-    return table, stopped_by, bench_settings.judge_overhead_us, extra
+    return table, stopped_by, settings.judge_overhead_us, extra
 
 
-def run_time(problem: Problem, candidate: Path, baseline: Path, *, cases: list[str], settings: Settings,
+def run_time(problem: Problem, candidate: Path, baseline: Path, *, cases: list[str], settings: BenchSettings,
              device: torch.device, seed: int, phase: Callable[..., None], log: Callable[[str], None]) -> dict:
     """Time ``candidate`` against ``baseline`` on ``cases``; result.json's fields."""
     from okc.judge.protocol.benchcases import BenchFailed
@@ -139,7 +99,7 @@ def run_kind(job, job_dir: Path, problem: Problem, *, device: torch.device, seed
         raise BadJob("a time job needs its cases ('layer/m=N' keys)")
     try:
         scored_cases(problem, job.cases)
-        settings = parse_settings(job.bench)
+        settings = parse_settings(job.bench, problem, device.type == "cuda")
     except ValueError as exc:
         raise BadJob(str(exc)) from None
     return run_time(problem, job.candidate.path(job_dir), job.against.path(job_dir), cases=job.cases,

@@ -57,18 +57,26 @@ class BenchSettings:
     # okc bench --systematic: after the bench, the same candidate under each protocol variant (okc.judge.protocol.variants)
     systematic: bool = False
     first_draw: int = 0  # the first timed input's number (okc.judge.protocol.recheck.Draws); not a job setting
+    fixed_pairs: int | None = None  # ``pairs`` as job.json asked (a sweep's fixed count), else None: the stopping rule
 
     @classmethod
-    def from_options(cls, options: dict, problem: Problem) -> BenchSettings:
-        """Parse ``options``; ValueError names the bad one."""
+    def from_options(cls, options: dict, problem: Problem, fixed_count: bool = False) -> BenchSettings:
+        """Parse ``options``; ValueError names the bad one. ``fixed_count``: ``pairs`` (a sweep's fixed number
+        of pairs, okc.judge.kinds.sweep) is a setting too."""
         known = {"target_half_width", "min_pairs", "max_pairs", "overhead_us", "flush", "aa_floor", "batch_ops",
                  "warmup_pairs", "copies", "captures", "layout", "shared_outputs", "rechecks",
                  "in_flight", "figure", "systematic"}
-        unknown = sorted(set(options) - known)
+        unknown = sorted(set(options) - known - ({"pairs"} if fixed_count else set()))
         if unknown:
             raise ValueError(f"unknown bench setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
         rule_options = {k: options[k] for k in ("target_half_width", "min_pairs", "max_pairs") if k in options}
-        overhead = benchrules.check_overhead_us(options.get("overhead_us", problem.judge_overhead_us))
+        asked = options.get("pairs")  # a sweep's fixed count (time, screen): it stands for the stopping rule
+        if asked is not None:
+            if not is_integer(asked, 1, benchrules.MAX_PAIRS_LIMIT):
+                raise ValueError(f"bench.pairs must be an integer from 1 to {benchrules.MAX_PAIRS_LIMIT}, got {asked!r}")
+            fixed = max(asked, stats.MIN_PAIRS_FOR_CI)  # at least the pairs a median's CI takes
+            rule_options = {"min_pairs": fixed, "max_pairs": fixed}
+        overhead = benchrules.check_overhead_us(options.get("overhead_us", problem.judge_overhead_us), "bench.overhead_us")
         if options.get("flush", "read") not in FLUSHES:
             raise ValueError(f"flush must be one of {', '.join(FLUSHES)}, got {options['flush']!r}")
         in_flight = options.get("in_flight", 2)
@@ -102,7 +110,7 @@ class BenchSettings:
                    flush=options.get("flush", "read"), aa_floor=float(aa_floor), batch_ops=batch_ops,
                    warmup_pairs=warmup, copies=copies, captures=captures, layout=layout,
                    shared_outputs=shared, rechecks=rechecks, in_flight=in_flight, figure=figure,
-                   systematic=systematic)
+                   systematic=systematic, fixed_pairs=asked)
 
     def protocol(self) -> dict:
         """Which protocol a result's numbers come from (result.json's ``protocol``)."""
