@@ -52,6 +52,11 @@ class FolderVerifier:
                              "message": verdict.message, "value": verdict.value, "bound": verdict.bound,
                              "row": verdict.row})
 
+    def submit_all(self, items: list[tuple[dict, object]]) -> None:
+        """:meth:`submit` of each (ref, out), in order (the verifier's API: okc.judge.verdict.verifier)."""
+        for ref, out in items:
+            self.submit(ref, out)
+
     def check_weights(self, weights: object, tensors: dict, tag: dict | None = None) -> None:
         """A GPU MODE problem has no weights: nothing to write into."""
         self.answers.append({"tag": tag or {}, "ok": True, "rule": "weights", "message": "no weights",
