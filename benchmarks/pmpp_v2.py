@@ -248,6 +248,16 @@ def by_hand(problem: Problem, submission: Path, mode: str, log: Log, timeout: fl
             "sm_mhz": [clock, sm_clock()]}
 
 
+def figure_runs_line(figure: dict) -> str | None:
+    """okc's own line of the figure's eval.py runs (okc.problems.gpumode.figure.runs_line)."""
+    if not figure:
+        return None
+    sys.path.insert(0, str(REPO))
+    from okc.problems.gpumode.figure import runs_line
+
+    return runs_line(figure)
+
+
 def stop_standby(home: Path) -> None:
     """The standby worker the lab's last job left (okc.launch.standby), ended: this survey started it."""
     sys.path.insert(0, str(REPO))
@@ -324,14 +334,9 @@ def line(record: dict, modes: list[str]) -> str:
         rounds.append("figure's last case against/candidate " + " / ".join(
             f"{fmt(end['mean_us'], '.1f')} ({fmt(end['best_us'], '.1f')}-{fmt(end.get('worst_us'), '.1f')})" for end in ends)
             + f", bests' ratio {fmt(ends[0]['best_us'] / ends[1]['best_us'])}")
-    clocks = {side: (figure.get(side) or {}).get("gpu_readings") or [] for side in ("against", "candidate")}
-    if any(clocks.values()):  # okc's eval.py runs, ABBA: a clock that moved between them shows
-        rounds.append("figure's SM MHz " + ", ".join(
-            f"{side} {fmt((got.get('before') or {}).get('clocks.sm'), '.0f')}->{fmt((got.get('after') or {}).get('clocks.sm'), '.0f')}"
-            for side, runs in clocks.items() for got in (runs if isinstance(runs, list) else [runs]) if got))
-    spread = figure.get("between_runs")
-    if spread:
-        rounds.append(f"figure's runs' speedups {fmt(spread['speedup'][0])}-{fmt(spread['speedup'][1])}")
+    runs = figure_runs_line(figure)  # okc's ABBA eval.py runs: a clock that moved between them shows
+    if runs:
+        rounds.append(f"figure's {runs}")
     return (f"{record['problem']}: " + "; ".join(f"{h} {c}" for h, c in zip(head[1:], row(record, modes)[1:])) + why
             + (f"; µs mean (best-worst): {'; '.join(rounds)}" if rounds else ""))
 

@@ -149,8 +149,8 @@ def bench(
                                 device=running.device, seed=running.seed,
                                 cases=list(running.cases) if running.cases else None)
     result = outcome.result
-    document = views.bench_document(result, source_of(outcome), other.name, outcome.recorded, _gpumode(outcome),
-                                    _result_field(outcome, "systematic"))
+    gpumode, systematic = _result_objects(outcome, "gpumode", "systematic")
+    document = views.bench_document(result, source_of(outcome), other.name, outcome.recorded, gpumode, systematic)
     if not result.passed:
         not_recorded(outcome)
         raise_failed(result, fmt, document, outcome.job_dir)
@@ -160,17 +160,13 @@ def bench(
         raise typer.Exit(EXIT_USAGE)
 
 
-def _gpumode(outcome) -> dict | None:
-    """A GPU MODE problem's own statistic (result.json's ``gpumode``), shown beside okc's score."""
-    return _result_field(outcome, "gpumode")
-
-
-def _result_field(outcome, name: str) -> dict | None:
-    """result.json's ``name`` (an object), where the job left one."""
+def _result_objects(outcome, *names: str) -> tuple[dict | None, ...]:
+    """result.json's objects ``names`` (None where the job left none), read once: a GPU MODE problem's
+    own statistic (``gpumode``), okc bench --systematic's variants (``systematic``)."""
     from okc.contract import RESULT_FILE, read_json
 
-    found = (read_json(outcome.job_dir / RESULT_FILE) or {}).get(name)
-    return found if isinstance(found, dict) else None
+    result = read_json(outcome.job_dir / RESULT_FILE) or {}
+    return tuple(result.get(name) if isinstance(result.get(name), dict) else None for name in names)
 
 
 @app.command("try")
@@ -217,7 +213,7 @@ def try_command(
     source = source_of(outcome)
     checked = views.check_document(steps["check"], source, outcome.recorded)
     benched = steps.get("bench")
-    document = (views.bench_document(benched, source, baseline.name, outcome.recorded, _gpumode(outcome))
+    document = (views.bench_document(benched, source, baseline.name, outcome.recorded, *_result_objects(outcome, "gpumode"))
                 if benched else None)  # a GPU MODE problem's figure too, as okc bench shows it
     if fmt == "table":
         show(checked, fmt)

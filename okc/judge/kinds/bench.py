@@ -189,8 +189,7 @@ def run_kind(job, job_dir: Path, problem: Problem, *, device: torch.device, seed
             result["systematic"] = variants.systematic(result, settings, variants.variants_for(settings, not on_cpu),
                                                        again, log)
         elif settings.systematic:
-            log("systematic: no variants run: the bench itself gave no score (a call that cannot be captured is "
-                "timed eagerly after this, and only by the default protocol)")
+            log(f"systematic: no variants run: the bench itself gave no score ({result.get('status')})")
     finally:
         if verifier is not None:
             verifier.close()

@@ -88,7 +88,6 @@ class PairLoop:
         self.kept_bytes = 0
         # judges a list of kept outputs before the run ends (okc.judge.protocol.benchcases.run_paired sets it)
         self.spill: Callable[[list[tuple[Recheck, object]]], None] | None = None
-        self.spill_bytes = SPILL_BYTES
 
     @property
     def rule(self) -> stats.StoppingRule:
@@ -98,11 +97,11 @@ class PairLoop:
         return dataclasses.replace(rule, min_pairs=floor)
 
     def _keep(self, outputs: list[tuple[Recheck, object]], idle: bool = True) -> None:
-        """Keep ``outputs`` for the verifier; judge what is kept now if it passed ``spill_bytes`` and
-        nothing is ``idle``-less (a batch in flight: its hold must not wait on the verifier's reads)."""
+        """Keep ``outputs`` for the verifier; judge what is kept now if it passed ``SPILL_BYTES`` and the
+        loop is ``idle`` (no batch in flight: its hold must not wait on the verifier's reads)."""
         self.kept.extend(outputs)
         self.kept_bytes += sum(_numel(out) * _element_size(out) for _, out in outputs if type(out) is _Tensor)
-        if idle and self.spill is not None and self.kept_bytes > self.spill_bytes:
+        if idle and self.spill is not None and self.kept_bytes > SPILL_BYTES:
             kept, self.kept, self.kept_bytes = self.kept, [], 0
             self.spill(kept)
 

@@ -181,10 +181,6 @@ class Session:
                 return fail(rules.WEIGHTS_MODIFIED, f"wrote into weight {name!r}")
         return Verdict(True, rules.WEIGHTS_MODIFIED, "the weights are unchanged")
 
-    def judge_output(self, header: dict, parts: list[bytearray]) -> Verdict:
-        begun = self.begin_output(header, parts)
-        return begun if isinstance(begun, Verdict) else rules.conclude(begun, begun.packed.cpu())
-
     def begin_output(self, header: dict, parts: list[bytearray]) -> Verdict | rules.Measured:
         """A verdict where the form decides it, else the output's measurements, enqueued and not yet read."""
         ref = header["ref"]
@@ -251,7 +247,7 @@ class Answers:
         pending, self.pending = self.pending, []
         measured = [item for _, item in pending if isinstance(item, rules.Measured)]
         values: list = []
-        failed: BaseException | None = None
+        failed: dict | None = None  # the answer of every pending output when the read-back failed
         try:
             if measured:
                 read = torch.cat([item.packed for item in measured]).cpu()
@@ -259,15 +255,13 @@ class Answers:
             if self.arena and torch.cuda.is_initialized():
                 torch.cuda.synchronize()  # every read of the arena is done: the answers give its regions back
         except Exception as exc:  # a CUDA error: nothing pending can be judged
-            failed = exc
+            failed = could_not_judge(None, exc)
         self.arena = False
         numbers = iter(values)
         for tag, item in pending:
             if isinstance(item, rules.Measured):
                 try:
-                    if failed is not None:
-                        raise failed
-                    item = answer(tag, rules.conclude(item, next(numbers)))
+                    item = {**failed, "tag": tag} if failed else answer(tag, rules.conclude(item, next(numbers)))
                 except Exception as exc:
                     item = could_not_judge(tag, exc)
             self.out.write(json.dumps(item) + "\n")

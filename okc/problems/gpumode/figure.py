@@ -135,6 +135,22 @@ def _merged(done: list[dict], ranking_by: str) -> dict:
             "exit_code": done[-1]["exit_code"], "gpu_readings": [run["gpu_readings"] for run in done]}
 
 
+def runs_line(figure: dict) -> str | None:
+    """The figure's eval.py runs at a glance: the GPU's SM clock before and after each, in ABBA order per
+    side, and the spread of the runs' speedups (None: no runs recorded)."""
+    def mhz(reading) -> str:
+        value = (reading or {}).get("clocks.sm")
+        return "-" if value is None else f"{value:.0f}"
+
+    clocks = [f"{side} {mhz(run.get('before'))}->{mhz(run.get('after'))}" for side in ("against", "candidate")
+              for run in (figure.get(side) or {}).get("gpu_readings") or [] if run]
+    parts = [f"SM MHz {', '.join(clocks)}"] if clocks else []
+    spread = (figure.get("between_runs") or {}).get("speedup")
+    if spread:
+        parts.append(f"runs' speedups {spread[0]:.4f}-{spread[1]:.4f}")
+    return "; ".join(parts) or None
+
+
 def summary_line(figure: dict) -> str:
     """The one line a bench's reason and the ledger's note carry."""
     paired = figure.get("paired") or {}
