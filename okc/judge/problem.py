@@ -155,11 +155,17 @@ class Problem(abc.ABC):
     def make_input(self, case: Case, seed: int, variant: str, device: torch.device) -> Inputs:
         """A fresh input for ``case`` drawn from ``seed``."""
 
-    def draw_input(self, case: Case, seed: int, variant: str, device: torch.device) -> tuple[Inputs, torch.Tensor | None]:
-        """``make_input``'s input with its probe rows as a device mask (one bool a row) nothing has read
-        yet, so that a verifier reads them back with the rest of its numbers; the default is
-        ``make_input``'s input and None (its ``probe_rows`` hold)."""
-        return self.make_input(case, seed, variant, device), None
+    def draw_inputs(self, case: Case, seeds: list[int], variant: str,
+                    device: torch.device) -> tuple[list[Inputs], torch.Tensor | None]:
+        """``make_input``'s inputs of ``case`` for several seeds, and their probe rows as one device mask
+        (N x rows, nothing read back yet, so that a verifier reads them with the rest of its numbers)
+        or None (then each input's ``probe_rows`` hold); the default is ``make_input`` for each, and None."""
+        return [self.make_input(case, seed, variant, device) for seed in seeds], None
+
+    def references(self, weights: dict[str, torch.Tensor], case: Case, xs: list[object]) -> torch.Tensor:
+        """``reference`` of each of several inputs of ``case``, stacked (N x the output's shape); a
+        problem may compute them together (one product for many inputs), to the same values."""
+        return torch.stack([self.reference(weights, case, x) for x in xs])
 
     def fill_input(self, buffer: object, case: Case, seed: int, variant: str) -> bool:
         """Write the input ``make_input`` draws from ``seed`` into ``buffer`` (the graph's input buffer), bit for bit.

@@ -110,13 +110,21 @@ class ProjectionProblem(Problem):
         x = self._draw(case, seed, variant, device)
         return Inputs(x=x, probe_rows=projection_draw.probe_rows(x))
 
-    def draw_input(self, case: Case, seed: int, variant: str, device: torch.device) -> tuple[Inputs, torch.Tensor]:
-        x = self._draw(case, seed, variant, device)
-        return Inputs(x=x), projection_draw.probe_mask(x)
+    def draw_inputs(self, case: Case, seeds: list[int], variant: str,
+                    device: torch.device) -> tuple[list[Inputs], torch.Tensor]:
+        """The inputs of ``seeds`` drawn into one N x m x K tensor (one kernel launch each on a GPU) and
+        their probe rows as one N x m mask."""
+        self._variant(variant)
+        layer = self.layer(case.layer)
+        xs = projection_draw.draw_many(seeds, case.m, layer.k, layer.x_dtype, variant, device)
+        return [Inputs(x=x) for x in xs], projection_draw.probe_mask(xs.view(-1, layer.k)).view(len(seeds), case.m)
 
-    def _draw(self, case: Case, seed: int, variant: str, device: torch.device) -> torch.Tensor:
+    def _variant(self, variant: str) -> None:
         if variant not in self.input_variants:
             raise ValueError(f"unknown input variant {variant!r}; one of {', '.join(self.input_variants)}")
+
+    def _draw(self, case: Case, seed: int, variant: str, device: torch.device) -> torch.Tensor:
+        self._variant(variant)
         layer = self.layer(case.layer)
         return projection_draw.draw_new(case.m, layer.k, layer.x_dtype, seed, variant, device)
 
@@ -131,6 +139,12 @@ class ProjectionProblem(Problem):
         layer = self.layer(case.layer)
         w = self._float64(weights[case.layer])[: layer.rows(case.m)]
         return (x.double() @ w.T).to(layer.out_dtype)
+
+    def references(self, weights: dict[str, torch.Tensor], case: Case, xs: list[torch.Tensor]) -> torch.Tensor:
+        """Every x's reference from one float64 product (at small m the weight's read is the cost)."""
+        layer = self.layer(case.layer)
+        w = self._float64(weights[case.layer])[: layer.rows(case.m)]
+        return (torch.cat(xs).double() @ w.T).to(layer.out_dtype).view(len(xs), case.m, -1)
 
     def _float64(self, w: torch.Tensor) -> torch.Tensor:
         """``w`` in float64, converted once per weight tensor: at small m the conversion costs

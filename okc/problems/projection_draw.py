@@ -84,10 +84,16 @@ def draw(out: torch.Tensor, seed: int, variant: str) -> bool:
 
 def draw_new(m: int, k: int, dtype: torch.dtype, seed: int, variant: str, device: torch.device) -> torch.Tensor:
     """A new m x K tensor holding the input drawn from ``seed``."""
-    x = torch.empty(m, k, dtype=dtype, device=device)
-    if not draw(x, seed, variant):
-        x.copy_(_torch_draw(plan(seed, m, k, variant), m, k, device))
-    return x
+    return draw_many([seed], m, k, dtype, variant, device)[0]
+
+
+def draw_many(seeds: list[int], m: int, k: int, dtype: torch.dtype, variant: str, device: torch.device) -> torch.Tensor:
+    """A new N x m x K tensor: the input drawn from each of ``seeds``, in order."""
+    xs = torch.empty(len(seeds), m, k, dtype=dtype, device=device)
+    for x, seed in zip(xs, seeds):
+        if not draw(x, seed, variant):
+            x.copy_(_torch_draw(plan(seed, m, k, variant), m, k, device))
+    return xs
 
 
 def probe_rows(x: torch.Tensor) -> tuple[int, ...]:

@@ -177,7 +177,9 @@ def judge(kept: list, verifier, cases: list, variant: str) -> Outcome | None:
     if not kept or verifier is None:
         return None
     started = time.monotonic()
-    entries = sorted(kept, key=lambda entry: (entry[0].pair is None, entry[0].pair or 0, entry[0].side))
+    # A case's outputs one after another (the verifier measures those that wait together as one batch),
+    # each side's in the order they were timed (its stale rule compares each with the one before).
+    entries = sorted(kept, key=lambda entry: (entry[0].case, entry[0].pair is None, entry[0].pair or 0, entry[0].side))
     per_side: dict[str, int] = {}
     try:
         items = []

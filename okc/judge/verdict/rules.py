@@ -125,10 +125,35 @@ def measure(out: torch.Tensor, reference: Callable[[], torch.Tensor], inputs: In
                     out, poisoned, x_form, tolerance)
 
 
+def measure_many(outs: list[torch.Tensor], references: torch.Tensor, previous: list[torch.Tensor | None],
+                 poisoned: list[bool], probe_masks: torch.Tensor | None, probe_rows: list[tuple[int, ...]],
+                 tolerance: Tolerance) -> list[Measured]:
+    """:func:`measure` of N outputs of one case (no x after the call: a re-check's), with the same few
+    launches for all of them: ``references`` stacks their answers (N x the output's shape) and
+    ``probe_masks`` their inputs' probe rows (N x rows, or None: ``probe_rows`` hold)."""
+    count, first = len(outs), outs[0]
+    stacked = torch.stack(outs)
+    rows = first.shape[0] if first.dim() > 1 else 1
+    # Every output's packed numbers hold both heads; a head that does not apply is named "" (not read).
+    same = [p is not None and p.shape == first.shape and p.dtype == first.dtype for p in previous]
+    before = torch.stack([p if ok else out for p, ok, out in zip(previous, same, outs)])
+    heads = [torch.isnan(stacked).reshape(count, -1).all(dim=1), (stacked == before).reshape(count, -1).all(dim=1)]
+    parts = [head.double().view(count, 1) for head in heads]
+    if probe_masks is not None:
+        parts.append(probe_masks.reshape(count, -1).double())
+    diff = (stacked.double() - references.double()).reshape(count, rows, -1)
+    parts += [torch.linalg.vector_norm(diff, dim=2), torch.linalg.vector_norm(references.double().reshape(count, rows, -1), dim=2)]
+    packed = torch.cat(parts, dim=1)
+    probes = 0 if probe_masks is None else probe_masks[0].numel()
+    floating = first.is_floating_point()
+    return [Measured(packed[index], ("all_nan" if poisoned[index] and floating else "", "same" if same[index] else ""),
+                     probes, probe_rows[index], outs[index], poisoned[index], False, tolerance) for index in range(count)]
+
+
 def conclude(measured: Measured, packed: torch.Tensor) -> Verdict:
     """The verdict from ``packed``, :func:`measure`'s numbers read back to the host."""
     count = len(measured.heads)
-    read = dict(zip(measured.heads, packed[:count].tolist()))
+    read = dict(zip(measured.heads, packed[:count].tolist()))  # a head named "" does not apply
     if read.get("all_nan"):
         return fail(STALE, "the replay wrote nothing into the output (its NaN poison survived everywhere): "
                     "a cached output, or one computed outside the captured work")

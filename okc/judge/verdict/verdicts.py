@@ -18,6 +18,7 @@ import struct
 import sys
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import BinaryIO, TextIO
 
 import torch
@@ -30,7 +31,8 @@ from okc.seeds import derive_seed
 VERIFIER_ERROR = "verifier_error"  # the verifier could not judge: a harness failure, never a verdict
 PR_SET_PDEATHSIG = 1
 HEADER = struct.Struct("<II")  # a message: the JSON header's length and its payload's part count
-MAX_PENDING = 128  # outputs begun before their measurements are read back and answered (Answers)
+MAX_PENDING = 512  # outputs begun before their measurements are read back and answered (Answers)
+GROUP_ELEMENTS = 2**24  # output elements measured together at most (float64 copies of them are made)
 
 
 def die_with_parent() -> None:
@@ -181,12 +183,14 @@ class Session:
                 return fail(rules.WEIGHTS_MODIFIED, f"wrote into weight {name!r}")
         return Verdict(True, rules.WEIGHTS_MODIFIED, "the weights are unchanged")
 
-    def begin_output(self, header: dict, parts: list[bytearray]) -> Verdict | rules.Measured:
-        """A verdict where the form decides it, else the output's measurements, enqueued and not yet read."""
+    def begin_output(self, header: dict, parts: list[bytearray]) -> Verdict | rules.Measured | Pending:
+        """A verdict where the form decides it; else the output's measurements, enqueued and not yet read
+        (a check's output, with x as the call left it), or a :class:`Pending` (a re-check's: measured
+        with the other outputs of its case that wait beside it, :func:`measure_pending`)."""
         ref = header["ref"]
         case = self.case(ref["case"])
         key, truth = self.weight_set(ref["weights"])
-        inputs, probe_mask = self.problem.draw_input(case, derive_seed(self.seed, *ref["input"]), ref["variant"], self.device)
+        seed = derive_seed(self.seed, *ref["input"])
         shape, dtype = self.problem.output_spec(case)
         facts = header["out"]
         verdict = rules.check_facts(facts, shape, dtype, self.device.type)
@@ -198,15 +202,59 @@ class Session:
             if _overlaps(facts["span"], span):
                 return fail(rules.ALIAS, f"the output's memory overlaps weight {name!r}")
         out = to_tensor(facts, parts[0], self.device)
-        x_after = to_tensor(header["x"], parts[1], self.device) if "x" in header else None
         stream = (key, case.key, ref["variant"], ref.get("stream"))
         label = tuple(ref["input"])
         last_label, previous = self.previous.get(stream, (None, None))
         self.previous[stream] = (label, out)
         if last_label == label:  # the same input again: the same output is right, not stale
             previous = None
+        pending = Pending(self.problem, case, truth, seed, ref["variant"], self.device, out, previous,
+                          bool(ref.get("poisoned")))
+        if "x" not in header:
+            return pending
+        x_after = to_tensor(header["x"], parts[1], self.device)
+        (inputs,), probe_mask = self.problem.draw_inputs(case, [seed], ref["variant"], self.device)
         return rules.measure(out, lambda: self.problem.reference(truth, case, inputs.x), inputs, previous,
-                             bool(ref.get("poisoned")), x_after, self.problem.tolerance(case), probe_mask)
+                             pending.poisoned, x_after, self.problem.tolerance(case),
+                             None if probe_mask is None else probe_mask[0])
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A re-checked output, rebuilt and not yet measured: what measuring it takes."""
+
+    problem: Problem
+    case: Case
+    truth: dict
+    seed: int  # its input's
+    variant: str
+    device: torch.device
+    out: torch.Tensor
+    previous: torch.Tensor | None  # its stream's output before it (None: none, or the same input)
+    poisoned: bool
+
+
+def measure_pending(pending: list[Pending]) -> list[rules.Measured]:
+    """Measure waiting outputs a case at a time (the inputs drawn together, one product for their
+    references, the rules' launches shared: okc.judge.verdict.rules.measure_many), in their order."""
+    groups: dict[tuple, list[int]] = {}
+    for index, item in enumerate(pending):
+        groups.setdefault((id(item.truth), item.case, item.variant), []).append(index)
+    measured: list = [None] * len(pending)
+    for indices in groups.values():
+        first = pending[indices[0]]
+        size = max(first.out.numel(), 1)
+        step = max(1, GROUP_ELEMENTS // size)
+        for start in range(0, len(indices), step):
+            chunk = [pending[index] for index in indices[start:start + step]]
+            inputs, masks = first.problem.draw_inputs(first.case, [item.seed for item in chunk], first.variant, first.device)
+            references = first.problem.references(first.truth, first.case, [drawn.x for drawn in inputs])
+            results = rules.measure_many([item.out for item in chunk], references, [item.previous for item in chunk],
+                                         [item.poisoned for item in chunk], masks, [drawn.probe_rows for drawn in inputs],
+                                         first.problem.tolerance(first.case))
+            for index, result in zip(indices[start:start + step], results):
+                measured[index] = result
+    return measured
 
 
 def answer(tag: object, verdict: Verdict) -> dict:
@@ -245,10 +293,14 @@ class Answers:
 
     def flush(self) -> None:
         pending, self.pending = self.pending, []
-        measured = [item for _, item in pending if isinstance(item, rules.Measured)]
         values: list = []
         failed: dict | None = None  # the answer of every pending output when the read-back failed
         try:
+            waiting = [index for index, (_, item) in enumerate(pending) if isinstance(item, Pending)]
+            if waiting:
+                for index, item in zip(waiting, measure_pending([pending[index][1] for index in waiting])):
+                    pending[index] = (pending[index][0], item)
+            measured = [item for _, item in pending if isinstance(item, rules.Measured)]
             if measured:
                 read = torch.cat([item.packed for item in measured]).cpu()
                 values = list(read.split([item.packed.numel() for item in measured]))
@@ -259,7 +311,7 @@ class Answers:
         self.arena = False
         numbers = iter(values)
         for tag, item in pending:
-            if isinstance(item, rules.Measured):
+            if isinstance(item, (rules.Measured, Pending)):
                 try:
                     item = {**failed, "tag": tag} if failed else answer(tag, rules.conclude(item, next(numbers)))
                 except Exception as exc:
