@@ -249,7 +249,7 @@ RESULT = fields({  # beyond its dataclass fields (okc.contract.parse_result buil
     "timeline": optional(mapping(optional(number()))), "seconds": optional(mapping(optional(number()))),
     "gpumode": optional(mapping(anything)), "written_by": optional(NAME), "job_id": NAME,
     "duration_s": optional(SECONDS), "kind": optional(NAME), "gpu_name": optional(NAME), "status": optional(NAME),
-    "reason": optional(text()),
+    "reason": optional(text()), "standby_warm_s": optional(SECONDS),
 })
 ENV = fields({"device": optional(NAME),
               "gpu": optional(one_of(NAME, fields({"name": optional(NAME), "uuid": optional(NAME)})))})

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 
 from okc.contract import LOG_FILE
@@ -26,20 +27,22 @@ def warm_up() -> None:
         torch.empty(1, device="cuda")
 
 
-def become_worker(job_dir: Path) -> None:
-    """From here on this process is the job's worker: its log, its folder, no stdin."""
+def become_worker(job_dir: Path, warm_s: float | None = None) -> None:
+    """From here on this process is the job's worker: its log, its folder, no stdin (``warm_s``: how long it
+    waited warm for the job, which its result says)."""
     log = os.open(job_dir / LOG_FILE, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.dup2(log, 1)
     os.dup2(log, 2)
     os.chdir(job_dir)
-    Worker(job_dir).run()
+    Worker(job_dir, standby_warm_s=warm_s).run()
 
 
 def main(argv: list[str]) -> None:
     """``argv``: the file to create once warm (the keeper's slot/ready, okc.launch.standby)."""
     warm_up()
+    warm_at = time.monotonic()
     try:
         if argv:
             Path(argv[0]).write_text("")
@@ -49,7 +52,7 @@ def main(argv: list[str]) -> None:
     job_dir = Path(line) if line else None
     if job_dir is None or not job_dir.is_dir():
         sys.exit(EXIT_BAD_JOB)  # no job came (the keeper gave up): nothing ran
-    become_worker(job_dir.resolve())
+    become_worker(job_dir.resolve(), time.monotonic() - warm_at)
 
 
 if __name__ == "__main__":

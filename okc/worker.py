@@ -53,8 +53,9 @@ def _exit_code(status: str, error_kind: str | None) -> int:
 
 
 class Worker:
-    def __init__(self, job_dir: Path) -> None:
+    def __init__(self, job_dir: Path, standby_warm_s: float | None = None) -> None:
         self.job_dir = job_dir
+        self.standby_warm_s = standby_warm_s  # a standby worker (okc.standby): how long it waited warm
         self.job: JobSpec | None = None
         self.started = time.monotonic()
         # Where the job's seconds went: the wall clock at the start, then seconds since then at
@@ -98,6 +99,8 @@ class Worker:
         # A copy: a prepare past its limit writes the result from the timer's thread while the
         # main thread may still mark a phase.
         fields["timeline"] = dict(self.timeline)
+        if self.standby_warm_s is not None:  # python, torch and CUDA were ready before the job: its timeline starts warm
+            fields["standby_warm_s"] = round(self.standby_warm_s, 3)
         return result_document(self.job, self.job_dir.name, status, fields.pop("reason", None),
                                fields.pop("error_kind", None), **fields)
 

@@ -14,7 +14,7 @@ from conftest import invoke, jobs_of_kind
 
 from okc.jobs.target import local_locks
 from okc.lab.config import find_lab
-from okc.launch import standby
+from okc.launch import proc, standby
 from okc.launch.proc import process_start
 
 CRASH = Path(__file__).resolve().parent.parent / "okc/problems/tiny_matvec/solutions/wrong/crash.py"  # os.abort()
@@ -70,6 +70,10 @@ def test_the_next_check_runs_in_the_standby_the_last_one_left_and_each_serves_on
     assert json.loads((second_job / standby.EXIT_FILE).read_text()) == {"returncode": 0}
     timeline = json.loads((second_job / "result.json").read_text())["timeline"]
     assert timeline["torch"] < 0.1  # imported before the job existed (a fresh worker: about a second or more)
+    assert json.loads((second_job / "result.json").read_text())["standby_warm_s"] >= 0
+    shown = invoke("jobs", second_job.name)
+    assert "its worker was a standby, warm" in shown.output and "ready in the standby worker" in shown.output, shown.output
+    assert "standby_warm_s" not in json.loads((first_job / "result.json").read_text())
     assert f"job {second_job.name}: check of tiny_matvec" in (second_job / "log.txt").read_text()
     # It served one job and is gone; the second job left the next standby, a new process.
     deadline = time.monotonic() + 10
@@ -117,8 +121,8 @@ def test_a_standby_worker_does_not_inherit_its_keepers_ignored_sigterm(tiny, tmp
     assert seen.read_text() == str(signal.SIG_DFL)
 
 
-@pytest.mark.parametrize("differs", ["code_dir", "CUDA_VISIBLE_DEVICES"])
-def test_a_standby_for_other_code_or_another_gpu_is_stopped_not_used(tiny, tmp_path, differs):
+@pytest.mark.parametrize("differs", ["code_dir", "CUDA_VISIBLE_DEVICES", "okc_changed"])
+def test_a_standby_for_other_code_or_another_gpu_is_stopped_not_used(tiny, tmp_path, monkeypatch, differs):
     locks = str(tmp_path / "locks")
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "3"}
     standby.leave(locks, 0, "/this/okc", env)
@@ -127,6 +131,9 @@ def test_a_standby_for_other_code_or_another_gpu_is_stopped_not_used(tiny, tmp_p
     job = tmp_path / "job"
     job.mkdir()
     code, taking = ("/elsewhere/okc", env) if differs == "code_dir" else ("/this/okc", {**env, "CUDA_VISIBLE_DEVICES": "1"})
+    if differs == "okc_changed":  # okc's files were edited after the standby imported them
+        code, taking = "/this/okc", env
+        monkeypatch.setattr(standby, "code_stamp", lambda: "edited since")
     assert standby.take(locks, 0, code, str(job), taking) is None
     assert not standby.slot_dir(locks, 0).exists()
     deadline = time.monotonic() + 5
@@ -154,3 +161,29 @@ def test_without_the_setting_no_standby_is_left(tiny, monkeypatch):
     monkeypatch.delenv(standby.ENABLED_ENV)
     assert invoke("check", "001", "--quick").exit_code == 0
     assert not list(local_locks().glob("standby-gpu*"))
+
+
+def test_okcs_code_stamp_moves_when_one_of_its_files_changes():
+    before = standby.code_stamp()
+    path = Path(standby.__file__)
+    stat = path.stat()
+    try:
+        os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
+        assert standby.code_stamp() != before
+    finally:
+        os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert standby.code_stamp() == before
+
+
+@pytest.mark.parametrize("setting, driver, on", [(None, True, True), (None, False, False), ("0", True, False),
+                                                 ("1", False, True), ("yes", True, True)])
+def test_standby_is_on_by_default_where_there_is_a_gpu_driver(tmp_path, monkeypatch, setting, driver, on):
+    fake = tmp_path / "nvidia-version"
+    if driver:
+        fake.write_text("NVRM version: test\n")
+    monkeypatch.setattr(proc, "NVIDIA_DRIVER", str(fake))
+    if setting is None:
+        monkeypatch.delenv(standby.ENABLED_ENV, raising=False)
+    else:
+        monkeypatch.setenv(standby.ENABLED_ENV, setting)
+    assert standby.enabled() is on

@@ -18,7 +18,7 @@ import traceback
 from pathlib import Path
 
 from okc.contract import EXIT_FILE, JOB_FILE, LAUNCHER_FILE, LOG_FILE, PID_FILE, is_job_id, read_json, write_json
-from okc.launch.proc import process_start
+from okc.launch.proc import NVIDIA_DRIVER, process_start
 from okc.podfiles import is_numeric
 
 LOCKS_DIR = ".locks"  # under the results folder: one flock file per GPU
@@ -27,7 +27,6 @@ LOCK_POLL_S = 1.0
 WAIT_POLL_S = 0.1
 KILL_GRACE_S = 5.0
 DEFAULT_JOB_TIMEOUT_S = 600.0
-NVIDIA_DRIVER = "/proc/driver/nvidia/version"  # without it the lock is the machine's one job slot, not a GPU's
 
 
 def slot_name(index: int) -> str:
@@ -150,14 +149,12 @@ def locks_dir(results: str) -> str:
 
 
 def _standby():
-    """okc.launch.standby when OKC_STANDBY=1 and okc's code is here (a pod's agent carries only this module)."""
-    if os.environ.get("OKC_STANDBY") != "1":
-        return None
+    """okc.launch.standby where it is on (its ``enabled``) and okc's code is here (a pod's agent carries only this module)."""
     try:
         from okc.launch import standby
     except ImportError:
         return None
-    return standby
+    return standby if standby.enabled() else None
 
 
 def take_gpu(results: str, job_id: str, indexes: list, cancel: Cancel):

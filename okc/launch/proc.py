@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+NVIDIA_DRIVER = "/proc/driver/nvidia/version"  # without it the machine has no GPU: a lock is its one job slot, not a GPU's
+
 
 def process_start(pid: int, living: bool = False) -> str | None:
     """The kernel's start time of ``pid`` (field 22 of /proc/PID/stat), None if it is gone

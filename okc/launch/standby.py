@@ -1,6 +1,8 @@
 """Standby workers: the next job's worker, its python and torch import done before it is needed.
 
-Opt-in (``OKC_STANDBY=1`` in the launcher's environment). A launcher that has just finished a
+On by default on a machine with an NVIDIA driver (where a worker's start is seconds of torch and
+CUDA), off on one without; ``OKC_STANDBY=1`` turns it on anywhere, ``OKC_STANDBY=0`` off. A
+launcher that has just finished a
 job on GPU i, still holding that GPU's lock, leaves one standby for GPU i (at most one a GPU):
 the folder ``standby-gpuI/`` beside the locks, holding a FIFO and ``standby.json``, and a
 *keeper*, a small process without torch that starts the worker proper (okc.standby) and
@@ -12,12 +14,14 @@ keeper's whole process group) work as with a worker it started itself.
 
 Each standby serves exactly one job, then exits; an unclaimed one gives up after
 ``OKC_STANDBY_IDLE_S`` (default 300 s); one made for other code (another code_dir, python or
-PYTHONPATH) or another CUDA_VISIBLE_DEVICES is stopped, and a fresh worker started instead.
+PYTHONPATH, or okc's own files changed since) or another CUDA_VISIBLE_DEVICES is stopped, and a
+fresh worker started instead: a standby never runs a job with code older than the job's.
 Standard library only. This machine only: a pod's agent carries the launcher without this module.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import select
 import shutil
@@ -28,6 +32,7 @@ import time
 from pathlib import Path
 
 from okc.contract import read_json, write_json
+from okc.launch import proc
 from okc.launch.proc import process_start
 
 ENABLED_ENV = "OKC_STANDBY"
@@ -41,7 +46,25 @@ READY_FILE = "ready"  # in the slot, written by the worker (okc.standby) once wa
 
 
 def enabled() -> bool:
-    return os.environ.get(ENABLED_ENV) == "1"
+    """OKC_STANDBY=1 or 0 says; unset, on where there is an NVIDIA driver (module docstring)."""
+    setting = os.environ.get(ENABLED_ENV, "").strip()
+    if setting in ("0", "1"):
+        return setting == "1"
+    return os.path.exists(proc.NVIDIA_DRIVER)
+
+
+def code_stamp() -> str:
+    """okc's own files as they are now (names, sizes, modification times): a standby that imported
+    okc before one of them changed is made for other code."""
+    package = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for path in sorted(package.rglob("*.py")):
+        try:
+            stat = path.stat()
+        except OSError:
+            continue
+        digest.update(f"{path.relative_to(package)}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()[:16]
 
 
 def slot_dir(locks: str, index: int) -> Path:
@@ -86,7 +109,7 @@ def _stop(folder: Path, info: dict | None) -> None:
 def _made_for(code_dir: str, env: dict) -> dict:
     """What a standby must share with the job it serves: the code, the python, the GPU it sees."""
     return {"code_dir": code_dir, "python": sys.executable, "pythonpath": env.get("PYTHONPATH"),
-            "visible": env.get("CUDA_VISIBLE_DEVICES")}
+            "visible": env.get("CUDA_VISIBLE_DEVICES"), "okc": code_stamp()}
 
 
 def take(locks: str, index: int, code_dir: str, job_dir: str, env: dict) -> Standby | None:

@@ -25,6 +25,9 @@ from okc.tables import Document, Table, table
 BEFORE_THE_KIND = {"torch": "python and import torch", "env": "env.json (the machine, the seed)",
                    "job": "import the kind's module"}
 SPAWN = "the launcher until the worker's python runs"
+# A standby worker (okc.launch.standby) had python, torch and CUDA ready before the job was handed to it.
+WARM = {SPAWN: "the launcher until the standby worker took the job",
+        BEFORE_THE_KIND["torch"]: "python and torch (ready in the standby worker before the job)"}
 CAPTION = "from each mark to the next; a phase entered again is timed from its first entry (see seconds)"
 
 Read = Callable[[str], "dict[str, Any] | None"]  # a job folder file's JSON object by name, None if absent
@@ -83,7 +86,9 @@ def timeline_tables(read: Read) -> tuple[Table, ...]:
     result = read(RESULT_FILE)
     if result is None:
         return ()
-    rows = [(s.name, s.start_s, s.seconds) for s in spans(result.get("timeline") or {}, spawn_seconds(result, read(PID_FILE)))]
+    warm = WARM if _number(result.get("standby_warm_s")) else {}
+    rows = [(warm.get(s.name, s.name), s.start_s, s.seconds)
+            for s in spans(result.get("timeline") or {}, spawn_seconds(result, read(PID_FILE)))]
     timeline = table("timeline", f"where the seconds of job {result.get('job_id')} went",
                      [("span", "span"), ("start_s", "from s"), ("seconds", "seconds")], rows, caption=CAPTION)
     seconds = table("seconds", "inside the phases (the kind's own accounting)",
@@ -114,6 +119,9 @@ def job_document(read: Read, job_id: str) -> Document:
     line = f"job {job_id}: {spec.get('kind')} {fields['status']}" + (f" - {fields['reason']}" if fields["reason"] else "")
     if wall is not None:
         line += f"; {wall:.2f} s from the launcher's start to the result"
+    if result is not None and _number(result.get("standby_warm_s")):
+        line += f"; its worker was a standby, warm {result['standby_warm_s']:.1f} s before the job"
+        fields["standby_warm_s"] = result["standby_warm_s"]
     tables = timeline_tables(read)
     return Document(tables=tables, fields=fields, lines=(line,), main=0 if tables else None)
 
