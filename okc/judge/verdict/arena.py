@@ -12,7 +12,11 @@ import torch
 
 from okc.judge.verdict import verdicts
 
-ARENA_BYTES = 256 * 2**20  # the device buffer both processes map (CUDA): outputs travel through it, not the pipe
+# The device buffer both processes map (CUDA): outputs travel through it, not the pipe. As large as the
+# outputs a bench keeps before it judges them (okc.judge.protocol.loop.SPILL_BYTES), so that all of them are
+# copied in before the verifier starts: at 256 MiB the copies waited on the verifier's work, two CUDA
+# contexts taking turns on one GPU (1.0 s to hand 595 outputs over on the H200).
+ARENA_BYTES = 2 * 2**30
 ARENA_ALIGN = 256  # every part starts on this boundary (any dtype's view of it is aligned)
 # bound at import, before any candidate runs
 _share_cuda = getattr(torch.UntypedStorage, "_share_cuda_", None)
