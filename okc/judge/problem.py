@@ -162,6 +162,12 @@ class Problem(abc.ABC):
         or None (then each input's ``probe_rows`` hold); the default is ``make_input`` for each, and None."""
         return [self.make_input(case, seed, variant, device) for seed in seeds], None
 
+    def warm_cases(self) -> list[Case]:
+        """The cases a GPU verifier judges once before a bench's timing starts, so that its first real
+        judging pays no one-time costs (kernel loads, cuBLAS, compiles); none by default (a problem whose
+        inputs or references are costly to make)."""
+        return []
+
     def references(self, weights: dict[str, torch.Tensor], case: Case, xs: list[object]) -> torch.Tensor:
         """``reference`` of each of several inputs of ``case``, stacked (N x the output's shape); a
         problem may compute them together (one product for many inputs), to the same values."""

@@ -119,6 +119,9 @@ class ProjectionProblem(Problem):
         xs = projection_draw.draw_many(seeds, case.m, layer.k, layer.x_dtype, variant, device)
         return [Inputs(x=x) for x in xs], projection_draw.probe_mask(xs.view(-1, layer.k)).view(len(seeds), case.m)
 
+    def warm_cases(self) -> list[Case]:
+        return self.scored_cases()
+
     def _variant(self, variant: str) -> None:
         if variant not in self.input_variants:
             raise ValueError(f"unknown input variant {variant!r}; one of {', '.join(self.input_variants)}")

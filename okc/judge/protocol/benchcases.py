@@ -84,6 +84,7 @@ def run_paired(bench, *, names: tuple[str, str], aa: bool, verifier, log) -> dic
     judge its re-checks with ``verifier``; return result.json's bench fields."""
     from okc.judge.protocol import recheck, stats
     from okc.judge.protocol.timing import TimingError
+    from okc.judge.verdict.addressing import VerifierError
 
     started = time.monotonic()
     settings = bench.settings
@@ -97,6 +98,7 @@ def run_paired(bench, *, names: tuple[str, str], aa: bool, verifier, log) -> dic
                 recheck.judge(kept, verifier, bench.cases, bench.problem.input_variants[0]))
         log(f"bench {names[0]} against {names[1]}{' (A/A)' if aa else ''}: {len(bench.cases)} cases, "
             f"{bench.describe()}, target +-{settings.rule.target_half_width:.2%}")
+        waited = verifier.ready() if verifier is not None else None  # its start and warm-up: not beside the timing
         table, stopped_by = bench.measure()
         summary = bench.summary(table)
         extra = bench.report(summary)
@@ -106,13 +108,14 @@ def run_paired(bench, *, names: tuple[str, str], aa: bool, verifier, log) -> dic
         return error_result(str(exc), exc.error_kind, **identity)
     except TimingError as exc:
         return error_result(f"the timing protocol failed: {exc}", "harness", **identity)
-    except recheck.JudgeError as exc:
+    except (recheck.JudgeError, VerifierError) as exc:
         return error_result(f"the re-checks could not be judged: {exc}", "harness", **identity)
     except RuntimeError as exc:  # a CUDA error in a replay: the context is gone, nothing more can run
         return error_result(f"CUDA error during the bench (the context is lost): {exc}".splitlines()[0], **identity)
     tail = {"target_half_width": settings.rule.target_half_width, "stopped_by": stopped_by,
             "rechecks": outcome.report() if outcome is not None else None,
-            "timed_inputs": {"drawn": bench.draws.total, "fresh": True}}
+            "timed_inputs": {"drawn": bench.draws.total, "fresh": True},
+            "verifier_ready_s": None if waited is None else round(waited, 3)}
     if outcome is not None:
         sides = ", ".join(f"{count} {side}" for side, count in sorted(outcome.per_side.items()))
         log(f"re-checks: {outcome.judged} timed outputs judged ({sides}) in {outcome.seconds:.2f} s "

@@ -18,13 +18,13 @@ import struct
 import sys
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import BinaryIO, TextIO
 
 import torch
 
 from okc.judge.problem import Case, Problem
 from okc.judge.verdict import rules
+from okc.judge.verdict.batches import Pending, measure_pending, warm_up
 from okc.judge.verdict.rules import Verdict, fail
 from okc.seeds import derive_seed
 
@@ -32,7 +32,6 @@ VERIFIER_ERROR = "verifier_error"  # the verifier could not judge: a harness fai
 PR_SET_PDEATHSIG = 1
 HEADER = struct.Struct("<II")  # a message: the JSON header's length and its payload's part count
 MAX_PENDING = 512  # outputs begun before their measurements are read back and answered (Answers)
-GROUP_ELEMENTS = 2**24  # output elements measured together at most (float64 copies of them are made)
 
 
 def die_with_parent() -> None:
@@ -219,44 +218,6 @@ class Session:
                              None if probe_mask is None else probe_mask[0])
 
 
-@dataclass(frozen=True)
-class Pending:
-    """A re-checked output, rebuilt and not yet measured: what measuring it takes."""
-
-    problem: Problem
-    case: Case
-    truth: dict
-    seed: int  # its input's
-    variant: str
-    device: torch.device
-    out: torch.Tensor
-    previous: torch.Tensor | None  # its stream's output before it (None: none, or the same input)
-    poisoned: bool
-
-
-def measure_pending(pending: list[Pending]) -> list[rules.Measured]:
-    """Measure waiting outputs a case at a time (the inputs drawn together, one product for their
-    references, the rules' launches shared: okc.judge.verdict.rules.measure_many), in their order."""
-    groups: dict[tuple, list[int]] = {}
-    for index, item in enumerate(pending):
-        groups.setdefault((id(item.truth), item.case, item.variant), []).append(index)
-    measured: list = [None] * len(pending)
-    for indices in groups.values():
-        first = pending[indices[0]]
-        size = max(first.out.numel(), 1)
-        step = max(1, GROUP_ELEMENTS // size)
-        for start in range(0, len(indices), step):
-            chunk = [pending[index] for index in indices[start:start + step]]
-            inputs, masks = first.problem.draw_inputs(first.case, [item.seed for item in chunk], first.variant, first.device)
-            references = first.problem.references(first.truth, first.case, [drawn.x for drawn in inputs])
-            results = rules.measure_many([item.out for item in chunk], references, [item.previous for item in chunk],
-                                         [item.poisoned for item in chunk], masks, [drawn.probe_rows for drawn in inputs],
-                                         first.problem.tolerance(first.case))
-            for index, result in zip(indices[start:start + step], results):
-                measured[index] = result
-    return measured
-
-
 def answer(tag: object, verdict: Verdict) -> dict:
     return {"tag": tag, "ok": verdict.passed, "rule": verdict.rule, "message": verdict.message,
             "value": verdict.value, "bound": verdict.bound, "row": verdict.row}
@@ -347,6 +308,14 @@ def serve(stream: BinaryIO, answers: TextIO, load_problem: Callable[[str], Probl
                 except Exception as exc:  # the worker sends bytes through the pipe instead
                     why = f"{type(exc).__name__}: {exc}".splitlines()[0]
             answers.write(json.dumps({"kind": "hello", "arena": arena is not None, "message": why}) + "\n")
+            answers.flush()
+            try:
+                truth = session.weight_set("weights")[1] if device.type == "cuda" else {}  # a bench's re-checks' set
+                warm = {"kind": "warm", "seconds": round(warm_up(session.problem, truth, session.seed, device), 3)}
+            except Exception as exc:  # an optimisation: what failed here fails again, and is answered, when judged
+                warm = {"kind": "warm", "seconds": None, "message": f"{type(exc).__name__}: {exc}".splitlines()[0]}
+            answers.write(json.dumps(warm) + "\n")
+            answers.flush()
             continue
         if kind == "bye":
             session = arena = None  # unmapped before the answer: the worker may free its buffer then

@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import torch
@@ -35,6 +36,7 @@ from okc.judge.verdict.arena import ARENA_BYTES, Ring, aligned, make_arena
 # Niced: on a machine of few cores its torch import must not slow the worker's own start.
 COMMAND = [sys.executable, "-c", "import os; os.nice(10); from okc.verify import main; main()"]
 IN_FLIGHT_BYTES = 256 * 2**20  # output bytes copied and not yet written to the pipe: the back-pressure
+READY_WAIT_S = 300.0  # for the verifier's start and warm-up (its torch import, on a loaded machine)
 CLOSE_WAIT_S = 30.0  # for the verifier to finish the outputs in its pipe and acknowledge the end
 POOLED_MIN_BYTES = 2**16  # smaller buffers are cheaper made than looked up
 PIPE_BYTES = 2**20  # the pipe's buffer (Linux's default limit for one): 64 KiB made a switch per 64 KiB
@@ -84,6 +86,8 @@ class Verifier:
         self.arena_address = 0
         self.ring: Ring | None = None
         self.arena_open: bool | None = None  # the verifier's answer to the hello: did it map the arena?
+        self.warm_s: float | None = None  # its warm-up's seconds, once it said it is done (verdicts.warm_up)
+        self.warmed = False
         self.writer = threading.Thread(target=self._write_loop, name="okc-verifier-writer", daemon=True)
         self.reader = threading.Thread(target=self._read_loop, name="okc-verifier-reader", daemon=True)
         self.writer.start()
@@ -215,6 +219,21 @@ class Verifier:
         if self.process.poll() is not None and not self.reader.is_alive() and self.failure is None:
             self.failure = f"the verifier process ended (exit code {self.process.returncode})"
 
+    def ready(self, timeout: float = READY_WAIT_S) -> float:
+        """Wait until the verifier is up, its arena mapped and its warm-up done (a bench calls this before
+        it times anything: the verifier's start, CUDA context and warm-up must not share the GPU with
+        the timing); the seconds waited."""
+        started = time.monotonic()
+        with self.lock:
+            while not self.warmed and self.failure is None:
+                if time.monotonic() - started > timeout:
+                    raise VerifierError(f"the verifier was not ready after {timeout:g} s")
+                self.lock.wait(0.5)
+                self._note_death()
+            if self.failure is not None:
+                raise VerifierError(f"the verifier failed: {self.failure}")
+        return time.monotonic() - started
+
     def results(self) -> list[dict]:
         with self.lock:
             while self.returned + len(self.received) < self.submitted and self.failure is None:
@@ -322,7 +341,9 @@ class Verifier:
             if result.get("kind") == "bye":
                 return
             with self.lock:
-                if result.get("kind") == "hello":  # did it map the arena? (no answer of a message)
+                if result.get("kind") == "warm":  # its warm-up is done (no answer of a message)
+                    self.warm_s, self.warmed = result.get("seconds"), True
+                elif result.get("kind") == "hello":  # did it map the arena? (no answer of a message)
                     self.arena_open = bool(result.get("arena"))
                     if not self.arena_open and self.ring is not None:
                         print(f"okc verifier: outputs go through the pipe ({result.get('message')})", file=sys.stderr)
