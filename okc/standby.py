@@ -10,24 +10,28 @@ serves a second job: a candidate never shares a process with another candidate.
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 from okc.contract import LOG_FILE
-from okc.worker import EXIT_BAD_JOB, Worker
+from okc.worker import EXIT_BAD_JOB, VERIFIER_COMMAND, Worker
 
 
-def warm_up() -> None:
-    """The expensive start, done while no job waits: import torch, and make the CUDA context."""
+def warm_up() -> subprocess.Popen:
+    """The expensive start, done while no job waits: the verifier process (its torch import beside this
+    one's: a job of a verified kind adopts it, okc.worker), import torch, and make the CUDA context."""
+    verifier = subprocess.Popen(VERIFIER_COMMAND, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
     import torch
 
     if torch.cuda.is_available():
         torch.cuda.init()
         torch.empty(1, device="cuda")
+    return verifier
 
 
-def become_worker(job_dir: Path, warm_s: float | None = None) -> None:
+def become_worker(job_dir: Path, warm_s: float | None = None, verifier: subprocess.Popen | None = None) -> None:
     """From here on this process is the job's worker: its log, its folder, no stdin (``warm_s``: how long it
     waited warm for the job, which its result says)."""
     log = os.open(job_dir / LOG_FILE, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -36,12 +40,12 @@ def become_worker(job_dir: Path, warm_s: float | None = None) -> None:
     os.dup2(log, 1)
     os.dup2(log, 2)
     os.chdir(job_dir)
-    Worker(job_dir, standby_warm_s=warm_s).run()
+    Worker(job_dir, standby_warm_s=warm_s, verifier=verifier).run()
 
 
 def main(argv: list[str]) -> None:
     """``argv``: the file to create once warm (the keeper's slot/ready, okc.launch.standby)."""
-    warm_up()
+    verifier = warm_up()
     warm_at = time.monotonic()
     try:
         if argv:
@@ -52,7 +56,7 @@ def main(argv: list[str]) -> None:
     job_dir = Path(line) if line else None
     if job_dir is None or not job_dir.is_dir():
         sys.exit(EXIT_BAD_JOB)  # no job came (the keeper gave up): nothing ran
-    become_worker(job_dir.resolve(), time.monotonic() - warm_at)
+    become_worker(job_dir.resolve(), time.monotonic() - warm_at, verifier)
 
 
 if __name__ == "__main__":

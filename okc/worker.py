@@ -53,7 +53,7 @@ def _exit_code(status: str, error_kind: str | None) -> int:
 
 
 class Worker:
-    def __init__(self, job_dir: Path, standby_warm_s: float | None = None) -> None:
+    def __init__(self, job_dir: Path, standby_warm_s: float | None = None, verifier: subprocess.Popen | None = None) -> None:
         self.job_dir = job_dir
         self.standby_warm_s = standby_warm_s  # a standby worker (okc.standby): how long it waited warm
         self.job: JobSpec | None = None
@@ -64,7 +64,7 @@ class Worker:
         self._deadline = Deadline()  # prepare's
         self._lock = threading.Lock()  # one result.json, whoever gets there first
         self._done = False
-        self._verifier: subprocess.Popen | None = None
+        self._verifier = verifier  # a verifier process started before the job (a standby's), else None
 
     def log(self, line: str) -> None:
         print(line, flush=True)
@@ -133,7 +133,10 @@ class Worker:
             target = KINDS.get(self.job.kind)
             if target is None:
                 raise BadJob(f"unknown job kind {self.job.kind!r}; this worker runs {', '.join(KINDS)}")
-            if self.job.kind in VERIFIED_KINDS:
+            if self.job.kind not in VERIFIED_KINDS and self._verifier is not None:
+                self._verifier.kill()
+                self._verifier = None
+            elif self.job.kind in VERIFIED_KINDS and (self._verifier is None or self._verifier.poll() is not None):
                 self._verifier = subprocess.Popen(VERIFIER_COMMAND, stdin=subprocess.PIPE,
                                                   stdout=subprocess.PIPE, bufsize=0)
             device = resolve_device(self.job.device)
