@@ -386,7 +386,8 @@ def main() -> int:
                         help="problems whose eval.py runs by hand on both sides, in both modes, twice (issue 33's question)")
     parser.add_argument("--budget", type=float, default=500.0, help="seconds; past them the timed steps left are skipped")
     parser.add_argument("--standby", action=argparse.BooleanOptionalAction, default=True,
-                        help="OKC_STANDBY=1: each lab's next worker (python, torch, CUDA) ready before its job (default on)")
+                        help="standby workers: each lab's next worker (python, torch, CUDA) ready before its job "
+                             "(okc's default; --no-standby sets OKC_STANDBY=0)")
     args = parser.parse_args()
     args.by_hand = [mode for mode in args.by_hand.split(",") if mode]
     args.deep = {name for name in args.deep.split(",") if name}
@@ -413,8 +414,7 @@ def main() -> int:
             problem.env["HOME"] = str(home)
             if gpus > 1:
                 problem.env["CUDA_VISIBLE_DEVICES"] = str(index % gpus)
-            if args.standby:
-                problem.env.update(OKC_STANDBY="1", OKC_STANDBY_IDLE_S=str(int(args.budget)))
+            problem.env.update(OKC_STANDBY="1" if args.standby else "0", OKC_STANDBY_IDLE_S=str(int(args.budget)))
 
         def guarded(step, problem: Problem, *rest) -> None:
             try:

@@ -125,12 +125,14 @@ def cpu_check(problem, source: Path) -> dict:
 
 @pytest.fixture(autouse=True)
 def isolated(tmp_path, monkeypatch):
-    """Run every test inside a fresh lab in tmp_path, with a private HOME and SSH config."""
+    """Run every test inside a fresh lab in tmp_path, with a private HOME and SSH config, and no standby workers."""
     home = tmp_path / "home"
     (home / ".ssh").mkdir(parents=True)
     (home / ".ssh" / "config").write_text("")
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("OKC_SSH_CONFIG", str(home / ".ssh" / "config"))
+    # Standby workers (on by default) outlive the job that left them: only tests/test_standby.py has them.
+    monkeypatch.setenv("OKC_STANDBY", "0")
     lab_root = write_lab(tmp_path / "lab")
     monkeypatch.setenv("OKC_LAB", str(lab_root))
     monkeypatch.chdir(lab_root)

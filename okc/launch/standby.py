@@ -1,8 +1,9 @@
 """Standby workers: the next job's worker, its python and torch import done before it is needed.
 
-On by default on a machine with an NVIDIA driver (where a worker's start is seconds of torch and
-CUDA), off on one without; ``OKC_STANDBY=1`` turns it on anywhere, ``OKC_STANDBY=0`` off. A
-launcher that has just finished a
+On by default (a worker's start is seconds of python, torch and, on a GPU, CUDA: most of a short
+job's wall time); ``OKC_STANDBY=0`` in the launcher's environment turns it off. A standby takes no
+GPU or CPU time while it waits, and it is started only after a job's worker has exited, so it
+never runs beside a job's timing. A launcher that has just finished a
 job on GPU i, still holding that GPU's lock, leaves one standby for GPU i (at most one a GPU):
 the folder ``standby-gpuI/`` beside the locks, holding a FIFO and ``standby.json``, and a
 *keeper*, a small process without torch that starts the worker proper (okc.standby) and
@@ -32,7 +33,6 @@ import time
 from pathlib import Path
 
 from okc.contract import read_json, write_json
-from okc.launch import proc
 from okc.launch.proc import process_start
 
 ENABLED_ENV = "OKC_STANDBY"
@@ -46,11 +46,8 @@ READY_FILE = "ready"  # in the slot, written by the worker (okc.standby) once wa
 
 
 def enabled() -> bool:
-    """OKC_STANDBY=1 or 0 says; unset, on where there is an NVIDIA driver (module docstring)."""
-    setting = os.environ.get(ENABLED_ENV, "").strip()
-    if setting in ("0", "1"):
-        return setting == "1"
-    return os.path.exists(proc.NVIDIA_DRIVER)
+    """On unless OKC_STANDBY=0 (module docstring)."""
+    return os.environ.get(ENABLED_ENV, "").strip() != "0"
 
 
 def code_stamp() -> str:
