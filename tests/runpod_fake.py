@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 import threading
 import time
+import traceback
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -145,6 +147,12 @@ class FakeRunpod:
         self._created = 0
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.server.daemon_threads = True
+        # A call the client gave up on mid-request (a deadline, a hang-up under load) ends its handler in an
+        # OSError; socketserver would print that traceback to stderr, into the output of whatever okc
+        # command a test is running in this process. Kept here instead.
+        self.handler_errors: list[str] = []
+        self.server.handle_error = lambda request, address: self.handler_errors.append(
+            "".join(traceback.format_exception_only(*sys.exc_info()[:2])).strip())
         threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
 
     @property
