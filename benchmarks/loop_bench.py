@@ -11,7 +11,10 @@ Two parts (issue 25's targets):
   (about 21 s and 12.9 s on 2026-12-01).
 
 Each command runs ``--warmup`` times uncounted, then ``--runs`` times; the wall (a monotonic clock
-around the process) is printed as min / median / max: quote the median. After the runs, each job's
+around the process) is printed as min / median / max: quote the median. Before each run the
+script waits ``--edit-s`` seconds, not counted (a competitor's edit between two commands; the
+standby worker the last job left warms meanwhile: 0 times commands back to back, as before
+2026-12-03); each run says whether a standby served its job. After the runs, each job's
 own timeline (result.json) says where the median run's seconds went.
 Usage: python3 benchmarks/loop_bench.py --cpu [--runs 5]
        python3 benchmarks/loop_bench.py --h200 [--runs 5]   (on the GPU machine, from the repository root)
@@ -74,16 +77,20 @@ def where_it_went(job_dir: Path | None) -> str:
     from okc.reports.timeline import spans, spawn_seconds, step_seconds
 
     result = read_json(job_dir / "result.json") or {}
+    warm = result.get("standby_warm_s")
+    served = f"a standby served it (warm {warm:.1f} s); " if isinstance(warm, (int, float)) else "no standby; "
     parts = spans(result.get("timeline") or {}, spawn_seconds(result, read_json(job_dir / "pid.json")))
     inside = step_seconds(result, read_json(job_dir / "check.json"))
     text = ", ".join(f"{s.name} {s.seconds:.2f}" for s in parts if s.seconds >= 0.01)
-    return text + ("; inside: " + ", ".join(f"{step}.{part} {spent:.2f}" for step, part, spent in inside) if inside else "")
+    return served + text + ("; inside: " + ", ".join(f"{step}.{part} {spent:.2f}" for step, part, spent in inside) if inside else "")
 
 
-def time_commands(name: str, steps: list[list[str]], cwd: Path, runs: int, warmup: int) -> float | None:
-    """Run ``steps`` (one command, or several one after another) warmup + runs times; print and return the median."""
+def time_commands(name: str, steps: list[list[str]], cwd: Path, runs: int, warmup: int, edit_s: float = 0.0) -> float | None:
+    """Run ``steps`` (one command, or several one after another) warmup + runs times, each run after
+    ``edit_s`` seconds not counted; print and return the median."""
     walls, jobs = [], []
     for index in range(warmup + runs):
+        time.sleep(edit_s)
         wall, codes, notes, last = 0.0, [], [], None
         for argv in steps:
             before = {p.name for p in (cwd / "results").iterdir()} if (cwd / "results").is_dir() else set()
@@ -108,7 +115,7 @@ def time_commands(name: str, steps: list[list[str]], cwd: Path, runs: int, warmu
     return median
 
 
-def cpu(runs: int, warmup: int) -> dict[str, float | None]:
+def cpu(runs: int, warmup: int, edit_s: float) -> dict[str, float | None]:
     with tempfile.TemporaryDirectory(prefix="okc-loop-") as folder:
         lab = Path(folder) / "lab"
         done = subprocess.run([sys.executable, "-m", "okc", "init", str(lab), "--problem", "tiny_matvec"],
@@ -116,15 +123,16 @@ def cpu(runs: int, warmup: int) -> dict[str, float | None]:
         if done.returncode != 0:
             sys.exit(f"okc init failed: {done.stdout}{done.stderr}")
         print(f"CPU laptop tour in {lab} ({os.cpu_count()} cores): median of {runs} runs after {warmup} warm-up", flush=True)
-        return {f"cpu {name}": time_commands(name, [argv], lab, runs, warmup) for name, argv in CPU_COMMANDS}
+        return {f"cpu {name}": time_commands(name, [argv], lab, runs, warmup, edit_s) for name, argv in CPU_COMMANDS}
 
 
-def h200(runs: int, warmup: int) -> dict[str, float | None]:
-    print(f"edit to verdict in {REPO} (its lab): median of {runs} runs after {warmup} warm-up", flush=True)
+def h200(runs: int, warmup: int, edit_s: float) -> dict[str, float | None]:
+    print(f"edit to verdict in {REPO} (its lab): median of {runs} runs after {warmup} warm-up, {edit_s:g} s "
+          f"of edit before each", flush=True)
     found = {}
     for name, argv in H200_COMMANDS:
         steps = list(H200_PAIR) if argv is None else [argv]
-        found[f"h200 {name}"] = time_commands(name, steps, REPO, runs, warmup)
+        found[f"h200 {name}"] = time_commands(name, steps, REPO, runs, warmup, edit_s)
     return found
 
 
@@ -134,10 +142,12 @@ def main() -> None:
     parser.add_argument("--h200", action="store_true", help="edit to verdict on this machine's GPU, in the repo's lab")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--edit-s", type=float, default=5.0, help="seconds before each run, not counted (an edit)")
     args = parser.parse_args()
     if not (args.cpu or args.h200):
         parser.error("choose --cpu, --h200 or both")
-    medians = {**(cpu(args.runs, args.warmup) if args.cpu else {}), **(h200(args.runs, args.warmup) if args.h200 else {})}
+    medians = {**(cpu(args.runs, args.warmup, args.edit_s) if args.cpu else {}),
+               **(h200(args.runs, args.warmup, args.edit_s) if args.h200 else {})}
     print(json.dumps({"medians_s": {k: round(v, 3) if v is not None else None for k, v in medians.items()}}))
     for name, limit in TARGETS_S.items():
         if medians.get(name) is not None:
