@@ -175,7 +175,8 @@ def test_okcs_code_stamp_moves_when_one_of_its_files_changes():
     assert standby.code_stamp() == before
 
 
-@pytest.mark.parametrize("setting, on", [(None, True), ("1", True), ("0", False), (" 0 ", False), ("", True)])
+@pytest.mark.parametrize("setting, on", [(None, True), ("1", True), ("0", False), (" 0 ", False), ("", True),
+                                         ("off", False), ("False", False), ("NO", False), ("on", True)])
 def test_standby_is_on_unless_turned_off(monkeypatch, setting, on):
     if setting is None:
         monkeypatch.delenv(standby.ENABLED_ENV, raising=False)

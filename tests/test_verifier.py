@@ -174,7 +174,7 @@ def test_cuda_outputs_are_read_by_address_and_judged_on_the_gpu():
     cuda = torch.device("cuda")
     muse = load_problem("muse_bf16_proj")
     case = Case("router", 9)
-    session = Verifier.start("muse_bf16_proj", SEED, cuda)
+    session = Verifier.start("muse_bf16_proj", SEED, cuda, warm=True)
     truth = muse.make_weights(derive_seed(SEED, "weights", 0), cuda)
     inputs = muse.make_input(case, derive_seed(SEED, "g"), "outlier", cuda)
     right = muse.reference(truth, case, inputs.x)
@@ -377,7 +377,7 @@ def test_a_session_is_ready_once_the_verifier_has_warmed_up(verifier):
     # the arena (a short A/A's re-checks then waited 0.8 s for the hello), and its first judging paid the
     # one-time costs (kernel loads, cuBLAS) after the pairs
     waited = verifier.ready()
-    assert verifier.warmed and verifier.warm_s == 0.0  # on a CPU: nothing to warm
+    assert verifier.warm is not None and verifier.warm_s == 0.0  # on a CPU (and unasked): nothing to warm
     assert waited >= 0 and verifier.ready() < 0.1  # once ready, at once
 
 
@@ -388,3 +388,14 @@ def test_a_verifier_that_dies_before_it_is_ready_is_a_harness_error(monkeypatch)
     with pytest.raises(VerifierError):
         session.ready(timeout=30)
     session.close()
+
+
+def test_a_verifier_started_for_a_job_writes_its_tracebacks_into_the_jobs_log(tmp_path):
+    # main: a standby's verifier, started before its job existed, wrote them where the keeper's stderr went (nowhere)
+    session = Verifier.start("tiny_matvec", SEED, CPU, job_dir=tmp_path)
+    session.submit(ref(["timed", 0], {"n": 0}, Case("proj", 99, "nowhere")), torch.zeros(99, 96))
+    with pytest.raises(VerifierError, match="has no case"):
+        session.results()
+    session.close()
+    log = (tmp_path / "log.txt").read_text()
+    assert "Traceback" in log and "has no case" in log

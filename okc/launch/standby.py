@@ -45,9 +45,12 @@ EXIT_FILE = "standby_exit.json"  # in the job folder: the worker's return code, 
 READY_FILE = "ready"  # in the slot, written by the worker (okc.standby) once warm
 
 
+OFF_WORDS = ("0", "off", "false", "no")  # OKC_STANDBY values that turn it off (any case)
+
+
 def enabled() -> bool:
-    """On unless OKC_STANDBY=0 (module docstring)."""
-    return os.environ.get(ENABLED_ENV, "").strip() != "0"
+    """On unless OKC_STANDBY says off (module docstring)."""
+    return os.environ.get(ENABLED_ENV, "").strip().lower() not in OFF_WORDS
 
 
 def code_stamp() -> str:

@@ -177,7 +177,7 @@ def run_kind(job, job_dir: Path, problem: Problem, *, device: torch.device, seed
     bench.setup, bench.measure = (_explained(step, sources, log, tracebacks) for step in (bench.setup, bench.measure))
     # The verifier starts before either side's module is imported: nothing a candidate does reaches it.
     runnable = on_cpu or (device.type == "cuda" and torch.cuda.is_available())
-    verifier = Verifier.start(problem.name, seed, device, job_dir) if settings.rechecks and runnable else None
+    verifier = Verifier.start(problem.name, seed, device, job_dir, warm=True) if settings.rechecks and runnable else None
     names = (job.candidate.name, against_name)
     try:
         result = run_paired(bench, names=names, aa=job.aa, verifier=verifier, log=log)

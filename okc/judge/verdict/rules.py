@@ -141,8 +141,9 @@ def measure_many(outs: list[torch.Tensor], references: torch.Tensor, previous: l
     parts = [head.double().view(count, 1) for head in heads]
     if probe_masks is not None:
         parts.append(probe_masks.reshape(count, -1).double())
-    diff = (stacked.double() - references.double()).reshape(count, rows, -1)
-    parts += [torch.linalg.vector_norm(diff, dim=2), torch.linalg.vector_norm(references.double().reshape(count, rows, -1), dim=2)]
+    ref64 = references.double().reshape(count, rows, -1)
+    diff = stacked.double().reshape(count, rows, -1) - ref64
+    parts += [torch.linalg.vector_norm(diff, dim=2), torch.linalg.vector_norm(ref64, dim=2)]
     packed = torch.cat(parts, dim=1)
     probes = 0 if probe_masks is None else probe_masks[0].numel()
     floating = first.is_floating_point()

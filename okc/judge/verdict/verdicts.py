@@ -229,6 +229,19 @@ def could_not_judge(tag: object, exc: BaseException) -> dict:
             "value": None, "bound": None, "row": None}
 
 
+def _write_into(log: str) -> None:
+    """From here on this process's stdout and stderr (tracebacks, whatever torch prints) go to the job's log."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    except OSError:  # no such job folder: keep what this process had
+        return
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
 def _dry(stream: BinaryIO) -> bool:
     """Whether nothing more is waiting on ``stream`` now (True where that cannot be told: judge at once)."""
     if not isinstance(stream, io.RawIOBase):
@@ -307,11 +320,14 @@ def serve(stream: BinaryIO, answers: TextIO, load_problem: Callable[[str], Probl
                     arena = open_arena(header["arena"], device)
                 except Exception as exc:  # the worker sends bytes through the pipe instead
                     why = f"{type(exc).__name__}: {exc}".splitlines()[0]
+            if header.get("log"):
+                _write_into(header["log"])
             answers.write(json.dumps({"kind": "hello", "arena": arena is not None, "message": why}) + "\n")
             answers.flush()
             try:
-                truth = session.weight_set("weights")[1] if device.type == "cuda" else {}  # a bench's re-checks' set
-                warm = {"kind": "warm", "seconds": round(warm_up(session.problem, truth, session.seed, device), 3)}
+                wanted = header.get("warm") and device.type == "cuda"
+                truth = session.weight_set("weights")[1] if wanted else {}  # a bench's re-checks' weight set
+                warm = {"kind": "warm", "seconds": round(warm_up(session.problem, truth, session.seed, device), 3) if wanted else 0.0}
             except Exception as exc:  # an optimisation: what failed here fails again, and is answered, when judged
                 warm = {"kind": "warm", "seconds": None, "message": f"{type(exc).__name__}: {exc}".splitlines()[0]}
             answers.write(json.dumps(warm) + "\n")

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from okc.contract import LOG_FILE
 from okc.judge.verdict import verdicts
 from okc.judge.verdict.addressing import (
     VerifierError,
@@ -86,22 +87,26 @@ class Verifier:
         self.arena_address = 0
         self.ring: Ring | None = None
         self.arena_open: bool | None = None  # the verifier's answer to the hello: did it map the arena?
-        self.warm_s: float | None = None  # its warm-up's seconds, once it said it is done (verdicts.warm_up)
-        self.warmed = False
+        self.warm: dict | None = None  # the verifier's word that its warm-up is done: {"seconds": s or None, ...}
         self.writer = threading.Thread(target=self._write_loop, name="okc-verifier-writer", daemon=True)
         self.reader = threading.Thread(target=self._read_loop, name="okc-verifier-reader", daemon=True)
         self.writer.start()
         self.reader.start()
 
     @classmethod
-    def start(cls, problem_name: str, seed: int, device: torch.device | str, job_dir: Path | None = None) -> "Verifier":
-        """A session on the spare process (or a new one); call it before the candidate is imported."""
+    def start(cls, problem_name: str, seed: int, device: torch.device | str, job_dir: Path | None = None,
+              warm: bool = False) -> "Verifier":
+        """A session on the spare process (or a new one); call it before the candidate is imported. With
+        ``job_dir``, the verifier writes its tracebacks into the job's log (a standby's verifier was started
+        before the job existed); ``warm``: it warms up after the hello (a bench's: see :meth:`ready`)."""
         global _spare
         process, _spare = _spare, None
         if process is None or process.poll() is not None:
             process = spawn(job_dir)
             _spare = None
-        hello = {"kind": "hello", "problem": problem_name, "seed": int(seed), "device": str(device)}
+        hello = {"kind": "hello", "problem": problem_name, "seed": int(seed), "device": str(device), "warm": warm}
+        if job_dir is not None:
+            hello["log"] = str(Path(job_dir).resolve() / LOG_FILE)
         shared = None
         if torch.device(device).type == "cuda":
             bind_cuda_memcpy()
@@ -219,13 +224,18 @@ class Verifier:
         if self.process.poll() is not None and not self.reader.is_alive() and self.failure is None:
             self.failure = f"the verifier process ended (exit code {self.process.returncode})"
 
+    @property
+    def warm_s(self) -> float | None:
+        """The seconds of the verifier's warm-up (0: none asked or nothing to warm; None: not done, or it failed)."""
+        return None if self.warm is None else self.warm.get("seconds")
+
     def ready(self, timeout: float = READY_WAIT_S) -> float:
         """Wait until the verifier is up, its arena mapped and its warm-up done (a bench calls this before
         it times anything: the verifier's start, CUDA context and warm-up must not share the GPU with
         the timing); the seconds waited."""
         started = time.monotonic()
         with self.lock:
-            while not self.warmed and self.failure is None:
+            while self.warm is None and self.failure is None:
                 if time.monotonic() - started > timeout:
                     raise VerifierError(f"the verifier was not ready after {timeout:g} s")
                 self.lock.wait(0.5)
@@ -342,7 +352,7 @@ class Verifier:
                 return
             with self.lock:
                 if result.get("kind") == "warm":  # its warm-up is done (no answer of a message)
-                    self.warm_s, self.warmed = result.get("seconds"), True
+                    self.warm = result
                 elif result.get("kind") == "hello":  # did it map the arena? (no answer of a message)
                     self.arena_open = bool(result.get("arena"))
                     if not self.arena_open and self.ring is not None:
