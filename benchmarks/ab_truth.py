@@ -48,6 +48,10 @@ VARIANTS = {
     "harness_like": {"layout": "solo", "copies": 1, "shared_outputs": False, "in_flight": 1, "flush": "sum",
                      "rechecks": False},
 }
+# The reverse bisect (issue 32): harness_like with one of its settings put back to okc's default
+# (copies: 12, what a default `okc bench` makes at its +-0.5% target).
+_DEFAULTS = {"layout": "paired", "copies": 12, "shared_outputs": True, "in_flight": 2, "flush": "read", "rechecks": True}
+VARIANTS.update({f"hl_but_{knob}": {**VARIANTS["harness_like"], knob: value} for knob, value in _DEFAULTS.items()})
 
 
 def candidate_paths(name: str) -> tuple[Path, Path | None]:

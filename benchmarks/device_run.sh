@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on a GPU machine of the device tool: set up what the image lacks, run the GPU tests
 # and the benchmark scripts, and leave every log under $OUT (at most 8 files come back).
-# Usage there: bash benchmarks/device_run.sh [stage ...]   (stages: tests check bench floor ssh cli aa setup scaling screen loop ab abmore abnext alone recheck vcost profile gpumode pmpp)
+# Usage there: bash benchmarks/device_run.sh [stage ...]   (stages: tests check bench floor ssh cli aa setup scaling screen loop ab abmore abnext bisect alone recheck vcost vprof profile gpumode pmpp)
 # A stage's seconds are capped where it says ${OKC_T_<stage>:-N}: the call's 600 s must hold them all.
 set -uo pipefail
 export OUT=${OUT:-/tmp/okc-out}
@@ -43,6 +43,11 @@ for s in $stages; do
                 stage ab_next timeout ${OKC_T_abnext:-200} python3 benchmarks/ab_truth.py --candidates 001,triton \
                     --loads decode1,decode16,decode32,verify1,verify16,verify32 \
                     --variants paired,one_in_flight,sum_flush,no_rechecks,harness_like ;;
+        bisect) stage alone_harness timeout ${OKC_T_alone:-60} python3 benchmarks/alone_harness.py --candidates ${OKC_BISECT_CANDIDATES:-triton} --rounds 30
+                stage bisect timeout ${OKC_T_bisect:-250} python3 benchmarks/ab_truth.py --candidates ${OKC_BISECT_CANDIDATES:-triton} \
+                    --copies 12 --loads decode1,decode16,decode32,verify1,verify16,verify32 \
+                    --variants ${OKC_BISECT_VARIANTS:-paired,harness_like,hl_but_layout,hl_but_copies,hl_but_shared_outputs,hl_but_in_flight,hl_but_flush,hl_but_rechecks} ;;
+        vprof) stage verifier_profile timeout ${OKC_T_vprof:-40} python3 benchmarks/verifier_profile.py ;;
         alone) stage alone_harness timeout ${OKC_T_alone:-90} python3 benchmarks/alone_harness.py --candidates ${OKC_ALONE_CANDIDATES:-001,delay,mixed,triton,aa}
                stage alone_alternated timeout ${OKC_T_alone_alt:-30} python3 benchmarks/alone_harness.py --mode alternated --candidates 001 ;;
         recheck) stage recheck_cost timeout ${OKC_T_recheck:-90} python3 benchmarks/recheck_cost.py --runs ${OKC_RECHECK_RUNS:-1} ${OKC_RECHECK_ARGS:-}
