@@ -91,6 +91,7 @@ def run_one(spec: dict) -> dict:
     view_error = output_view_error(bench, PROBLEM, spec["seed"])
     row = {"view_rel_error": view_error, **spec, "score": summary["score"], "score_ci": summary["score_ci"], "pairs": summary["pairs"],
            "copies_made": bench.sides.copies, "seconds": round(time.monotonic() - started, 2),
+           "overhead_us": summary.get("overhead_us"), "score_measured_overhead": summary.get("score_measured_overhead"),
            "loads_out": [{key: load[key] for key in ("name", "speedup", "ci", "baseline_us", "candidate_us")}
                          for load in summary["loads"]],
            "shapes_out": [{key: shape[key] for key in ("layer", "m", "baseline_us", "candidate_us")}
@@ -156,8 +157,10 @@ def main() -> None:
                         handle.write(json.dumps(row) + "\n")
                 loads = " ".join(f"{load['name']} {load['speedup']:.4f} ({load['baseline_us']:.2f}/"
                                  f"{load['candidate_us']:.2f})" for load in row["loads_out"])
+                fixed = (row.get("overhead_us") or {}).get("measured")
                 print(f"{candidate:7} {variant:12} s{seed} score {row['score']:.4f} "
-                      f"[{row['score_ci'][0]:.4f}, {row['score_ci'][1]:.4f}] {row['seconds']:5.1f}s | {loads}",
+                      f"[{row['score_ci'][0]:.4f}, {row['score_ci'][1]:.4f}] {row['seconds']:5.1f}s "
+                      f"fixed {fixed if fixed is None else round(fixed, 3)} us | {loads}",
                       flush=True)
     print("\nagainst solo (same candidate and seed): score and per-load ratio paired/solo - 1, in %")
     for row in rows:
