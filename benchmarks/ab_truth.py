@@ -11,6 +11,7 @@ Candidates (benchmarks/ab_candidates/ and candidates/):
   delay          the baseline plus a 5 us spin per call: candidate - baseline is known
   mixed          delay_small against delay_large: faster in some loads, slower in others
   triton         a plain tiled Triton matmul at every m
+  faster         the baseline against delay: a candidate faster than what it is benched against
   aa             the baseline against itself
 
 Usage:
@@ -64,6 +65,8 @@ def candidate_paths(name: str) -> tuple[Path, Path | None]:
         return HERE / "delay_small.py", HERE / "delay_large.py"
     if name == "triton":
         return HERE / "triton_matmul.py", None
+    if name == "faster":  # the baseline against delay.py (the baseline plus a spin): faster, by a known margin
+        return sorted((REPO / "candidates").glob("000_*.py"))[0], HERE / "delay.py"
     if name == "aa":
         return sorted((REPO / "candidates").glob("000_*.py"))[0], None
     raise SystemExit(f"unknown candidate {name!r}")

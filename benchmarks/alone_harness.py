@@ -50,7 +50,8 @@ def sources(name: str) -> tuple[Path, Path]:
     baseline = REPO / "candidates" / "000_baseline.py"
     table = {"001": (sorted((REPO / "candidates").glob("001_*.py"))[0], baseline),
              "delay": (HERE / "delay.py", baseline), "mixed": (HERE / "delay_small.py", HERE / "delay_large.py"),
-             "triton": (HERE / "triton_matmul.py", baseline), "aa": (baseline, baseline)}
+             "triton": (HERE / "triton_matmul.py", baseline), "aa": (baseline, baseline),
+             "faster": (baseline, HERE / "delay.py")}
     return table[name]
 
 
