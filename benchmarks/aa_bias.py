@@ -195,8 +195,8 @@ def wall_parts(job_dir: Path, result: dict, started_at: float, ended_at: float) 
     return " ".join(f"{name} {value:.2f}" for name, value in parts.items())
 
 
-def cli_runs(runs: int) -> None:
-    print(f"\ntarget check: {runs} fresh runs of `python3 -m okc bench 000 --aa --target 0.002`", flush=True)
+def cli_runs(runs: int, half_width: float = 0.002) -> None:
+    print(f"\ntarget check: {runs} fresh runs of `python3 -m okc bench 000 --aa --half-width {half_width:g}`", flush=True)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
            "PYTHONUNBUFFERED": "1"}
     rows = []
@@ -204,7 +204,7 @@ def cli_runs(runs: int) -> None:
         before = set((REPO / "results").glob("*/result.json"))
         started, started_at = time.monotonic(), time.time()
         try:
-            done = subprocess.run([sys.executable, "-m", "okc", "bench", "000", "--aa", "--target", "0.002"], cwd=REPO,
+            done = subprocess.run([sys.executable, "-m", "okc", "bench", "000", "--aa", "--half-width", str(half_width)], cwd=REPO,
                                   env=env, capture_output=True, text=True, timeout=CLI_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             print(f"run {run}: timed out after {CLI_TIMEOUT_S} s", flush=True)
@@ -229,6 +229,9 @@ def cli_runs(runs: int) -> None:
     covering = {name: sum(lo <= 1 <= hi for _, _, loads, _ in rows for n, (_, (lo, hi)) in loads.items() if n == name)
                 for name in names}
     walls = [wall for *_, wall in rows]
+    tight = sum(abs(v - 1) <= 0.002 for _, _, loads, _ in rows for v, _ in loads.values())
+    print(f"load medians within +-0.2% of 1 (issue 31's target): {tight} of {sum(len(loads) for _, _, loads, _ in rows)}",
+          flush=True)
     print(f"columns: run | score [CI] | {' | '.join(names)} | pairs | job s | wall s   (* = CI excludes 1)")
     print(f"every median within +-0.3%: {within}; CI covers 1 (of {len(rows)}): {covering}; "
           f"wall {min(walls):.1f}-{max(walls):.1f} s; target met: "
@@ -245,6 +248,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5, help="fresh `okc bench 000 --aa` runs (0: none)")
     parser.add_argument("--tree", type=Path, help="an older checkout for the main-* variants")
     parser.add_argument("--cli-only", action="store_true", help="no variants: only the fresh `okc bench` runs")
+    parser.add_argument("--half-width", type=float, default=0.002, help="the fresh runs' --half-width (default 0.002)")
     args = parser.parse_args()
     if args.one:
         one(args.one, args.pairs, args.seeds[0])
@@ -256,7 +260,7 @@ def main() -> None:
         for name in args.variants or DEFAULT_VARIANTS:
             run_variant(name, args.pairs, args.tree.resolve() if args.tree else None, seed)
     if args.runs:
-        cli_runs(args.runs)
+        cli_runs(args.runs, args.half_width)
 
 
 if __name__ == "__main__":

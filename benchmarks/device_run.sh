@@ -66,7 +66,7 @@ for s in $stages; do
         ssh) stage ssh bash benchmarks/device_ssh.sh ;;
         cli) stage cli bash -c 'set -e; okc check 000; okc check 001; okc bench 000 --aa; okc bench 001; okc floor;
                   okc report 001; okc plot; okc plot 001; cp results/plots/*.png "$OUT"/; okc ledger; okc ledger --calibration' ;;
-        aa) stage aa_bias python3 benchmarks/aa_bias.py --cli-only --runs ${OKC_AA_RUNS:-5} ;;
+        aa) stage aa_bias timeout ${OKC_T_aa:-200} python3 benchmarks/aa_bias.py --cli-only --runs ${OKC_AA_RUNS:-5} --half-width ${OKC_AA_HALF_WIDTH:-0.002} ;;
         setup) stage setup_profile python3 benchmarks/setup_profile.py
                stage setup_cprofile python3 benchmarks/setup_profile.py --one now --profile ;;
         scaling) stage scaling_12 python3 benchmarks/sweep_scaling.py --points 12 ;;
