@@ -90,20 +90,113 @@ def test_bootstrap_point_is_the_geomean_of_load_medians():
     assert estimate.lo < estimate.value < estimate.hi
 
 
-def test_bootstrap_resample_medians_are_true_medians():
-    """The rank-partition shortcut must give exactly the medians a plain bootstrap gives."""
-    rng = np.random.default_rng(2)
-    for pairs in (50, 51):
-        ratios = rng.lognormal(0.0, 0.05, size=(2, pairs))
-        fast = stats.bootstrap_score(ratios, resamples=300, seed=7)
-        replay = np.random.default_rng(7)
-        log_medians = []
-        for sample in np.sort(ratios, axis=1):
-            picks = replay.integers(0, pairs, size=(300, pairs), dtype=np.int32)
-            log_medians.append(np.log(np.median(sample[picks], axis=1)))
-        scores = np.exp(np.mean(log_medians, axis=0))
-        lo, hi = np.quantile(scores, [0.025, 0.975])
-        assert (fast.lo, fast.hi) == pytest.approx((lo, hi), rel=1e-12)
+# The p-value under which a goodness-of-fit test below fails: a correct sampler trips it once in
+# a million runs (and the seeds are fixed), a wrong formula for the median's ranks every time.
+FALSE_ALARM = 1e-6
+FALSE_ALARM_Z = 4.753  # the standard normal's upper 1e-6 quantile
+MIN_CELL = 10  # rarer (low, high) cells are pooled, so that the chi-square approximation holds
+
+
+def chi_square_limit(df: int) -> float:
+    """The chi-square quantile at 1 - FALSE_ALARM (Wilson-Hilferty; no scipy in the test deps)."""
+    v = 2.0 / (9.0 * df)
+    return df * (1.0 - v + FALSE_ALARM_Z * math.sqrt(v)) ** 3
+
+
+def rank_cells(n: int, low: np.ndarray, high: np.ndarray) -> np.ndarray:
+    """One integer per (low, high) pair of middle ranks."""
+    return np.asarray(low, dtype=np.int64) * n + np.asarray(high, dtype=np.int64)
+
+
+def old_middle_ranks(n: int, resamples: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """The middle ranks the way the bootstrap found them before issue 35: n picks, partitioned."""
+    middle = [(n - 1) // 2, n // 2]
+    picks = np.partition(rng.integers(0, n, size=(resamples, n), dtype=np.int32), middle, axis=1)
+    return picks[:, middle[0]], picks[:, middle[1]]
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 5, 6])
+def test_resample_median_ranks_follow_the_enumerated_distribution(n):
+    """Every one of the n**n resamples, equally likely, against a million draws of the sampler."""
+    draws = 1_000_000
+    picks = np.sort(np.indices((n,) * n).reshape(n, -1).T, axis=1)
+    exact_cells, exact_counts = np.unique(rank_cells(n, picks[:, (n - 1) // 2], picks[:, n // 2]), return_counts=True)
+    expected = exact_counts / n**n * draws
+    low, high = stats.resample_median_ranks(n, draws, np.random.default_rng(n))
+    cells, counts = np.unique(rank_cells(n, low, high), return_counts=True)
+    assert set(cells) <= set(exact_cells)  # no (low, high) pair that no resample can give
+    observed = np.zeros_like(expected)
+    observed[np.searchsorted(exact_cells, cells)] = counts
+    assert expected.min() > MIN_CELL
+    chi2 = float(np.sum((observed - expected) ** 2 / expected))
+    assert chi2 < chi_square_limit(len(expected) - 1)
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 5, 10, 11, 40, 41])
+def test_resample_median_ranks_match_brute_force_resampling(n):
+    """A two-sample chi-square over the (low, high) cells of 200,000 draws each way."""
+    draws = 200_000
+    old = rank_cells(n, *old_middle_ranks(n, draws, np.random.default_rng(1000 + n)))
+    new = rank_cells(n, *stats.resample_median_ranks(n, draws, np.random.default_rng(2000 + n)))
+    assert np.all(new // n <= new % n)  # low <= high
+    if n % 2:
+        assert np.all(new // n == new % n)
+    cells = np.union1d(old, new)
+    a = np.bincount(np.searchsorted(cells, old), minlength=len(cells)).astype(float)
+    b = np.bincount(np.searchsorted(cells, new), minlength=len(cells)).astype(float)
+    rare = a + b < MIN_CELL
+    a = np.append(a[~rare], a[rare].sum())
+    b = np.append(b[~rare], b[rare].sum())
+    keep = a + b > 0
+    a, b = a[keep], b[keep]
+    chi2 = float(np.sum((a - b) ** 2 / (a + b)))
+    assert chi2 < chi_square_limit(len(a) - 1)
+
+
+def brute_force_bootstrap(ratios: np.ndarray, resamples: int, seed: int, confidence: float = 0.95) -> tuple[float, float]:
+    """The percentile CI as bootstrap_score computed it before issue 35: every quad drawn."""
+    table = np.atleast_2d(np.asarray(ratios, dtype=np.float64))
+    loads, n = table.shape
+    rng = np.random.default_rng(seed)
+    log_medians = np.empty((loads, resamples))
+    for row, sample in enumerate(np.sort(table, axis=1)):
+        low, high = old_middle_ranks(n, resamples, rng)
+        log_medians[row] = np.log((sample[low] + sample[high]) / 2.0)
+    scores = np.exp(log_medians.mean(axis=0))
+    tail = (1.0 - confidence) / 2.0
+    lo, hi = np.quantile(scores, [tail, 1.0 - tail])
+    return float(lo), float(hi)
+
+
+@pytest.mark.parametrize("quads", [250, 251])
+def test_bootstrap_ci_agrees_with_the_brute_force_bootstrap(quads):
+    """On a bench-sized table the CI must be the old one up to Monte Carlo error.
+
+    With 20,000 resamples each way an end of the CI moves about 1e-5 (relative) from seed to seed
+    here, against a half-width of about 6e-4: the tolerance, a tenth of the half-width, is some
+    seven standard deviations of the difference, and a CI half as wide misses it fivefold.
+    """
+    resamples = 20_000
+    rng = np.random.default_rng(quads)
+    ratios = 0.9 * np.linspace(0.98, 1.02, 6)[:, None] * rng.lognormal(0.0, 0.01, size=(6, quads))
+    lo, hi = brute_force_bootstrap(ratios, resamples, seed=1)
+    estimate = stats.bootstrap_score(ratios, resamples=resamples, seed=2)
+    half_width = (hi - lo) / (2.0 * estimate.value)
+    tolerance = 0.1 * half_width
+    assert tolerance < 0.0005
+    assert estimate.lo / lo - 1.0 == pytest.approx(0.0, abs=tolerance)
+    assert estimate.hi / hi - 1.0 == pytest.approx(0.0, abs=tolerance)
+
+
+@pytest.mark.parametrize("n", [2, 3, 10])
+def test_bootstrap_of_constant_or_tied_rows(n):
+    constant = np.full((3, n), 0.8)
+    estimate = stats.bootstrap_score(constant, resamples=200)
+    assert estimate.value == estimate.lo == estimate.hi == pytest.approx(0.8, rel=1e-15)
+    # Two values only, tied in ranks: every resampled median, and so the CI, lies between them.
+    tied = (np.arange(n) % 2 + 1.0)[None, :]
+    estimate = stats.bootstrap_score(tied, resamples=2000)
+    assert 1.0 <= estimate.lo <= estimate.value <= estimate.hi <= 2.0
 
 
 def test_bootstrap_is_reproducible_from_its_seed():

@@ -13,7 +13,8 @@ its place in the quad. From the quads:
 - a load's speedup is their median, with a distribution-free 95% CI from order
   statistics (the number of values below the true median is Binomial(n, 1/2));
 - the score is the geometric mean of the load speedups, with a percentile bootstrap
-  CI that resamples quads within each load (a fixed, recorded RNG seed makes it
+  CI that resamples quads within each load, each resample's median rank drawn from its exact
+  distribution rather than by drawing the quads (a fixed, recorded RNG seed makes it
   reproducible from the same pairs);
 - where the sides' graphs come in several copies (slots) whose placement in memory moves
   their time, the luck of the copies a run drew does not average out over pairs: its
@@ -196,6 +197,34 @@ def load_speedups(ratios: np.ndarray, confidence: float = CONFIDENCE) -> list[Es
     return [median_with_ci(row, confidence) for row in np.atleast_2d(ratios)]
 
 
+def resample_median_ranks(n: int, size: int | tuple[int, ...], rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """The 0-based ranks (low, high) of the two middle picks of ``size`` bootstrap resamples of
+    ``n`` values (equal for odd n): what sorting n picks with replacement from ranks 0..n-1 gives.
+
+    Drawn without the picks, from their exact joint distribution: n picks with replacement are
+    floor(n U) for n i.i.d. uniforms U, and floor is monotone, so the k-th smallest pick is
+    floor(n U_(k)). Jointly, U_(k) = (E_1 + ... + E_k) / (E_1 + ... + E_n+1) for n + 1 i.i.d.
+    exponentials E, so U_(k) and U_(k+1) need only three gamma variates: the sum of the first k,
+    E_k+1 alone (not needed for odd n, whose median is the one middle pick), and the sum of the
+    rest. Each resample thus costs O(1) instead of n picks and a partition (issue 35).
+    """
+    if n < 2:
+        raise ValueError(f"a bootstrap median needs at least 2 values, got {n}")
+    below = (n - 1) // 2  # picks under the lower middle one
+    first = rng.standard_gamma(below + 1, size)
+    if n % 2:
+        gap = np.zeros_like(first)
+        rest = rng.standard_gamma(n - below, size)
+    else:
+        gap = rng.standard_exponential(size)
+        rest = rng.standard_gamma(n - below - 1, size)
+    total = first + gap + rest
+    # n U < n in exact arithmetic; rounding can reach n (about once in 2**53 draws), and the clip keeps that a rank.
+    low = np.minimum((n * first / total).astype(np.int64), n - 1)
+    high = np.minimum((n * (first + gap) / total).astype(np.int64), n - 1)
+    return low, high
+
+
 def bootstrap_score(
     ratios: np.ndarray,
     resamples: int = BOOTSTRAP_RESAMPLES,
@@ -204,21 +233,20 @@ def bootstrap_score(
 ) -> Estimate:
     """Score = geometric mean of the load medians, with a percentile bootstrap CI.
 
-    Every resample draws, for each load independently, as many pairs as were measured
-    (with replacement) and takes the geometric mean of the resampled medians.
+    Every resample draws, for each load independently, as many values as were measured (with
+    replacement) and takes the geometric mean of the resampled medians; the median's ranks in the
+    sorted load come from :func:`resample_median_ranks`, so the values themselves are never drawn.
     """
     table = np.atleast_2d(np.asarray(ratios, dtype=np.float64))
     loads, pairs = table.shape
     if pairs < 2:
         raise ValueError(f"a bootstrap needs at least 2 pairs, got {pairs}")
     rng = np.random.default_rng(seed)
-    # The median of a resample of a sorted sample is the sample at the median of the
-    # resampled ranks: partitioning small integers is much cheaper than gathering floats.
-    middle = sorted({(pairs - 1) // 2, pairs // 2})
-    log_medians = np.empty((loads, resamples))
-    for row, sample in enumerate(np.sort(table, axis=1)):
-        picks = np.partition(rng.integers(0, pairs, size=(resamples, pairs), dtype=np.int32), middle, axis=1)
-        log_medians[row] = np.log(sample[picks[:, middle]].mean(axis=1))
+    low, high = resample_median_ranks(pairs, (loads, resamples), rng)
+    ordered = np.sort(table, axis=1)
+    rows = np.arange(loads)[:, None]
+    # For odd n low == high, and (x + x) / 2 is x exactly.
+    log_medians = np.log((ordered[rows, low] + ordered[rows, high]) / 2.0)
     scores = np.exp(log_medians.mean(axis=0))
     tail = (1.0 - confidence) / 2.0
     lo, hi = np.quantile(scores, [tail, 1.0 - tail])
