@@ -51,7 +51,7 @@ for s in $stages; do
         alone) stage alone_harness timeout ${OKC_T_alone:-90} python3 benchmarks/alone_harness.py --candidates ${OKC_ALONE_CANDIDATES:-001,delay,mixed,triton,aa}
                stage alone_alternated timeout ${OKC_T_alone_alt:-30} python3 benchmarks/alone_harness.py --mode alternated --candidates 001 ;;
         recheck) stage recheck_cost timeout ${OKC_T_recheck:-90} python3 benchmarks/recheck_cost.py --runs ${OKC_RECHECK_RUNS:-1} ${OKC_RECHECK_ARGS:-}
-                 stage verifier_transport timeout ${OKC_T_transport:-40} python3 benchmarks/verifier_transport.py --device cuda --total-mb 2048 ;;
+                 [ "${OKC_T_transport:-40}" = 0 ] || stage verifier_transport timeout ${OKC_T_transport:-40} python3 benchmarks/verifier_transport.py --device cuda --total-mb 2048 ;;
         vcost) stage verifier_cost timeout ${OKC_T_vcost:-90} python3 benchmarks/verifier_cost.py --device cuda ;;
         profile) stage profile_bench timeout ${OKC_T_profile:-60} python3 benchmarks/profile_bench.py ;;
         pmpp) stage eval_protocol timeout ${OKC_T_evalproto:-60} python3 benchmarks/eval_protocol.py .refk/pmpp_v2/matmul_py
