@@ -10,14 +10,16 @@ times the candidate files with plain torch:
   evicts L2; CUDA events around the replay alone;
 - a block starts with ``torch.cuda._sleep`` holding the stream while the host enqueues the
   block, so no replay waits on the host;
-- ``--mode alone``: a block is one side's replays of every shape; blocks in ABBA order.
+- ``--mode alone``: a block is one side's replays of every shape; blocks in ABBA order; each shape's
+  two replays of a block back to back (``--consecutive 2``, the default) or a pass over every shape
+  between them (``--consecutive 1``: each replay follows another graph's, as in okc's pairs).
   ``--mode alternated``: one block holds both sides, replay by replay in ABBA quads.
 - per shape the median less the judge's fixed 4.0 us; a load is the sum of its shapes; a
   load's speedup is baseline / candidate; the score is the geometric mean over the loads.
   The CI is a bootstrap over rounds (each round is one ABBA of blocks).
 
 Usage (a CUDA GPU):
-  python benchmarks/alone_harness.py [--candidates 001,delay,mixed,triton] [--mode alone] [--rounds 40]
+  python benchmarks/alone_harness.py [--candidates 001,delay,mixed,triton] [--mode alone] [--rounds 40] [--consecutive 1]
 Prints per candidate the score and per load the speedup and each side's µs; JSON lines go to
 $OUT/alone_harness.jsonl when $OUT is set.
 """
@@ -118,7 +120,7 @@ class Harness:
         torch.cuda.synchronize(self.device)
         return [(name, index, start.elapsed_time(end) * 1000.0) for (name, index), (start, end) in zip(plan, events)]
 
-    def run(self, mode: str, rounds: int) -> dict[str, np.ndarray]:
+    def run(self, mode: str, rounds: int, consecutive: int = 2) -> dict[str, np.ndarray]:
         """(rounds, shapes, samples) times per side."""
         n = len(self.cases)
         per = {name: [[[] for _ in range(n)] for _ in range(rounds)] for name in self.sides}
@@ -128,7 +130,9 @@ class Harness:
             order = abba if r % 2 == 0 else baab
             if mode == "alone":
                 for name in order:
-                    plan = [(name, i) for i in range(n) for _ in range(REPLAYS // 2)]
+                    # each shape's REPLAYS // 2 replays of a block, ``consecutive`` of them in a row (1: every
+                    # replay follows another shape's, as in okc's pairs; 2: every second one follows its own)
+                    plan = [(name, i) for _ in range(REPLAYS // 2 // consecutive) for i in range(n) for _ in range(consecutive)]
                     for side, i, us in self.block(plan):
                         per[side][r][i].append(us)
             else:
@@ -172,6 +176,8 @@ def main() -> None:
     parser.add_argument("--candidates", default="001,delay,mixed,triton")
     parser.add_argument("--mode", choices=("alone", "alternated"), default="alone")
     parser.add_argument("--rounds", type=int, default=40)
+    parser.add_argument("--consecutive", type=int, choices=(1, 2), default=2,
+                        help="--mode alone: a shape's replays in a row in a block (2: pairs of the same graph back to back)")
     parser.add_argument("--seed", type=int, default=4242)
     args = parser.parse_args()
     from okc.problems.muse_bf16_proj import PROBLEM  # the problem's data only: shapes, weights, inputs
@@ -185,14 +191,14 @@ def main() -> None:
         sides = {"baseline": Side(baseline, f"{name}_base", PROBLEM, cases, args.seed, device),
                  "candidate": Side(candidate, f"{name}_cand", PROBLEM, cases, args.seed, device)}
         harness = Harness(sides, cases, device)
-        times = harness.run(args.mode, args.rounds)
+        times = harness.run(args.mode, args.rounds, args.consecutive)
         found = scores(times, cases, loads)
         lo, hi = bootstrap(times, cases, loads)
-        row = {"candidate": name, "mode": args.mode, "rounds": args.rounds, "score": found["score"],
+        row = {"candidate": name, "mode": args.mode, "consecutive": args.consecutive, "rounds": args.rounds, "score": found["score"],
                "score_ci": [lo, hi], **found}
         loads_text = " ".join(f"{load['name']} {load['speedup']:.4f} ({load['baseline_us']:.2f}/{load['candidate_us']:.2f})"
                               for load in found["loads"])
-        print(f"{name:7} {args.mode:10} score {found['score']:.4f} [{lo:.4f}, {hi:.4f}] | {loads_text}", flush=True)
+        print(f"{name:7} {args.mode:10} x{args.consecutive} score {found['score']:.4f} [{lo:.4f}, {hi:.4f}] | {loads_text}", flush=True)
         if out is not None:
             with open(out, "a", encoding="utf-8") as handle:
                 handle.write(json.dumps(row) + "\n")

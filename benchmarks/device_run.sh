@@ -44,6 +44,7 @@ for s in $stages; do
                     --loads decode1,decode16,decode32,verify1,verify16,verify32 \
                     --variants paired,one_in_flight,sum_flush,no_rechecks,harness_like ;;
         bisect) stage alone_harness timeout ${OKC_T_alone:-60} python3 benchmarks/alone_harness.py --candidates ${OKC_BISECT_CANDIDATES:-triton} --rounds 30
+                stage alone_cold timeout ${OKC_T_alone:-60} python3 benchmarks/alone_harness.py --candidates ${OKC_BISECT_CANDIDATES:-triton} --rounds 30 --consecutive 1
                 stage bisect timeout ${OKC_T_bisect:-250} python3 benchmarks/ab_truth.py --candidates ${OKC_BISECT_CANDIDATES:-triton} \
                     --copies 12 --loads decode1,decode16,decode32,verify1,verify16,verify32 \
                     --variants ${OKC_BISECT_VARIANTS:-paired,harness_like,hl_but_layout,hl_but_copies,hl_but_shared_outputs,hl_but_in_flight,hl_but_flush,hl_but_rechecks} ;;
