@@ -38,6 +38,7 @@ sys.path.insert(0, str(REPO))
 VARIANTS = {
     "paired": {},
     "solo": {"layout": "solo"},
+    "runs": {"layout": "runs"},  # a case's four pairs back to back (one replay in four a side follows its own)
     "own_outputs": {"shared_outputs": False},
     "one_copy": {"copies": 1},
     "solo_plain": {"layout": "solo", "copies": 1, "shared_outputs": False},

@@ -34,6 +34,24 @@ def test_plan_covers_every_unit_once_in_order_within_the_budget(cases, budget):
     assert all(batches)
 
 
+@pytest.mark.parametrize(("first", "count"), [(0, 8), (5, 9), (2, 3), (4, 1)])
+def test_plan_in_runs_replays_a_quads_pairs_of_a_case_back_to_back(first, count):
+    """layout "runs": a quad at a time, each case's pairs of it in a row, then the quad's overhead samples;
+    a plan that starts or ends inside a quad runs the part of it that is asked for."""
+    batches = pairs.plan(first, count, 3, 64, runs=True)
+    flat = [unit for batch in batches for unit in batch]
+    expected = []
+    for start in range(first - first % pairs.QUAD, first + count, pairs.QUAD):
+        block = [pair for pair in range(start, start + pairs.QUAD) if first <= pair < first + count]
+        expected += [Unit(pair, case) for case in [0, 1, 2, None] for pair in block]
+    assert flat == expected
+    def key(unit):
+        return unit.pair, -1 if unit.case is None else unit.case
+
+    assert sorted(flat, key=key) == sorted((unit for batch in pairs.plan(first, count, 3, 64) for unit in batch), key=key)
+    assert all(sum(unit.ops for unit in batch) <= 64 for batch in batches)
+
+
 def test_plan_refuses_a_budget_below_one_case():
     with pytest.raises(ValueError, match="at least one case"):
         pairs.plan(0, 1, 3, pairs.OPS_PER_CASE - 1)

@@ -118,3 +118,58 @@ def test_one_batch_in_flight_is_what_the_loop_keeps_started():
         loop = simulated_runner(gpu, COSTS_CANDIDATE, COSTS_BASELINE, LOADS, run_settings)
         loop.run()
         assert gpu.most == in_flight
+
+
+class WarmGPU(SimulatedGPU):
+    """A GPU where a graph replayed right after itself runs WARM_US faster (the same code twice in a row:
+    0.4-0.6 us on an H200, benchmarks/NOTES.md), whatever the hold or the flush between them."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__(seed=seed, noise=0.01)
+        self.previous = None
+
+    def submit(self, steps):
+        self.epoch += 1
+        times = []
+        for step in steps:
+            warm = step.graph is self.previous
+            times.append((step.graph.cost - (WARM_US if warm else 0.0)) * self.rng.lognormal(0.0, self.noise))
+            self.previous = step.graph
+        return self.epoch, np.array(times)
+
+
+WARM_US = 2.0
+
+
+def _warm_run(layout: str, candidate: list[float], baseline: list[float]):
+    run_settings = dataclasses.replace(settings(min_pairs=400, max_pairs=400), layout=layout, batch_ops=100)
+    loop = simulated_runner(WarmGPU(seed=9), candidate, baseline, LOADS, run_settings)
+    table, _ = loop.run()
+    return pairs.quad_stats(table, loop.matrix, 4.0)
+
+
+def _runs_expected(candidate: list[float], baseline: list[float]) -> list[float]:
+    """Per load, the quad's geometric mean when, in each quad, the baseline is warm in its second pair
+    and the candidate in its fourth (A B, B A, B A, A B: each side follows itself once)."""
+    found = []
+    for load in sorted(set(LOADS)):
+        index = [i for i, owner in enumerate(LOADS) if owner == load]
+        a, b, n = sum(candidate[i] - 4 for i in index), sum(baseline[i] - 4 for i in index), len(index)
+        found.append(float(np.exp(np.mean(np.log([b / a, (b - n * WARM_US) / a, b / a, b / (a - n * WARM_US)])))))
+    return found
+
+
+def test_runs_takes_each_side_warm_as_often_and_paired_never():
+    """A code that runs faster right after itself: in "paired" no replay follows its own graph, so the
+    score is the cold one; in "runs" each side follows itself in one pair of four, and an A/A stays at 1."""
+    cold_truth = [(16 + 16) / (26 + 16), 26 / 36]
+    paired = _warm_run("paired", COSTS_CANDIDATE, COSTS_BASELINE)
+    for (estimate, _), true in zip(paired.loads, cold_truth):
+        assert estimate.lo <= true <= estimate.hi
+    runs = _warm_run("runs", COSTS_CANDIDATE, COSTS_BASELINE)
+    for (estimate, _), expected, true in zip(runs.loads, _runs_expected(COSTS_CANDIDATE, COSTS_BASELINE), cold_truth):
+        assert estimate.lo <= expected <= estimate.hi
+        assert not estimate.lo <= true <= estimate.hi  # the warm replays moved it: the test can tell
+    same = _warm_run("runs", COSTS_BASELINE, COSTS_BASELINE)
+    for estimate, _ in same.loads:
+        assert estimate.lo <= 1.0 <= estimate.hi  # no side is warm more often than the other

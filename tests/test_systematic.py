@@ -20,12 +20,13 @@ def test_a_systematic_bench_scores_every_cpu_variant_and_records_only_the_defaul
     assert done.exit_code == 0, done.output
     result = last_result(tiny, "bench")
     rows = result["systematic"]["variants"]
-    assert [row["variant"] for row in rows] == ["default", "solo", "no re-checks"]
+    assert [row["variant"] for row in rows] == ["default", "solo", "runs", "no re-checks"]
     assert rows[0]["score"] == result["score"] and rows[0]["ci"] == result["score_ci"]
-    assert rows[1]["settings"] == {"layout": "solo"} and rows[2]["settings"] == {"rechecks": False}
+    assert rows[1]["settings"] == {"layout": "solo"} and rows[2]["settings"] == {"layout": "runs"}
+    assert rows[3]["settings"] == {"rechecks": False}
     scores = [row["score"] for row in rows]
     assert all(row["status"] == "ok" for row in rows) and result["systematic"]["spread"] == [min(scores), max(scores)]
-    assert "systematic: 3 protocols score" in done.output and "layout=solo" in done.output
+    assert "systematic: 4 protocols score" in done.output and "layout=solo" in done.output and "layout=runs" in done.output
     (row,) = [row for row in json.loads(invoke("ledger", "--json").output) if row["number"] == 1]
     assert row["bench_score"] == pytest.approx(result["score"], abs=1e-4)  # the default's score, one job, one row
     (job,) = jobs_of_kind(tiny / "results", "bench")
@@ -39,9 +40,10 @@ def test_without_the_option_no_variant_runs(tiny):
 
 def test_variants_leave_out_the_ones_the_settings_already_are_and_the_setting_is_a_bool():
     assert [name for name, _ in variants.variants_for(BenchSettings(), on_gpu=True)] == [
-        "solo", "one in flight", "sum flush", "own outputs", "no re-checks"]
+        "solo", "runs", "one in flight", "sum flush", "own outputs", "no re-checks"]
     solo = BenchSettings(layout="solo", rechecks=False)
-    assert variants.variants_for(solo, on_gpu=False) == []
+    assert variants.variants_for(solo, on_gpu=False) == [("runs", {"layout": "runs"})]
+    assert variants.variants_for(BenchSettings(layout="runs", rechecks=False), on_gpu=False) == [("solo", {"layout": "solo"})]
     with pytest.raises(ValueError, match="systematic must be true or false"):
         BenchSettings.from_options({"systematic": "yes"}, TINY)
 
@@ -63,7 +65,8 @@ def test_the_settings_each_variant_ran_with_and_their_draws(monkeypatch):
 
     found = variants.systematic({"status": "ok", "score": 1.0, "score_ci": [0.99, 1.01]}, BenchSettings(),
                                 variants.variants_for(BenchSettings(), on_gpu=True), run, log=lambda line: None)
-    assert [s.first_draw for s in ran] == [variants.DRAWS_APART * i for i in range(1, 6)]
-    assert ran[0].layout == "solo" and ran[1].in_flight == 1 and ran[2].flush == "sum" and not ran[4].rechecks
-    assert found["spread"] == [1.0, 1.05] and "5.00% of the default's 1.0000" in found["line"]
+    assert [s.first_draw for s in ran] == [variants.DRAWS_APART * i for i in range(1, 7)]
+    assert ran[0].layout == "solo" and ran[1].layout == "runs" and ran[2].in_flight == 1 and ran[3].flush == "sum"
+    assert not ran[5].rechecks
+    assert found["spread"] == [1.0, 1.06] and "6.00% of the default's 1.0000" in found["line"]
     assert "CI alone 2.00% wide" in found["line"]

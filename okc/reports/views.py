@@ -241,8 +241,9 @@ def protocol_line(result: JobResult) -> str:
     """Which protocol produced the number, and what its re-checks found (issues 21, 22)."""
     protocol = result.protocol or {}
     layout = protocol.get("layout", "paired")
-    text = ("solo: each side timed alone, in blocks of its own replays" if layout == "solo"
-            else "paired: the sides alternate case by case, ABBA over each quad")
+    text = {"solo": "solo: each side timed alone, in blocks of its own replays",
+            "runs": "runs: a case's four pairs of a quad back to back, ABBA"}.get(
+        layout, "paired: the sides alternate case by case, ABBA over each quad")
     if protocol.get("clock") == "eager":  # a kernel that cannot be captured (okc.judge.protocol.eager_clock)
         text += "; eager calls, not graph replays (a side cannot be captured)"
     flush = protocol.get("flush")

@@ -164,11 +164,11 @@ class CpuClock:
                     if (index, None) not in found:
                         found[(index, None)] = time_empty()
                     continue
-                names = (name,) if layout == "solo" else pairs.order(unit.pair)
+                names = (name,) if layout == "solo" else unit.sides
                 self._unit(unit, names, final, found, index, kept)
         times = []
         for index, unit in enumerate(units):
-            names = (None,) if unit.case is None else pairs.order(unit.pair)
+            names = (None,) if unit.case is None else unit.sides
             times.extend(found[(index, name)] for name in names)
         return np.array(times), kept
 

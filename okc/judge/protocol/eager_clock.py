@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from okc.judge.problem import Problem, copy_data
-from okc.judge.protocol import pairs, timing
+from okc.judge.protocol import timing
 from okc.judge.protocol.benchcases import (
     BenchFailed,
     bench_summary,
@@ -117,7 +117,7 @@ class EagerClock:
             if unit.case is None:  # the events' own cost: nothing between them
                 times.append(self._timed(lambda: None)[0])
                 continue
-            times.extend(self._side(name, unit, final, kept) for name in pairs.order(unit.pair))
+            times.extend(self._side(name, unit, final, kept) for name in unit.sides)
         return np.array(times), kept
 
     def collect(self, handle, units: list[Unit]):

@@ -152,7 +152,7 @@ class GpuClock:
                             add(index, unit, (name,))
             else:
                 for index, unit in enumerate(units):
-                    add(index, unit, pairs.order(unit.pair))
+                    add(index, unit, unit.sides)
         return steps, planned, kept, drawn
 
     def submit(self, units: list[Unit], number: int, final: bool = False):
@@ -169,7 +169,7 @@ class GpuClock:
             if unit.case is None:
                 ordered.append(found[(index, None)])
             else:
-                ordered.extend(found[(index, name)] for name in pairs.order(unit.pair))
+                ordered.extend(found[(index, name)] for name in unit.sides)
         for recheck, out in kept:
             if out is None:
                 raise BenchFailed(f"{recheck.side}: kernel_fn returned no CUDA tensor for case {recheck.case}",

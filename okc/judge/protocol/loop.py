@@ -90,6 +90,11 @@ class PairLoop:
         self.spill: Callable[[list[tuple[Recheck, object]]], None] | None = None
 
     @property
+    def runs(self) -> bool:
+        """The "runs" layout: a case's pairs of a quad back to back (okc.judge.protocol.pairs.units)."""
+        return self.settings.layout == "runs"
+
+    @property
     def rule(self) -> stats.StoppingRule:
         """The settings' rule, its minimum raised so that every graph slot replays twice (pairs.slot_floor)."""
         rule = self.settings.rule
@@ -108,7 +113,8 @@ class PairLoop:
     def warm_up(self) -> None:
         """Pairs run and thrown away first (clocks ramp up, first replays are slow)."""
         voided = 0
-        for number, units in enumerate(pairs.plan(0, self.settings.warmup_pairs, self.cases, self.settings.batch_ops)):
+        for number, units in enumerate(pairs.plan(0, self.settings.warmup_pairs, self.cases, self.settings.batch_ops,
+                                                  self.runs)):
             while True:
                 try:
                     _, outputs = self.clock.collect(self.clock.submit(units, number), units)
@@ -137,7 +143,7 @@ class PairLoop:
     def _run(self) -> tuple[PairTable, str]:
         rule, budget, clock = self.rule, self.settings.batch_ops, self.clock
         table = PairTable(self.cases, rule.max_pairs, slot_plan=(clock.slot_seed, clock.slots) if clock.slots > 1 else None)
-        batches = deque(pairs.plan(0, rule.max_pairs, self.cases, budget))
+        batches = deque(pairs.plan(0, rule.max_pairs, self.cases, budget, self.runs))
         pending: deque = deque()
         stopped_by, half, score, next_check, voided, last_progress, number = None, None, None, rule.min_pairs, 0, 0.0, 0
         while True:
@@ -164,7 +170,7 @@ class PairLoop:
                     clock.discard(pending.popleft()[0])
                 table.truncate()
                 budget = max(pairs.OPS_PER_CASE, budget // 2)
-                batches = deque(pairs.plan(table.complete, rule.max_pairs - table.complete, self.cases, budget))
+                batches = deque(pairs.plan(table.complete, rule.max_pairs - table.complete, self.cases, budget, self.runs))
                 continue
             table.record(units, times)
             self._keep(outputs, idle=not pending)

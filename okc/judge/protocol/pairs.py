@@ -44,6 +44,11 @@ class Unit:
     case: int | None
 
     @property
+    def sides(self) -> tuple[str, str]:
+        """The order of the unit's two replays (:func:`order`)."""
+        return order(self.pair)
+
+    @property
     def ops(self) -> int:
         return OPS_PER_OVERHEAD if self.case is None else OPS_PER_CASE
 
@@ -108,8 +113,34 @@ def slots(seed: int, pair: int, count: int) -> dict[str, int]:
     return {side: order[position // QUAD] for side, order in slot_block(seed, block, count).items()}
 
 
-def plan(first_pair: int, pairs: int, cases: int, budget: int = BATCH_OPS) -> list[list[Unit]]:
-    """The units of ``pairs`` pairs from ``first_pair`` on, cut into batches of at most ``budget`` ops.
+def units(first_pair: int, pairs: int, cases: int, runs: bool = False):
+    """The units of ``pairs`` pairs from ``first_pair`` on, in the order they replay.
+
+    Pair by pair, each pair's cases in turn and then its overhead sample; or, with ``runs``, a
+    quad at a time case by case: a case's four pairs back to back (A B, B A, B A, A B: its graphs
+    replayed eight times in a row), then the next case's, then the quad's overhead samples. In a
+    pair-by-pair plan every replay follows another graph's; in a run the second pair's first
+    replay follows its own side's, and so does the fourth's, one replay in four a side, as when a
+    harness times a shape's replays in a row (the same code twice in a row runs its second replay
+    0.4-0.6 us faster on an H200: benchmarks/NOTES.md, issue 15, and 2026-12-05).
+    """
+    end = first_pair + pairs
+    if not runs:
+        for pair in range(first_pair, end):
+            for case in [*range(cases), None]:
+                yield Unit(pair, case)
+        return
+    start = first_pair
+    while start < end:
+        stop = min(end, (start // QUAD + 1) * QUAD)  # to the end of start's quad
+        for case in [*range(cases), None]:
+            for pair in range(start, stop):
+                yield Unit(pair, case)
+        start = stop
+
+
+def plan(first_pair: int, pairs: int, cases: int, budget: int = BATCH_OPS, runs: bool = False) -> list[list[Unit]]:
+    """The units of ``pairs`` pairs from ``first_pair`` on (:func:`units`), cut into batches of at most ``budget`` ops.
 
     A cut falls only between units, so both sides of a case always run back to back.
     """
@@ -118,14 +149,12 @@ def plan(first_pair: int, pairs: int, cases: int, budget: int = BATCH_OPS) -> li
     batches: list[list[Unit]] = []
     current: list[Unit] = []
     used = 0
-    for pair in range(first_pair, first_pair + pairs):
-        for case in [*range(cases), None]:
-            unit = Unit(pair, case)
-            if used + unit.ops > budget:
-                batches.append(current)
-                current, used = [], 0
-            current.append(unit)
-            used += unit.ops
+    for unit in units(first_pair, pairs, cases, runs):
+        if used + unit.ops > budget:
+            batches.append(current)
+            current, used = [], 0
+        current.append(unit)
+        used += unit.ops
     if current:
         batches.append(current)
     return batches
@@ -152,7 +181,7 @@ class PairTable:
             if unit.case is None:
                 self.overhead[unit.pair] = times[position]
             else:
-                for side, value in zip(order(unit.pair), times[position:position + 2]):
+                for side, value in zip(unit.sides, times[position:position + 2]):
                     self.times[side][unit.pair, unit.case] = value
             position += unit.samples
             self._filled[unit.pair] += 1

@@ -28,7 +28,7 @@ DEFAULT_CAPTURES = 1
 # independent harness does (benchmarks/alone_harness.py); "write": only to show why a write flush is wrong.
 FLUSHES = ("read", "sum", "write")
 MAX_SLOTS = 64  # copies x captures per side at most: each copy holds a clone of the weights
-LAYOUTS = ("paired", "solo")
+LAYOUTS = ("paired", "solo", "runs")
 INPUTS = "fresh every timed call"  # the protocol's word for its inputs (okc.judge.protocol.recheck.Draws)
 DEFAULT_OVERHEAD_US = 4.0
 
@@ -45,7 +45,9 @@ class BenchSettings:
     warmup_pairs: int = WARMUP_PAIRS
     copies: int | None = DEFAULT_COPIES  # imports per side, each with its own weights (okc.judge.protocol.sides)
     captures: int = DEFAULT_CAPTURES  # graphs per copy and case
-    layout: str = "paired"  # "paired": the sides alternate case by case; "solo": each batch times one side alone
+    # "paired": the sides alternate case by case; "solo": each batch times one side alone; "runs": a case's four
+    # pairs of a quad back to back, so that a side's replay sometimes follows its own (okc.judge.protocol.pairs.units)
+    layout: str = "paired"
     shared_outputs: bool = True  # each capture's output let go, so the next capture of the case reuses its memory
     rechecks: bool = True  # timed outputs re-checked during and after the run (okc.judge.protocol.recheck)
     # batches enqueued and not yet read back (okc.judge.protocol.timing.MAX_IN_FLIGHT); 1: the host is idle

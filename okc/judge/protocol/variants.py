@@ -16,12 +16,13 @@ from collections.abc import Callable
 # (name, the settings it changes): a variant that is the default already is left out
 GPU_VARIANTS = (
     ("solo", {"layout": "solo"}),  # each side timed alone, in blocks of its own replays
+    ("runs", {"layout": "runs"}),  # a case's four pairs back to back: one replay in four a side follows its own
     ("one in flight", {"in_flight": 1}),  # the host idle while a batch runs, as an each-side-alone harness
     ("sum flush", {"flush": "sum"}),  # L2 emptied by torch.sum's read of the same bytes, as independent harnesses do
     ("own outputs", {"shared_outputs": False}),  # each capture keeps its output's memory
     ("no re-checks", {"rechecks": False}),  # no timed output copied out for the verifier
 )
-CPU_VARIANTS = (("solo", {"layout": "solo"}), ("no re-checks", {"rechecks": False}))
+CPU_VARIANTS = (("solo", {"layout": "solo"}), ("runs", {"layout": "runs"}), ("no re-checks", {"rechecks": False}))
 DRAWS_APART = 10**9  # the first timed input's number in variant i: i * this (a bench draws far fewer a case)
 
 
