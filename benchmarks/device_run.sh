@@ -43,7 +43,7 @@ for s in $stages; do
                 stage ab_next timeout ${OKC_T_abnext:-200} python3 benchmarks/ab_truth.py --candidates 001,triton \
                     --loads decode1,decode16,decode32,verify1,verify16,verify32 \
                     --variants paired,one_in_flight,sum_flush,no_rechecks,harness_like ;;
-        bisect) stage alone_harness timeout ${OKC_T_alone:-60} python3 benchmarks/alone_harness.py --candidates ${OKC_BISECT_CANDIDATES:-triton} --rounds 30
+        bisect) stage alone_harness timeout ${OKC_T_alone:-60} python3 benchmarks/alone_harness.py --candidates ${OKC_BISECT_CANDIDATES:-triton} --rounds 30 --consecutive 2
                 stage alone_cold timeout ${OKC_T_alone:-60} python3 benchmarks/alone_harness.py --candidates ${OKC_BISECT_CANDIDATES:-triton} --rounds 30 --consecutive 1
                 stage bisect timeout ${OKC_T_bisect:-250} python3 benchmarks/ab_truth.py --candidates ${OKC_BISECT_CANDIDATES:-triton} \
                     --copies 12 --loads decode1,decode16,decode32,verify1,verify16,verify32 \
