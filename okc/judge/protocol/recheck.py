@@ -22,8 +22,8 @@ P * 2**e). A candidate wrong on a random fraction f of its timed replays passes 
 with probability about exp(-f * per_epoch): 0.6% at f = 2% and the default 256, and every run
 reaches the end of epoch 0 (the stopping rule's minimum). The later epochs add 64 each, so a
 candidate that saves its wrong replays for late in a run still meets re-checks there (each
-such epoch misses a 2% cheat with probability about 28%): fewer, because each judged output
-costs about 3 ms of the verifier's time on an H200 (benchmarks/NOTES.md). After the last pair,
+such epoch misses a 2% cheat with probability about 28%): fewer, sized when each judged output
+cost 2-3 ms of the verifier's time on an H200 (about 0.23 ms since its warm-up: benchmarks/NOTES.md). After the last pair,
 one more round replays every case on both sides, each judged.
 
 Nothing is judged while pairs run (the judging would share the GPU with the timing): the
