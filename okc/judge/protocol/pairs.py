@@ -9,7 +9,9 @@ Within a pair the sides alternate case by case. Pairs come in quads of four: the
 slots, the candidate first in the first and last pair, the baseline in the middle two
 (ABBA), and the statistics take each quad's geometric mean (okc.judge.protocol.stats).
 Which of a side's graph slots (copies of its candidate, captures of each) a quad replays
-comes from a seeded schedule that is balanced over every block of pairs.
+comes from a seeded schedule that is balanced over every block of pairs. By default pairs
+replay one after another, so no graph ever replays right after itself; the "runs" layout
+replays a quad case by case instead (:func:`units`).
 """
 
 from __future__ import annotations
