@@ -21,6 +21,7 @@ MIN_PAIRS = 50
 MAX_PAIRS = 2000
 MAX_PAIRS_LIMIT = 100_000  # the most any job may ask for: a pair table holds max_pairs rows per side
 TARGET_HALF_WIDTH = 0.005  # relative: the score's CI is score * (1 +- 0.5%)
+LAYOUTS = ("paired", "solo", "runs")  # the order of a bench's replays (okc.judge.protocol.pairs); paired: the default
 QUAD = 4  # pairs per quad, the unit of every statistic (okc.judge.protocol.stats)
 # The smallest sample whose extreme order statistics bracket the median with 95%
 # probability: with n = 6, P(all six on one side) = 2 / 2**6 < 5%.

@@ -68,6 +68,18 @@ def test_aa_scores_one_within_a_percent():
     assert result.flush == {"kind": "read", "bytes": 256 * 2**20}
 
 
+def test_aa_in_the_runs_layout_scores_one_and_says_its_layout():
+    # The runs layout (a case's four pairs back to back) replays each side after its own graph once in
+    # four: on both sides alike, so its A/A is as near 1 as the default's (the note of 2026-12-05).
+    lab = find_lab()
+    baseline = resolve(lab.candidates, "0")
+    result = bench(lab, baseline, aa=True, bench={"layout": "runs", "max_pairs": 400})
+    assert result.protocol["layout"] == "runs" and result.aa
+    assert abs(result.score - 1.0) < 0.01, result.score
+    assert all(abs(load.speedup - 1.0) < 0.03 for load in result.loads), result.speedups
+    assert result.rechecks["judged"] > 0 and result.rechecks["passed"], result.rechecks
+
+
 def test_nvidia_smi_is_asked_for_the_gpu_torch_runs_on():
     import shutil
 

@@ -4,6 +4,7 @@ graphs and inputs, so a paired score can be held against each side timed alone."
 import dataclasses
 
 import numpy as np
+import pytest
 from conftest import jobs_of_kind
 from simgpu import SimulatedGPU, settings, simulated_runner
 
@@ -71,7 +72,11 @@ def test_the_layout_and_inputs_are_checked_and_named_in_the_protocol():
             raise AssertionError(f"{bad} was accepted")
 
 
-def test_okc_bench_solo_says_so_and_records_the_protocol(tmp_path, monkeypatch):
+@pytest.mark.parametrize(("flags", "layout", "said"), [
+    (["--solo"], "solo", "protocol solo: each side timed alone"),
+    (["--layout", "runs"], "runs", "protocol runs: a case's four pairs of a quad back to back"),
+])
+def test_okc_bench_in_another_layout_says_so_and_records_the_protocol(tmp_path, monkeypatch, flags, layout, said):
     import json
     import shutil
     from pathlib import Path
@@ -85,13 +90,16 @@ def test_okc_bench_solo_says_so_and_records_the_protocol(tmp_path, monkeypatch):
     shutil.copy(Path(TINY.baseline_source).parent / "solutions" / "correct" / "matmul.py", root / "candidates" / "001_matmul.py")
     monkeypatch.setenv("OKC_LAB", str(root))
     monkeypatch.chdir(root)
-    done = CliRunner().invoke(app, ["bench", "001", "--solo", "--target", "0.2", "--min-pairs", "48", "--max-pairs", "48"])
+    done = CliRunner().invoke(app, ["bench", "001", *flags, "--target", "0.2", "--min-pairs", "48", "--max-pairs", "48"])
     assert done.exit_code == 0, done.output
-    assert "protocol solo: each side timed alone" in done.output and "re-checks:" in done.output
+    assert said in " ".join(done.output.split()) and "re-checks:" in done.output
     result = json.loads((jobs_of_kind(root / "results", "bench")[0] / "result.json").read_text())
-    assert result["protocol"]["layout"] == "solo" and result["pairs"] == 48
-    typo = CliRunner().invoke(app, ["bench", "001", "--sol"])
-    assert typo.exit_code == 2 and not jobs_of_kind(root / "results", "bench")[1:]
+    assert result["protocol"]["layout"] == layout and result["pairs"] == 48
+    for typo, words in ((["--sol"], "No such option"), (["--layout", "run"], "--layout is one of paired, solo, runs"),
+                        (["--solo", "--layout", "runs"], "--solo is --layout solo")):
+        refused = CliRunner().invoke(app, ["bench", "001", *typo])
+        assert refused.exit_code == 2 and words in " ".join(refused.output.split()), refused.output
+    assert not jobs_of_kind(root / "results", "bench")[1:]
 
 
 def test_one_batch_in_flight_is_what_the_loop_keeps_started():

@@ -109,6 +109,9 @@ def bench(
     max_pairs: int = typer.Option(MAX_PAIRS, "--max-pairs", help="Cap on pairs."),
     overhead_us: Optional[float] = typer.Option(None, "--overhead-us", help="Fixed replay cost to subtract (default: the judge's)."),
     solo: bool = typer.Option(False, "--solo", help="Time each side alone (blocks of its own replays; same graphs, flush, inputs)."),
+    layout: Optional[str] = typer.Option(None, "--layout", help="The replays' order: paired (the default: the sides "
+                                         "alternate case by case), solo (= --solo) or runs (a case's four pairs back "
+                                         "to back, ABBA)."),
     device: str = typer.Option("auto", help="auto, cuda or cpu (local target)."),
     seed: Optional[int] = typer.Option(None, help="Reuse a recorded seed (inputs and weights) instead of a fresh one."),
     cases: Optional[str] = typer.Option(None, help="Only these scored cases, comma-separated (e.g. router/m=8,o/m=1; "
@@ -130,7 +133,7 @@ def bench(
 
     half_width, flag = options.half_width_option(half_width, target)
     benching = options.BenchOptions(half_width, min_pairs, max_pairs, overhead_us, aa, against, solo, figure, flag,
-                                    systematic)
+                                    systematic, layout)
     running = options.CheckOptions.parse(device, seed, cases)  # where, with which seed and cases, as a check takes them
     lab = load_lab()
     candidate = candidates.resolve(lab.candidates, candidate_ref(words))

@@ -94,6 +94,7 @@ class BenchOptions:
     figure: bool = True  # a GPU MODE problem: the folder's eval.py run on both sides too (okc.problems.gpumode.figure)
     half_width_flag: str = "--half-width"  # how the command line named it: --target, its old name, is still taken
     systematic: bool = False  # then each protocol variant too (okc.judge.protocol.variants)
+    layout: str | None = None  # --layout: paired (the default), solo or runs (okc.judge.protocol.pairs)
 
     def __post_init__(self) -> None:
         try:  # the judge's own rules (okc.benchrules), in the command line's words
@@ -105,6 +106,10 @@ class BenchOptions:
             raise ConfigError(str(exc)) from None
         if self.aa and self.against is not None:
             raise ConfigError(f"--aa benches the candidate against itself; it cannot also be --against {self.against}")
+        if self.layout is not None and self.layout not in benchrules.LAYOUTS:
+            raise ConfigError(f"--layout is one of {', '.join(benchrules.LAYOUTS)}, not {self.layout!r}")
+        if self.solo and self.layout not in (None, "solo"):
+            raise ConfigError(f"--solo is --layout solo; it cannot also be --layout {self.layout}")
 
     def settings(self) -> dict[str, Any]:
         """The bench settings a job carries (job.json's ``bench``)."""
@@ -112,8 +117,8 @@ class BenchOptions:
                                     "max_pairs": self.max_pairs}
         if self.overhead_us is not None:
             settings["overhead_us"] = self.overhead_us
-        if self.solo:
-            settings["layout"] = "solo"
+        if self.solo or self.layout not in (None, "paired"):
+            settings["layout"] = "solo" if self.solo else self.layout
         if not self.figure:
             settings["figure"] = False
         if self.systematic:

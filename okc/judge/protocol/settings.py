@@ -28,7 +28,7 @@ DEFAULT_CAPTURES = 1
 # independent harness does (benchmarks/alone_harness.py); "write": only to show why a write flush is wrong.
 FLUSHES = ("read", "sum", "write")
 MAX_SLOTS = 64  # copies x captures per side at most: each copy holds a clone of the weights
-LAYOUTS = ("paired", "solo", "runs")
+LAYOUTS = benchrules.LAYOUTS
 INPUTS = "fresh every timed call"  # the protocol's word for its inputs (okc.judge.protocol.recheck.Draws)
 DEFAULT_OVERHEAD_US = 4.0
 
