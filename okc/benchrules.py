@@ -36,6 +36,17 @@ DEFAULT_AA_FLOOR = 0.005
 H200_PEAK_BYTES_PER_S = 4.8e12
 H200_PEAK_FLOPS = 989e12
 STOPPING = ("min_pairs", "max_pairs", "target_half_width")
+# job.json's ``bench`` settings that change what a bench measures, at the values of the default protocol (the
+# judge's BenchSettings take these defaults): the replays' order, the flush, the copies and captures each side
+# replays, the batches in flight and their size, the pairs thrown away first, outputs shared, re-checks. A score
+# under any other value is not the default bench's: the ledger scopes it (okc.lab.records.scope_of). Not among
+# them: the stopping rule (STOPPING: how precise, not what) and what a bench reports beside its score (aa_floor,
+# figure, systematic); nor overhead_us, whose default is the problem's and the device's: a value asked for is a
+# protocol of its own.
+PROTOCOL_DEFAULTS: dict[str, Any] = {
+    "layout": "paired", "flush": "read", "copies": None, "captures": 1, "in_flight": 2, "batch_ops": 256,
+    "warmup_pairs": 3, "shared_outputs": True, "rechecks": True,
+}
 
 
 def integer(name: str, value: Any) -> int:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from okc import benchrules
 from okc.judge.protocol import stats
 
 if TYPE_CHECKING:
@@ -32,7 +33,7 @@ SIDES = ("candidate", "baseline")
 # Stream operations enqueued behind one hold. The driver queues about a thousand launches
 # per stream before the host blocks; a host blocked behind a held stream would deadlock
 # until the hold times out, so a batch stays well below that, a graph replay counted once.
-BATCH_OPS = 256
+BATCH_OPS = benchrules.PROTOCOL_DEFAULTS["batch_ops"]
 # per side: the input's draw, the output's poison, flush, event, replay, event, the output's copy out
 OPS_PER_CASE = 2 * 7
 OPS_PER_OVERHEAD = 4  # flush, event, trivial replay, event

@@ -17,13 +17,14 @@ from okc.podfiles import is_integer
 if TYPE_CHECKING:
     from okc.judge.problem import Problem
 
-WARMUP_PAIRS = 3  # pairs run and thrown away first: clocks ramp up, first replays are slow
+DEFAULT = benchrules.PROTOCOL_DEFAULTS  # the default protocol, written once (the ledger reads it too)
+WARMUP_PAIRS = DEFAULT["warmup_pairs"]  # pairs run and thrown away first: clocks ramp up, first replays are slow
 # Imports of each side's candidate (own weights each) and graphs per copy and case, replayed on
 # a seeded balanced schedule: they average the placement of what the sides cannot share
 # (okc.judge.protocol.sides; measured in benchmarks/NOTES.md, issue 15). Copies: None = as many as the
 # target needs (okc.judge.protocol.sides.copies_for_target: 64 at +-0.2%, 12 at +-0.5%).
-DEFAULT_COPIES = None
-DEFAULT_CAPTURES = 1
+DEFAULT_COPIES = DEFAULT["copies"]
+DEFAULT_CAPTURES = DEFAULT["captures"]
 # "read": the judge's (a captured streaming read); "sum": the same bytes read by an eager torch.sum, as an
 # independent harness does (benchmarks/alone_harness.py); "write": only to show why a write flush is wrong.
 FLUSHES = ("read", "sum", "write")
@@ -39,7 +40,7 @@ class BenchSettings:
 
     rule: stats.StoppingRule = field(default_factory=stats.StoppingRule)
     judge_overhead_us: float = DEFAULT_OVERHEAD_US
-    flush: str = "read"
+    flush: str = DEFAULT["flush"]
     aa_floor: float = stats.DEFAULT_AA_FLOOR
     batch_ops: int = pairs.BATCH_OPS
     warmup_pairs: int = WARMUP_PAIRS
@@ -47,12 +48,12 @@ class BenchSettings:
     captures: int = DEFAULT_CAPTURES  # graphs per copy and case
     # "paired": the sides alternate case by case; "solo": each batch times one side alone; "runs": a case's four
     # pairs of a quad back to back, so that a side's replay sometimes follows its own (okc.judge.protocol.pairs.units)
-    layout: str = "paired"
-    shared_outputs: bool = True  # each capture's output let go, so the next capture of the case reuses its memory
-    rechecks: bool = True  # timed outputs re-checked during and after the run (okc.judge.protocol.recheck)
+    layout: str = DEFAULT["layout"]
+    shared_outputs: bool = DEFAULT["shared_outputs"]  # each capture's output let go, so the next capture of the case reuses its memory
+    rechecks: bool = DEFAULT["rechecks"]  # timed outputs re-checked during and after the run (okc.judge.protocol.recheck)
     # batches enqueued and not yet read back (okc.judge.protocol.timing.MAX_IN_FLIGHT); 1: the host is idle
     # while a batch runs, as an each-side-alone harness is (an issue-21 experiment, benchmarks/ab_truth.py)
-    in_flight: int = 2
+    in_flight: int = DEFAULT["in_flight"]
     # a GPU MODE problem: also its folder's own figure (its eval.py on both sides, okc.problems.gpumode.figure);
     # False leaves it out (it costs two eval.py runs: over a minute for a folder whose inputs are slow to make)
     figure: bool = True
@@ -79,9 +80,9 @@ class BenchSettings:
             fixed = max(asked, stats.MIN_PAIRS_FOR_CI)  # at least the pairs a median's CI takes
             rule_options = {"min_pairs": fixed, "max_pairs": fixed}
         overhead = benchrules.check_overhead_us(options.get("overhead_us", problem.judge_overhead_us), "bench.overhead_us")
-        if options.get("flush", "read") not in FLUSHES:
+        if options.get("flush", DEFAULT["flush"]) not in FLUSHES:
             raise ValueError(f"flush must be one of {', '.join(FLUSHES)}, got {options['flush']!r}")
-        in_flight = options.get("in_flight", 2)
+        in_flight = options.get("in_flight", DEFAULT["in_flight"])
         if not is_integer(in_flight, 1, 2):
             raise ValueError(f"in_flight must be 1 or 2, got {in_flight!r}")
         aa_floor = benchrules.check_aa_floor(options.get("aa_floor", stats.DEFAULT_AA_FLOOR))
@@ -99,17 +100,17 @@ class BenchSettings:
                 raise ValueError(f"{name} must be an integer from 1 to {MAX_SLOTS}, got {value!r}")
         if (copies or 1) * captures > MAX_SLOTS:
             raise ValueError(f"copies x captures must be at most {MAX_SLOTS}, got {copies} x {captures}")
-        layout = options.get("layout", "paired")
+        layout = options.get("layout", DEFAULT["layout"])
         if layout not in LAYOUTS:
             raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
-        shared, rechecks = options.get("shared_outputs", True), options.get("rechecks", True)
+        shared, rechecks = options.get("shared_outputs", DEFAULT["shared_outputs"]), options.get("rechecks", DEFAULT["rechecks"])
         figure, systematic = options.get("figure", True), options.get("systematic", False)
         for name, value in (("shared_outputs", shared), ("rechecks", rechecks), ("figure", figure),
                             ("systematic", systematic)):
             if not isinstance(value, bool):
                 raise ValueError(f"{name} must be true or false, got {value!r}")
         return cls(rule=stats.StoppingRule(**rule_options), judge_overhead_us=float(overhead),
-                   flush=options.get("flush", "read"), aa_floor=float(aa_floor), batch_ops=batch_ops,
+                   flush=options.get("flush", DEFAULT["flush"]), aa_floor=float(aa_floor), batch_ops=batch_ops,
                    warmup_pairs=warmup, copies=copies, captures=captures, layout=layout,
                    shared_outputs=shared, rechecks=rechecks, in_flight=in_flight, figure=figure,
                    systematic=systematic, fixed_pairs=asked)
