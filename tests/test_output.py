@@ -102,9 +102,9 @@ def test_bench_and_report_match_the_schema(lab):
     assert isinstance(data["score"], float) and len(data["ci"]) == 2 and data["ci"][0] < data["score"] < data["ci"][1]
     report = json.loads(invoke("report", "36", "--json").output)
     score_keys = SCHEMA["bench"][SCHEMA["bench"].index("score"):SCHEMA["bench"].index("shapes")]
-    assert list(report) == ["job_id", "gpu_name", "gpu_uuid", "read_floor_job", "stale", *score_keys, "profile_job",
+    assert list(report) == ["job_id", "gpu_name", "gpu_uuid", "read_floor_job", "stale", "scope", *score_keys, "profile_job",
                             "shapes", "loads", "profile"]
-    assert report["stale"] is None
+    assert report["stale"] is None and report["scope"] is None
     assert_schema(report["shapes"], "bench.shapes")
 
 

@@ -58,6 +58,9 @@ class Run:
     result_path: str | None = None
     created_at: str = field(default_factory=now)
     against_sha256: str | None = None  # a bench: the sha256 of the source it was measured against
+    # What it covered when not the judge's whole run ("cases o/m=1", "layout runs"; okc.lab.records.scope_of): such
+    # a bench is never the candidate's best, nor such a pass its check (okc.lab.status). None: all of it.
+    scope: str | None = None
     id: int | None = None
 
     def __post_init__(self) -> None:

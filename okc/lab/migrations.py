@@ -149,4 +149,13 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         *(f"CREATE TRIGGER {table}_append_only BEFORE UPDATE ON {table} BEGIN SELECT RAISE(ABORT, "
           f"'ledger {table.replace('_', ' ')} are append-only'); END" for table in ("profiles", "official_profiles")),
     ),
+    (
+        # What a check or bench covered when it was not the judge's whole run (okc.lab.records.scope_of): some of
+        # the cases, or a bench protocol other than the default; NULL: all of it (every row before this column).
+        # A scoped bench is never a candidate's best, nor a scoped pass its check: the status index covers the
+        # column, and passed, so okc.lab.status's pass stays on the index alone.
+        "ALTER TABLE runs ADD COLUMN scope TEXT",
+        "DROP INDEX runs_status",
+        "CREATE INDEX runs_status ON runs (candidate_number, kind, candidate_sha256, score, against, against_sha256, scope, passed)",
+    ),
 )

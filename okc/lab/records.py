@@ -8,12 +8,14 @@ once (the ledger's job id is unique). okc.jobs.folder lays job folders out and f
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from okc import incoming, podfiles
+from okc.benchrules import PROTOCOL_DEFAULTS
 from okc.contract import ENV_FILE, EXIT_FILE, RESULT_FILE, BadJob, ContractError, JobResult, JobSpec, is_job_id, parse_result, read_job, read_json
 from okc.errors import JudgeError
 from okc.lab.costs import record_job_cost
@@ -127,6 +129,31 @@ def profile_row(job: FinishedJob) -> ProfileRow | None:
     return profile_for(job.spec, job.result, job.folder, job.gpu_name)
 
 
+MAX_SCOPE_VALUE_CHARS = 400  # a setting's value as the scope quotes it (job.json comes from the pod: cut short, escaped)
+
+
+def scope_of(spec: JobSpec, kind: str) -> str | None:
+    """What a check or bench step of ``spec`` covered when it was less than, or other than, the judge's whole run
+    ("cases o/m=1; layout runs"): its cases, a quick check's m and weight sets, a bench's protocol settings off
+    their defaults and a replay cost asked for; None when it was the whole run. A score of a part, or under
+    another protocol, is not comparable with the default bench's, nor is a part's pass the candidate's check."""
+    asked: dict[str, Any] = {"cases": ",".join(spec.cases)} if spec.cases else {}
+    if kind == "check":
+        asked.update((name, getattr(spec, name)) for name in ("max_m", "weight_seeds") if getattr(spec, name) is not None)
+    else:  # a bench reads only its cases and settings (a try's --quick is its check's)
+        asked.update((name, spec.bench[name]) for name in PROTOCOL_DEFAULTS
+                     if name in spec.bench and spec.bench[name] != PROTOCOL_DEFAULTS[name])
+        if "overhead_us" in spec.bench:
+            asked["overhead_us"] = spec.bench["overhead_us"]
+    return "; ".join(f"{name} {_said(value)}" for name, value in asked.items()) or None
+
+
+def _said(value: Any) -> str:
+    """A setting's value in a scope: text as it is, anything else as JSON writes it; escaped, cut short."""
+    text = podfiles.escaped(value if isinstance(value, str) else json.dumps(value, default=str))
+    return text if len(text) <= MAX_SCOPE_VALUE_CHARS else text[: MAX_SCOPE_VALUE_CHARS - 3] + "..."
+
+
 def _run(job: FinishedJob, kind: str, result: JobResult, job_id: str) -> Run | None:
     spec = job.spec
     if spec.candidate is None or not result.recorded:
@@ -148,6 +175,7 @@ def _run(job: FinishedJob, kind: str, result: JobResult, job_id: str) -> Run | N
         speedups=result.speedups,
         against=(spec.against.name + (AA_MARK if spec.aa else "")) if spec.against and kind == "bench" else None,
         against_sha256=spec.against.sha256 if spec.against and kind == "bench" else None,
+        scope=scope_of(spec, kind),
         note=result.reason,
         result_path=job.folder.name,  # relative to the results folder: the ledger travels
         created_at=spec.created_at or now(),

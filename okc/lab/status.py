@@ -2,7 +2,10 @@
 
 A result is the result of the exact source that ran (its sha256). ``okc ledger`` shows a
 candidate's check and best bench *of its current file*; a result of an older version is
-kept as "stale" (the source changed since) and is never shown as the current status.
+kept as "stale" (the source changed since) and is never shown as the current status. A result of
+part of the judge's run (a run's scope: some cases, a quick check, another bench protocol) is
+kept and listed, but its score is never the best bench, nor its pass the check (a part failing
+is the whole failing: that is still shown).
 
 One pass over a few columns of every run picks, per candidate and kind, the row that
 matters of the current source and of the older ones (the latest check or official result,
@@ -19,7 +22,7 @@ from okc.lab.ledger import AA_MARK, Run, check_number, known_candidates, run_fro
 # The columns that decide which rows matter, read from the covering index runs_status (no
 # table pages): one pass over them is faster than asking SQLite to group by source, and
 # easier to read. Rows come in index order, so "latest" is the largest id, not the last seen.
-SCAN = "SELECT id, candidate_number, candidate_sha256, kind, score, against, against_sha256 FROM runs"
+SCAN = "SELECT id, candidate_number, candidate_sha256, kind, score, against, against_sha256, scope, passed FROM runs"
 OLD_BASELINE = "@old-baseline"  # marks, in one pass, a bench measured against an older version of what it ran against
 
 
@@ -42,10 +45,12 @@ class Status:
         return self.current.get("bench")
 
 
-def _baseline_bench(number: int, score: float | None, against: str | None, baseline_number: int | None) -> bool:
-    """A bench whose score is a speedup over the baseline: not an A/A run, not against another candidate,
-    not the baseline against itself (no score of its own: that is its A/A floor)."""
-    if score is None:
+def _baseline_bench(number: int, score: float | None, against: str | None, scope: str | None,
+                    baseline_number: int | None) -> bool:
+    """A bench whose score is the judge's speedup over the baseline: not an A/A run, not against another candidate,
+    not the baseline against itself (no score of its own: that is its A/A floor), not scoped (some of the cases,
+    or another protocol: okc.lab.records.scope_of)."""
+    if score is None or scope is not None:
         return False
     if against is None:
         return True
@@ -85,28 +90,30 @@ def source_key(sha: str, against: str | None, against_sha: str | None, current: 
 
 
 def against_baseline(run: Run, baseline_number: int | None) -> bool:
-    """Whether a bench run's score is a speedup over the baseline."""
-    return run.kind == "bench" and _baseline_bench(run.candidate_number, run.score, run.against, baseline_number)
+    """Whether a bench run's score is the judge's speedup over the baseline (scoped runs are not)."""
+    return run.kind == "bench" and _baseline_bench(run.candidate_number, run.score, run.against, run.scope, baseline_number)
 
 
 def _pick(conn: sqlite3.Connection, current: dict[int, str], baseline_number: int | None) -> list[int]:
     """Ids of the rows that matter: per candidate and kind, of the current source and of older ones.
 
-    The latest check or official result; the best bench (against the baseline) of the current
-    source, and of the latest older source that was benched.
+    The latest check or official result (a scoped check only if it did not pass); the best unscoped bench
+    (against the baseline) of the current source, and of the latest older source that was benched.
     """
     latest: dict[tuple[int, str, bool], int] = {}
     best: dict[tuple[int, str], tuple[float, int]] = {}  # (number, sha) -> (score, id)
     last_old_bench: dict[int, tuple[int, str]] = {}  # number -> (id, sha) of the older source benched last
     scan = conn.cursor()
     scan.row_factory = None  # plain tuples: a Row object per run costs more than the pass itself
-    for row_id, number, sha, kind, score, against, against_sha in scan.execute(SCAN):
+    for row_id, number, sha, kind, score, against, against_sha, scope, passed in scan.execute(SCAN):
         check_number(row_id, "score", score)
         sha = source_key(sha, against, against_sha, current)
         if kind != "bench":
+            if scope is not None and passed:
+                continue  # some of the cases passed: not the candidate's check (some failing is: it stays)
             key = (number, kind, current.get(number) == sha)
             latest[key] = max(row_id, latest.get(key, row_id))
-        elif _baseline_bench(number, score, against, baseline_number):
+        elif _baseline_bench(number, score, against, scope, baseline_number):
             if (score, row_id) > best.get((number, sha), (score, -1)):
                 best[(number, sha)] = (score, row_id)
             if current.get(number) != sha and row_id > last_old_bench.get(number, (-1, ""))[0]:

@@ -43,8 +43,14 @@ def _check(run: Run | None) -> str | None:
     return "pass" if run.passed else run.status
 
 
+def _check_shown(record: dict[str, Any]) -> str | None:
+    """The check's word, and its scope when only some of the cases failed (a scoped pass is never the check)."""
+    return record["check"] and record["check"] + (f" ({record['check_scope']})" if record["check_scope"] else "")
+
+
 def _stale(run: Run) -> dict[str, Any]:
     return {"kind": run.kind, "sha256": run.candidate_sha256, "status": _check(run) if run.kind == "check" else run.status,
+            "scope": run.scope,
             "score": run.score, "ci": _ci(run), "job_id": run.job_id, "official_job": run.official_job,
             "rank": run.rank, "created_at": run.created_at}
 
@@ -54,7 +60,8 @@ def ledger_record(s: Status) -> dict[str, Any]:
     oc, osc = s.current.get("official-check"), s.current.get("official-scored")
     return {
         "number": s.number, "name": s.name, "sha256": s.sha256,
-        "check": _check(check), "check_job_id": check and check.job_id, "check_at": check and check.created_at,
+        "check": _check(check), "check_scope": check and check.scope, "check_job_id": check and check.job_id,
+        "check_at": check and check.created_at,
         "bench_score": bench and bench.score, "bench_ci": _ci(bench), "bench_job_id": bench and bench.job_id,
         "bench_against": bench and bench.against, "bench_target": bench and bench.target,
         "bench_gpu": bench and bench.gpu, "bench_at": bench and bench.created_at,
@@ -79,7 +86,9 @@ def _shown(kind: str, current: Any) -> Any:
         old = next((item for item in record["stale"] if item["kind"] == kind), None)
         if old is None:
             return None
-        return "stale: " + (old["status"] if kind == "check" else fmt_score(old["score"], old["ci"]) or old["status"])
+        if kind == "check":
+            return "stale: " + old["status"] + (f" ({old['scope']})" if old["scope"] else "")
+        return "stale: " + (fmt_score(old["score"], old["ci"]) or old["status"])
 
     return show
 
@@ -92,7 +101,7 @@ LEDGER_COLUMNS = (
     Column("#", "number"),
     Column("name", "name"),
     Column("sha256", lambda r: r["sha256"][:TABLE_HASH] if r["sha256"] else "(gone)", drop=1),
-    Column("check", _shown("check", lambda r: r["check"])),
+    Column("check", _shown("check", _check_shown)),
     Column("bench [95% CI]", _shown("bench", _score("bench"))),
     Column("official check", _shown("official-check", _score("official_check")), drop=4),
     Column("check job", "official_check_job", drop=6),

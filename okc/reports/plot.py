@@ -179,5 +179,5 @@ def plot_shapes(lab: Lab, ref: str | None, job: str | None = None) -> Plotted:
         title += f" (STALE: {report.stale})"
     path = draw_shapes(report, title, plots_dir(lab) / f"{label}_shapes.png")
     notes = [report.result.reason] if report.on_cpu and report.result.reason else []
-    notes += report.stale_line
+    notes += report.scope_line + report.stale_line
     return Plotted(path, "; ".join(notes) or None)

@@ -20,7 +20,7 @@ from okc.lab import candidates
 from okc.lab.config import Lab
 from okc.lab.ledger import Floor, latest_floor, ledger, runs
 from okc.lab.profiles import ProfileRow, latest_profile
-from okc.lab.records import gpu_name, gpu_uuid, load_result, load_spec
+from okc.lab.records import gpu_name, gpu_uuid, load_result, load_spec, scope_of
 from okc.problems.catalog import shapes_of
 from okc.reports import views
 from okc.tables import Document, Table
@@ -72,6 +72,7 @@ class Report:
     floor: Floor | None
     stale: str | None = None  # why these numbers are not of the files as they are now (None: they are)
     profile: ProfileRow | None = None  # the latest profile of the bench's candidate source (okc profile)
+    scope: str | None = None  # what the bench covered when not the judge's whole run (okc.lab.records.scope_of)
 
     def read_floor(self, shape: ShapeResult) -> float | None:
         return measured_floor_us(self.floor, shape, self.result.problem) if self.floor else None
@@ -91,7 +92,7 @@ class Report:
         from okc.reports import profile as profile_view
 
         fields = {"job_id": self.result.job_id, "gpu_name": self.gpu_name, "gpu_uuid": self.gpu_uuid,
-                  "read_floor_job": self.floor.job_id if self.floor else None, "stale": self.stale,
+                  "read_floor_job": self.floor.job_id if self.floor else None, "stale": self.stale, "scope": self.scope,
                   **views.bench_fields(self.result), **profile_view.report_fields(self.profile)}
         kernels = profile_view.summary_table(self.profile)
         shown = tuple(self.tables) + ((kernels,) if self.profile else ())
@@ -110,11 +111,16 @@ class Report:
             if self.stale else []
 
     @property
+    def scope_line(self) -> list[str]:
+        return [f"scope: {self.scope}; not the judge's whole run, so never the candidate's best bench in okc ledger"] \
+            if self.scope else []
+
+    @property
     def lines(self) -> list[str]:
         if self.on_cpu:  # its reason says it is a CPU timing; `okc floor` measures GPUs only
-            return [views.score_line(self.result), *self.stale_line, self.result.reason or "",
+            return [views.score_line(self.result), *self.scope_line, *self.stale_line, self.result.reason or "",
                     f"job {self.result.job_id} on the CPU"]
-        return [views.score_line(self.result), *self.stale_line,
+        return [views.score_line(self.result), *self.scope_line, *self.stale_line,
                 f"job {self.result.job_id} on {self.gpu_name or 'an unknown GPU'}", self.floor_line]
 
 
@@ -159,9 +165,10 @@ def build_report(lab: Lab, ref: str | None, job: str | None = None) -> Report:
         result = bench_job(job_dir)
         name, uuid = gpu_name(job_dir), gpu_uuid(job_dir)
         floor = latest_floor(conn, uuid, name)
-        ran = load_spec(job_dir).candidate
+        spec = load_spec(job_dir)
+        ran = spec.candidate
         profile = latest_profile(conn, ran.sha256) if ran and ran.sha256 else None
-    return Report(job_dir, result, name, uuid, floor, bench_staleness(lab, job_dir), profile)
+    return Report(job_dir, result, name, uuid, floor, bench_staleness(lab, job_dir), profile, scope_of(spec, "bench"))
 
 
 def current_sources(lab: Lab) -> dict[int, str]:
