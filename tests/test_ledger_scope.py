@@ -85,7 +85,8 @@ def test_a_scoped_pass_is_not_the_check_but_a_scoped_failure_is(tmp_path):
     conn = open_ledger(tmp_path / "ledger.db")
     record_run(conn, check(True, "max_m 16; weight_seeds 1"))
     (one,) = statuses(conn, {1: ("001_x", SHA)}, baseline_number=0)
-    assert one.check is None  # a quick check passing is not the candidate's check
+    # a quick check passing is shown only while nothing else ran, with its scope (okc ledger: "pass (max_m 16; ...)")
+    assert one.check.passed and one.check.scope == "max_m 16; weight_seeds 1"
     record_run(conn, check(False, "cases proj/m=1"))
     (one,) = statuses(conn, {1: ("001_x", SHA)}, baseline_number=0)
     assert one.check.status == "fail" and one.check.scope == "cases proj/m=1"  # some cases failing: it fails

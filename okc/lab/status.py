@@ -97,10 +97,12 @@ def against_baseline(run: Run, baseline_number: int | None) -> bool:
 def _pick(conn: sqlite3.Connection, current: dict[int, str], baseline_number: int | None) -> list[int]:
     """Ids of the rows that matter: per candidate and kind, of the current source and of older ones.
 
-    The latest check or official result (a scoped check only if it did not pass); the best unscoped bench
-    (against the baseline) of the current source, and of the latest older source that was benched.
+    The latest check or official result (a scoped check only if it did not pass, or if nothing else was
+    run: a --quick pass is then shown with its scope); the best unscoped bench (against the baseline) of
+    the current source, and of the latest older source that was benched.
     """
     latest: dict[tuple[int, str, bool], int] = {}
+    part_passes: dict[tuple[int, str, bool], int] = {}  # the latest scoped pass: shown only where nothing else is
     best: dict[tuple[int, str], tuple[float, int]] = {}  # (number, sha) -> (score, id)
     last_old_bench: dict[int, tuple[int, str]] = {}  # number -> (id, sha) of the older source benched last
     scan = conn.cursor()
@@ -109,16 +111,16 @@ def _pick(conn: sqlite3.Connection, current: dict[int, str], baseline_number: in
         check_number(row_id, "score", score)
         sha = source_key(sha, against, against_sha, current)
         if kind != "bench":
-            if scope is not None and passed:
-                continue  # some of the cases passed: not the candidate's check (some failing is: it stays)
             key = (number, kind, current.get(number) == sha)
-            latest[key] = max(row_id, latest.get(key, row_id))
+            # some of the cases passing is not the candidate's check (some failing is: it stays)
+            kept = part_passes if scope is not None and passed else latest
+            kept[key] = max(row_id, kept.get(key, row_id))
         elif _baseline_bench(number, score, against, scope, baseline_number):
             if (score, row_id) > best.get((number, sha), (score, -1)):
                 best[(number, sha)] = (score, row_id)
             if current.get(number) != sha and row_id > last_old_bench.get(number, (-1, ""))[0]:
                 last_old_bench[number] = (row_id, sha)
-    ids = list(latest.values())
+    ids = list(latest.values()) + [row_id for key, row_id in part_passes.items() if key not in latest]
     ids += [best[(number, sha)][1] for number, sha in current.items() if (number, sha) in best]
     ids += [best[(number, sha)][1] for number, (_, sha) in last_old_bench.items()]
     return sorted(ids)
