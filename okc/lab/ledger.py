@@ -311,9 +311,11 @@ AA_MARK = " (A/A)"  # how an A/A bench names what it ran against
 
 
 def latest_aa(conn: sqlite3.Connection, target: str) -> Run | None:
-    """The latest finished A/A bench on ``target``: its CI is that target's noise floor."""
+    """The latest finished A/A bench on ``target``: its CI is that target's noise floor. Only a whole one: an A/A
+    of some cases, or under another protocol (a scope), is not the floor of the default bench's score."""
     row = conn.execute(
         "SELECT * FROM runs WHERE kind = 'bench' AND target = ? AND against LIKE ? AND ci_lo IS NOT NULL "
+        "AND scope IS NULL "
         "ORDER BY id DESC LIMIT 1",
         (target, f"%{AA_MARK}"),
     ).fetchone()
