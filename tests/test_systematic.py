@@ -42,10 +42,25 @@ def test_variants_leave_out_the_ones_the_settings_already_are_and_the_setting_is
     assert [name for name, _ in variants.variants_for(BenchSettings(), on_gpu=True)] == [
         "solo", "runs", "one in flight", "sum flush", "own outputs", "no re-checks"]
     solo = BenchSettings(layout="solo", rechecks=False)
-    assert variants.variants_for(solo, on_gpu=False) == [("runs", {"layout": "runs"})]
-    assert variants.variants_for(BenchSettings(layout="runs", rechecks=False), on_gpu=False) == [("solo", {"layout": "solo"})]
+    # a bench in another layout (--layout) has the default's among its variants
+    assert variants.variants_for(solo, on_gpu=False) == [("paired", {"layout": "paired"}), ("runs", {"layout": "runs"})]
+    assert variants.variants_for(BenchSettings(layout="runs", rechecks=False), on_gpu=False) == [
+        ("paired", {"layout": "paired"}), ("solo", {"layout": "solo"})]
     with pytest.raises(ValueError, match="systematic must be true or false"):
         BenchSettings.from_options({"systematic": "yes"}, TINY)
+
+
+def test_a_systematic_bench_in_another_layout_names_its_own_row_and_scores_the_default_too(tiny):
+    # `okc bench 001 --layout runs --systematic` labelled its runs score "default, okc's" and never ran paired
+    done = invoke("bench", "001", "--layout", "runs", "--systematic", *QUICK)
+    assert done.exit_code == 0, done.output
+    result = last_result(tiny, "bench")
+    rows = result["systematic"]["variants"]
+    assert [(row["variant"], row["settings"]) for row in rows] == [
+        ("asked", {"layout": "runs"}), ("paired", {"layout": "paired"}), ("solo", {"layout": "solo"}),
+        ("no re-checks", {"rechecks": False})]
+    assert rows[0]["score"] == result["score"] and result["protocol"]["layout"] == "runs"
+    assert "of the bench's own" in result["systematic"]["line"] and "default's" not in result["systematic"]["line"]
 
 
 def test_a_variants_timed_inputs_are_numbered_past_every_earlier_benchs():
