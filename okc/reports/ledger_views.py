@@ -44,7 +44,8 @@ def _check(run: Run | None) -> str | None:
 
 
 def _check_shown(record: dict[str, Any]) -> str | None:
-    """The check's word, and its scope when only some of the cases failed (a scoped pass is never the check)."""
+    """The check's word, and its scope when it covered part of the judge's run (some cases failing, or a --quick
+    pass shown only while nothing else ran: okc.lab.status)."""
     return record["check"] and record["check"] + (f" ({record['check_scope']})" if record["check_scope"] else "")
 
 
