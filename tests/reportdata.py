@@ -87,10 +87,11 @@ def add_candidate(lab, name: str) -> None:
     (lab.candidates / f"{name}.py").write_text(source + f"\n# {name}\n")
 
 
-def bench_job(lab, ref: str, speedups: dict[str, float] | None = None, gpu: str = H200, uuid: str = UUID) -> Path:
-    """A finished bench of candidate ``ref`` against the baseline, recorded in the ledger."""
+def bench_job(lab, ref: str, speedups: dict[str, float] | None = None, gpu: str = H200, uuid: str = UUID,
+              **options) -> Path:
+    """A finished bench of candidate ``ref`` against the baseline, recorded in the ledger (``options``: job.json's)."""
     candidate = resolve(lab.candidates, ref)
-    job_dir = job_folder.create_job(lab, "bench", candidate, against=resolve(lab.candidates, "0"))
+    job_dir = job_folder.create_job(lab, "bench", candidate, against=resolve(lab.candidates, "0"), **options)
     result = bench_result(job_dir.name, speedups or SPEEDUPS)
     (job_dir / "result.json").write_text(json.dumps(result))
     write_env(job_dir, gpu, uuid)

@@ -33,8 +33,10 @@ class BenchTimes:
 
 
 def bench_times(conn: sqlite3.Connection, lab: Lab, sha256: str) -> BenchTimes | None:
-    """The latest finished bench's shape times of the source ``sha256``, as its candidate or as its baseline."""
-    benches = [r for r in runs(conn, kind="bench") if r.status == "ok" and r.result_path][-BENCHES_LOOKED_AT:]
+    """The latest finished bench's shape times of the source ``sha256``, as its candidate or as its baseline: a whole
+    one (a bench in another layout times the shapes under another protocol; okc.lab.records.scope_of)."""
+    benches = [r for r in runs(conn, kind="bench") if r.status == "ok" and r.result_path and r.scope is None]
+    benches = benches[-BENCHES_LOOKED_AT:]
     for run in reversed(benches):
         job_dir = lab.results / run.result_path
         try:
