@@ -293,3 +293,28 @@ def test_a_malformed_entry_in_the_agents_job_list_is_a_note_and_the_rest_are_lis
     assert result.exit_code == 0 and "Traceback" not in result.output, result.output
     assert "20260101-000000-check-fedcba" in result.output
     assert len([line for line in result.output.splitlines() if "not a job" in line]) == 2, result.output
+
+
+def test_a_pod_cannot_rewrite_what_was_asked(ssh_lab):
+    # job.json is written here before the job runs. A pod that rewrote it could make a check of one case
+    # (scoped in the ledger: never the candidate's check) read as the whole check, or move the result to
+    # another candidate's source: the pull keeps okc's own.
+    from podjobs import pod_results
+
+    job_dir = jobs.create_job(ssh_lab, "check", resolve(ssh_lab.candidates, "0"), target=resolve_pod(ssh_lab).name,
+                              cases=["o/m=1"])
+    asked = (job_dir / "job.json").read_text()
+    remote = pod_results(ssh_lab) / job_dir.name
+    shutil.copytree(job_dir, remote)
+    forged = {**json.loads(asked), "cases": None, "candidate": {**json.loads(asked)["candidate"], "sha256": "f" * 64}}
+    (remote / "job.json").write_text(json.dumps(forged, indent=4))
+    (remote / "result.json").write_text(json.dumps({"schema_version": 1, "job_id": job_dir.name, "kind": "check",
+                                                    "status": "pass", "reason": None, "duration_s": 2.5}))
+    (remote / "log.txt").write_text("okc: job ran\n")
+    (remote / "exit_code").write_text("0\n")
+    pulled = runner.invoke(app, ["pull"])
+    assert pulled.exit_code == 0 and f"pulled {job_dir.name}" in pulled.output, pulled.output
+    assert (job_dir / "job.json").read_text() == asked
+    with ledger(ssh_lab.ledger_path) as conn:
+        (row,) = [r for r in runs(conn, 0, "check") if r.job_id == job_dir.name]
+    assert row.scope == "cases o/m=1" and row.candidate_sha256 == json.loads(asked)["candidate"]["sha256"]

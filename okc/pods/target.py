@@ -168,6 +168,8 @@ class PodTarget:
         for folder in {local.parent for _, _, local in files}:
             remove_stale_parts(folder)  # what a SIGKILLed pull left
         for relative, size, local in files:
+            if local.is_file() and relative == JOB_FILE:
+                continue  # what was asked is okc's, written here before the job ran: a pod never rewrites it
             if local.is_file() and local.stat().st_size == size and relative != EXIT_FILE:
                 continue  # the same file okc uploaded or streamed; a finished folder is not rewritten
             local.parent.mkdir(parents=True, exist_ok=True)
