@@ -49,6 +49,12 @@ PROTOCOL_DEFAULTS: dict[str, Any] = {
 }
 
 
+def off_defaults(settings: dict[str, Any]) -> dict[str, Any]:
+    """The protocol settings among ``settings`` that are not the default protocol's (a job.json ``bench`` object,
+    or a bench's own settings by name): what makes its score another protocol's."""
+    return {name: settings[name] for name in PROTOCOL_DEFAULTS if name in settings and settings[name] != PROTOCOL_DEFAULTS[name]}
+
+
 def integer(name: str, value: Any) -> int:
     if not is_numeric(value, int):
         raise ValueError(f"{name} must be an integer, got {value!r}")

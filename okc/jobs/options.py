@@ -117,8 +117,9 @@ class BenchOptions:
                                     "max_pairs": self.max_pairs}
         if self.overhead_us is not None:
             settings["overhead_us"] = self.overhead_us
-        if self.solo or self.layout not in (None, "paired"):
-            settings["layout"] = "solo" if self.solo else self.layout
+        layout = "solo" if self.solo else self.layout
+        if layout not in (None, "paired"):  # the default goes unsaid, as every default does
+            settings["layout"] = layout
         if not self.figure:
             settings["figure"] = False
         if self.systematic:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from okc import incoming, podfiles
-from okc.benchrules import PROTOCOL_DEFAULTS
+from okc.benchrules import off_defaults
 from okc.contract import ENV_FILE, EXIT_FILE, RESULT_FILE, BadJob, ContractError, JobResult, JobSpec, is_job_id, parse_result, read_job, read_json
 from okc.errors import JudgeError
 from okc.lab.costs import record_job_cost
@@ -141,8 +141,7 @@ def scope_of(spec: JobSpec, kind: str) -> str | None:
     if kind == "check":
         asked.update((name, getattr(spec, name)) for name in ("max_m", "weight_seeds") if getattr(spec, name) is not None)
     else:  # a bench reads only its cases and settings (a try's --quick is its check's)
-        asked.update((name, spec.bench[name]) for name in PROTOCOL_DEFAULTS
-                     if name in spec.bench and spec.bench[name] != PROTOCOL_DEFAULTS[name])
+        asked.update(off_defaults(spec.bench))
         if "overhead_us" in spec.bench:
             asked["overhead_us"] = spec.bench["overhead_us"]
     return "; ".join(f"{name} {_said(value)}" for name, value in asked.items()) or None

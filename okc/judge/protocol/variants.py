@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from okc.benchrules import PROTOCOL_DEFAULTS
+from okc.benchrules import off_defaults
 
 # (name, the settings it changes): a variant that is the bench's own protocol already is left out
 GPU_VARIANTS = (
@@ -27,7 +27,8 @@ GPU_VARIANTS = (
     ("own outputs", {"shared_outputs": False}),  # each capture keeps its output's memory
     ("no re-checks", {"rechecks": False}),  # no timed output copied out for the verifier
 )
-CPU_VARIANTS = (("paired", {"layout": "paired"}), ("solo", {"layout": "solo"}), ("runs", {"layout": "runs"}), ("no re-checks", {"rechecks": False}))
+# the CPU clock has no flush, no batches in flight and no graphs' outputs: only its layout and re-checks vary
+CPU_VARIANTS = tuple((name, knobs) for name, knobs in GPU_VARIANTS if set(knobs) <= {"layout", "rechecks"})
 DRAWS_APART = 10**9  # the first timed input's number in variant i: i * this (a bench draws far fewer a case)
 
 
@@ -39,8 +40,7 @@ def variants_for(settings, on_gpu: bool) -> list[tuple[str, dict]]:
 
 def asked(settings) -> dict:
     """The protocol settings of ``settings`` that are not the default's (``okc bench --layout runs``: its layout)."""
-    keys = {key for _, knobs in GPU_VARIANTS for key in knobs}
-    return {key: getattr(settings, key) for key in sorted(keys) if getattr(settings, key) != PROTOCOL_DEFAULTS[key]}
+    return off_defaults({key: getattr(settings, key) for _, knobs in GPU_VARIANTS for key in knobs})
 
 
 def systematic(result: dict, settings, variants: list[tuple[str, dict]], run: Callable[[object], dict],
