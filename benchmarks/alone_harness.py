@@ -123,7 +123,7 @@ class Harness:
         torch.cuda.synchronize(self.device)
         return [(name, index, start.elapsed_time(end) * 1000.0) for (name, index), (start, end) in zip(plan, events)]
 
-    def run(self, mode: str, rounds: int, consecutive: int = 2) -> dict[str, np.ndarray]:
+    def run(self, mode: str, rounds: int, consecutive: int = 1) -> dict[str, np.ndarray]:
         """(rounds, shapes, samples) times per side."""
         n = len(self.cases)
         per = {name: [[[] for _ in range(n)] for _ in range(rounds)] for name in self.sides}
