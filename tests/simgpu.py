@@ -68,9 +68,11 @@ class SimulatedGPU:
         return times
 
 
-def simulated_runner(gpu, candidate_costs, baseline_costs, case_loads, settings, log=None, luck=None):
+def simulated_runner(gpu, candidate_costs, baseline_costs, case_loads, settings, log=None, luck=None, problem=None,
+                     inputs=None):
     """The bench loop over graphs that cost what they are told; ``luck`` (side -> one relative offset
-    per slot) stands in for where each copy landed in memory."""
+    per slot) stands in for where each copy landed in memory; ``problem`` (default: every input drawn
+    in place) and ``inputs`` (one buffer per case) stand in for the problem's."""
     luck = luck or {}
 
     def side(name, costs):
@@ -83,12 +85,12 @@ def simulated_runner(gpu, candidate_costs, baseline_costs, case_loads, settings,
 
     sides = Sides(side("candidate", candidate_costs), side("against", baseline_costs), copies=settings.copies,
                   captures=settings.captures, seed=5)
-    sides.inputs = [f"x{i}" for i in range(len(candidate_costs))]
+    sides.inputs = inputs if inputs is not None else [f"x{i}" for i in range(len(candidate_costs))]
     matrix = pairs.load_matrix(case_loads, max(case_loads) + 1)
     messages = log if log is not None else []
     cases = [SimpleNamespace(key=f"case{i}") for i in range(len(candidate_costs))]
     draws = Draws(0, [case.key for case in cases])
-    gpu.problem = DrawsInPlace()
+    gpu.problem = problem if problem is not None else DrawsInPlace()
     clock = GpuClock(gpu, sides, SimpleNamespace(cost=4.0), gpu.problem, cases, draws, settings)
     clock.stage()
     return PairLoop(clock, len(candidate_costs), matrix, settings, lambda state: None, messages.append)

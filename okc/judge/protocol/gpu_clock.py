@@ -28,7 +28,7 @@ import contextlib
 
 import torch
 
-from okc.judge.problem import Case, Problem, copy_pairs
+from okc.judge.problem import Case, Problem, copy_pairs, tensors_of
 from okc.judge.protocol import pairs, timing
 from okc.judge.protocol.benchcases import BenchFailed
 from okc.judge.protocol.pairs import Unit
@@ -38,6 +38,22 @@ from okc.judge.protocol.timing import Step
 
 _empty = torch.empty  # bound at import, like okc.judge.protocol.timing's
 _full = torch.full
+
+# Of the GPU memory free once both sides are captured, the most the inputs drawn ahead of the
+# batches in flight may take (a problem without an in-place draw: okc.judge.problem.Problem.fill_input).
+DRAWN_SHARE = 0.5
+
+
+def free_bytes(device: torch.device) -> int | None:
+    """The device's free memory (None off CUDA: a stand-in protocol has no memory to run out of)."""
+    return torch.cuda.mem_get_info(device)[0] if device is not None and device.type == "cuda" else None
+
+
+def units_that_fit(draw_bytes: int, free: int, in_flight: int) -> int:
+    """Units a batch may hold when each of its timed replays keeps a drawn input of ``draw_bytes``
+    alive until the batch is collected: two replays a unit, ``in_flight`` batches at once, within
+    ``DRAWN_SHARE`` of ``free`` (one unit at least: the batch must hold a case)."""
+    return max(1, int(DRAWN_SHARE * free) // max(1, 2 * in_flight * draw_bytes))
 
 
 class GpuClock:
@@ -50,6 +66,8 @@ class GpuClock:
         self._scratch: dict[tuple, torch.Tensor] = {}  # (case, side) -> where an unjudged replay's output goes
         self._poison: dict[tuple, torch.Tensor] = {}  # (case, side) -> NaNs of the output's form
         self._drawn_in_place: list[bool] = []  # per case: Problem.fill_input draws on the stream
+        self.ops_cap: int | None = None  # the most ops a batch may hold for its drawn inputs' memory (stage)
+        self.cap_reason = ""  # why, in a line of the bench's log
 
     @property
     def in_flight(self) -> int:
@@ -87,6 +105,23 @@ class GpuClock:
                                                                          self.variant)))
         if self._cuda:
             timing.synchronize()
+        self._cap_batches()
+
+    def _cap_batches(self) -> None:
+        """Where inputs are drawn before their batch is held, every timed replay's draw lives until the
+        batch is collected: a batch of the default size on a case of GiB-sized inputs (a GPU MODE
+        vector add of 16384^2) would hold tens of GiB. Cut batches to what the free memory holds."""
+        draw_bytes = max((sum(t.numel() * t.element_size() for t in tensors_of(self.sides.inputs[index]))
+                          for index, in_place in enumerate(self._drawn_in_place) if not in_place), default=0)
+        free = free_bytes(getattr(self.protocol, "device", None))
+        if not draw_bytes or free is None:
+            return
+        units = units_that_fit(draw_bytes, free, self.in_flight)
+        if units * pairs.OPS_PER_CASE < self.settings.batch_ops:
+            self.ops_cap = units * pairs.OPS_PER_CASE
+            self.cap_reason = (f"batches of at most {units} case(s) a side: each timed call's fresh input "
+                               f"({draw_bytes / 2**20:.0f} MiB) is drawn before its batch is held, and "
+                               f"{free / 2**30:.1f} GiB is free")
 
     @property
     def _cuda(self) -> bool:

@@ -52,6 +52,7 @@ PROGRESS_INTERVAL_S = 0.2  # progress.json is rewritten at most this often (the 
 
 class Clock(Protocol):
     in_flight: int  # batches the loop may keep started and not yet collected
+    # (optional) ops_cap: the most ops a batch may hold (memory), and cap_reason: why, for the log
     slots: int  # graph slots a side replays in turn (okc.judge.protocol.pairs.slots); 1 without copies
     slot_seed: int
 
@@ -90,6 +91,12 @@ class PairLoop:
         self.spill: Callable[[list[tuple[Recheck, object]]], None] | None = None
 
     @property
+    def batch_ops(self) -> int:
+        """The settings' batch size, or less where the clock says memory holds less (``ops_cap``)."""
+        cap = getattr(self.clock, "ops_cap", None)
+        return self.settings.batch_ops if cap is None else max(pairs.OPS_PER_CASE, min(cap, self.settings.batch_ops))
+
+    @property
     def runs(self) -> bool:
         """The "runs" layout: a case's pairs of a quad back to back (okc.judge.protocol.pairs.units)."""
         return self.settings.layout == "runs"
@@ -113,7 +120,9 @@ class PairLoop:
     def warm_up(self) -> None:
         """Pairs run and thrown away first (clocks ramp up, first replays are slow)."""
         voided = 0
-        for number, units in enumerate(pairs.plan(0, self.settings.warmup_pairs, self.cases, self.settings.batch_ops,
+        if self.batch_ops < self.settings.batch_ops:
+            self.log(getattr(self.clock, "cap_reason", "") or f"batches of at most {self.batch_ops} ops")
+        for number, units in enumerate(pairs.plan(0, self.settings.warmup_pairs, self.cases, self.batch_ops,
                                                   self.runs)):
             while True:
                 try:
@@ -131,8 +140,9 @@ class PairLoop:
         if not self.settings.rechecks:
             return
         units = [Unit(pair, case) for case in range(self.cases)]
-        for start in range(0, len(units), max(1, self.settings.batch_ops // pairs.OPS_PER_CASE)):
-            part = units[start:start + max(1, self.settings.batch_ops // pairs.OPS_PER_CASE)]
+        per_batch = max(1, self.batch_ops // pairs.OPS_PER_CASE)
+        for start in range(0, len(units), per_batch):
+            part = units[start:start + per_batch]
             _, outputs = self.clock.collect(self.clock.submit(part, -1, final=True), part)
             self._keep(outputs)
 
@@ -141,13 +151,16 @@ class PairLoop:
             return self._run()
 
     def _run(self) -> tuple[PairTable, str]:
-        rule, budget, clock = self.rule, self.settings.batch_ops, self.clock
+        rule, budget, clock = self.rule, self.batch_ops, self.clock
         table = PairTable(self.cases, rule.max_pairs, slot_plan=(clock.slot_seed, clock.slots) if clock.slots > 1 else None)
         batches = deque(pairs.plan(0, rule.max_pairs, self.cases, budget, self.runs))
         pending: deque = deque()
         stopped_by, half, score, next_check, voided, last_progress, number = None, None, None, rule.min_pairs, 0, 0.0, 0
         while True:
-            while batches and stopped_by is None and len(pending) < clock.in_flight:
+            # Past SPILL_BYTES of kept outputs, nothing more is started until the batches in flight are
+            # in: the loop is then idle and judges what it kept (else, two in flight, it never would).
+            while (batches and stopped_by is None and len(pending) < clock.in_flight
+                   and not (pending and self.spill is not None and self.kept_bytes > SPILL_BYTES)):
                 units = batches.popleft()
                 pending.append((clock.submit(units, number), units))
                 number += 1

@@ -1,0 +1,113 @@
+"""What a bench keeps alive while batches are in flight stays within the GPU's memory.
+
+On an H100 (80 GB), pmpp_v2's vectoradd bench of its ranked case (16384^2, two 512 MiB inputs a
+call) ran out of memory: a problem with no in-place draw draws each timed call's input before its
+batch is held, so 256-op batches, two in flight, held about 70 GB of inputs (benchmarks/NOTES.md,
+2026-12-06). And with two batches in flight the loop was never idle, so kept outputs past
+SPILL_BYTES were never judged before the run ended.
+"""
+
+import dataclasses
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+from simgpu import SimulatedGPU, settings, simulated_runner
+
+from okc.judge.protocol import gpu_clock, loop, pairs
+from okc.judge.protocol.loop import PairLoop
+from okc.judge.protocol.recheck import Recheck
+
+MIB = 2**20
+
+
+class DrawsAhead:
+    """A problem with no in-place draw (a GPU MODE folder's): each input is made whole, then copied in."""
+
+    input_variants = ("normal",)
+
+    def __init__(self, elements: int) -> None:
+        self.elements, self.made = elements, 0
+
+    def fill_input(self, buffer, case, seed, variant) -> bool:
+        return False
+
+    def make_input(self, case, seed, variant, device):
+        self.made += 1
+        return SimpleNamespace(x=torch.zeros(self.elements, dtype=torch.uint8))
+
+
+def _case_units(batch) -> int:
+    return sum(1 for step in batch if step.before) // 2  # a case's unit: two replays, each after its draw
+
+
+def test_inputs_drawn_before_the_hold_cut_batches_to_what_the_free_memory_holds(monkeypatch):
+    monkeypatch.setattr(gpu_clock, "free_bytes", lambda device: 8 * MIB)  # 4 MiB for draws: 1 unit, 2 in flight
+    gpu, log = SimulatedGPU(seed=3), []
+    problem = DrawsAhead(MIB)
+    runner = simulated_runner(gpu, [10.0, 20.0], [10.0, 20.0], [0, 1], settings(min_pairs=24, max_pairs=24), log=log,
+                              problem=problem, inputs=[torch.zeros(MIB, dtype=torch.uint8) for _ in range(2)])
+    assert runner.clock.ops_cap == pairs.OPS_PER_CASE
+    runner.warm_up()
+    runner.run()
+    assert problem.made > 16 and gpu.submitted
+    assert max(_case_units(batch) for batch in gpu.submitted) == 1  # settings' batch_ops (64) would hold 4
+    assert any("fresh input (1 MiB) is drawn before its batch is held" in line for line in log), log
+
+
+def test_batches_keep_their_size_where_memory_holds_it_or_inputs_are_drawn_in_place(monkeypatch):
+    monkeypatch.setattr(gpu_clock, "free_bytes", lambda device: 8 * 2**30)
+    runner = simulated_runner(SimulatedGPU(), [10.0], [10.0], [0], settings(min_pairs=24, max_pairs=24),
+                              problem=DrawsAhead(MIB), inputs=[torch.zeros(MIB, dtype=torch.uint8)])
+    assert runner.clock.ops_cap is None and runner.batch_ops == 64
+    monkeypatch.setattr(gpu_clock, "free_bytes", lambda device: 1)
+    runner = simulated_runner(SimulatedGPU(), [10.0], [10.0], [0], settings(min_pairs=24, max_pairs=24),
+                              inputs=[torch.zeros(MIB, dtype=torch.uint8)])  # drawn in place: nothing held
+    assert runner.clock.ops_cap is None and runner.batch_ops == 64
+
+
+def test_units_that_fit():
+    assert gpu_clock.units_that_fit(2**30, 80 * 2**30, 2) == 10  # 40 GiB over 2 batches of 2 draws a unit
+    assert gpu_clock.units_that_fit(2**30, 2**30, 2) == 1  # never none: a batch holds one case at least
+
+
+class _TwoInFlight:
+    """A clock with two batches in flight whose every replay's output is kept (1 KiB each)."""
+
+    in_flight, slots, slot_seed = 2, 1, 0
+
+    def __init__(self) -> None:
+        self.outstanding, self.most_outstanding = 0, 0
+        self.rng = np.random.default_rng(1)
+
+    def submit(self, units, number, final=False):
+        self.outstanding += 1
+        self.most_outstanding = max(self.most_outstanding, self.outstanding)
+        return units
+
+    def collect(self, handle, units):
+        self.outstanding -= 1
+        times = 10.0 * self.rng.lognormal(0.0, 0.01, sum(unit.samples for unit in units))
+        kept = [(Recheck(name, unit.case, unit.pair, unit.pair), torch.zeros(1024, dtype=torch.uint8))
+                for unit in units if unit.case is not None for name in unit.sides]
+        return times, kept
+
+    def discard(self, handle):
+        self.outstanding -= 1
+
+
+def test_kept_outputs_past_the_spill_bound_are_judged_during_a_run_with_two_batches_in_flight(monkeypatch):
+    monkeypatch.setattr(loop, "SPILL_BYTES", 16 * 1024)
+    clock, spills = _TwoInFlight(), []
+
+    def spill(kept):
+        assert clock.outstanding == 0  # judged only while no batch is held (the verifier's reads must not wait it)
+        spills.append(sum(out.numel() for _, out in kept))
+
+    run = dataclasses.replace(settings(min_pairs=60, max_pairs=60), judge_overhead_us=0.0)
+    paired = PairLoop(clock, 2, pairs.load_matrix([0, 1], 2), run, lambda state: None, lambda line: None)
+    paired.spill = spill
+    paired.run()
+    assert clock.most_outstanding == 2  # still two in flight between the spills
+    assert len(spills) >= 5 and max(spills) <= 16 * 1024 + 64 * 1024  # never far past the bound
+    assert paired.kept_bytes <= 16 * 1024 + 64 * 1024
