@@ -245,3 +245,23 @@ def test_a_failed_download_leaves_no_partial_file(ssh_lab, tmp_path):
     with _target(ssh_lab) as target, pytest.raises(OkcError):
         target.get("folder", home / "folder")
     assert list(home.iterdir()) == []  # neither the file nor its .part temporary
+
+
+def test_a_refused_flood_leaves_the_connection_working_and_no_channel_pipe_is_made(ssh_lab, monkeypatch):
+    # paramiko's transport thread writes the OS pipe behind Channel.fileno() with no lock against
+    # Channel.close (paramiko issues 1700, 2271): a channel closed while output still arrives, as a refused
+    # flood is, could get that thread writing into a reused descriptor or dying of EBADF with the connection
+    # (once in the suite: "Socket exception: Bad file descriptor (9)"). okc waits in recv, never on that pipe.
+    from okc.pods import ssh as ssh_module
+
+    piped = []
+    fileno = paramiko.Channel.fileno
+    monkeypatch.setattr(paramiko.Channel, "fileno", lambda channel: piped.append(channel) or fileno(channel))
+    monkeypatch.setattr(ssh_module, "MAX_OUTPUT_BYTES", 1 << 20)
+    with _target(ssh_lab) as target:
+        for _ in range(4):
+            with pytest.raises(PodError, match="more than 1 MiB"):
+                target.run(["head", "-c", str(16 << 20), "/dev/zero"])
+            result = target.run(["sh", "-c", "echo out; echo err >&2; exit 3"])
+            assert (result.rc, result.stdout, result.stderr) == (3, b"out\n", b"err\n")
+    assert not piped

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import select
 import shlex
 import socket
 import time
@@ -299,28 +298,32 @@ class SSHTarget:
 
     def _collect(self, channel, what, timeout, deadline, watch: Watch) -> RunResult:
         stdout, stderr = bytearray(), bytearray()
-        fileno = channel.fileno()
+        # recv waits, never select on fileno(): paramiko writes that pipe unlocked against close (its #1700)
+        channel.settimeout(POLL_S)
         while True:
-            while channel.recv_ready():
-                stdout += channel.recv(READ_CHUNK)
-                watch.kick()
-                if len(stdout) > MAX_OUTPUT_BYTES:  # no agent answer is this long: a pod flooding okc's memory
-                    raise PodError(f"pod {self.pod.name!r}: {what} printed more than {MAX_OUTPUT_BYTES >> 20} MiB; "
-                                   "okc reads no more of it")
             while channel.recv_stderr_ready():
                 stderr += channel.recv_stderr(READ_CHUNK)
                 del stderr[:-MAX_STDERR_BYTES]
                 watch.kick()
-            # Output can still arrive after the exit status (OpenSSH sends it when the process
-            # ends, not when its pipes drain): done only at EOF with both buffers empty.
-            drained = not channel.recv_ready() and not channel.recv_stderr_ready()
-            if channel.eof_received and drained and channel.exit_status_ready():
+            drained = not channel.recv_ready() and not channel.recv_stderr_ready()  # output may follow the status
+            if channel.eof_received and drained and channel.exit_status_ready():  # (OpenSSH): done at EOF, drained
                 break
             if channel.closed or not channel.get_transport().is_active():
                 raise EOFError("the channel closed before the command reported an exit status")
             if deadline is not None and time.monotonic() > deadline:
                 raise UnreachableError(f"pod {self.pod.name!r}: {what} did not finish within {timeout:g} s")
-            select.select([fileno], [], [], POLL_S)
+            try:
+                chunk = channel.recv(READ_CHUNK)  # stdout, or b"" at EOF; waits up to POLL_S
+            except TimeoutError:
+                continue
+            if not chunk:  # EOF: the exit status may follow a moment later
+                channel.status_event.wait(POLL_S)
+                continue
+            stdout += chunk
+            watch.kick()
+            if len(stdout) > MAX_OUTPUT_BYTES:  # no agent answer is this long: a pod flooding okc's memory
+                raise PodError(f"pod {self.pod.name!r}: {what} printed more than {MAX_OUTPUT_BYTES >> 20} MiB; "
+                               "okc reads no more of it")
         return RunResult(rc=channel.recv_exit_status(), stdout=bytes(stdout), stderr=bytes(stderr))
 
     # -- files ------------------------------------------------------------------------
