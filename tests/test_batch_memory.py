@@ -111,3 +111,46 @@ def test_kept_outputs_past_the_spill_bound_are_judged_during_a_run_with_two_batc
     assert clock.most_outstanding == 2  # still two in flight between the spills
     assert len(spills) >= 5 and max(spills) <= 16 * 1024 + 64 * 1024  # never far past the bound
     assert paired.kept_bytes <= 16 * 1024 + 64 * 1024
+
+
+class _Fills:
+    """A problem stand-in whose input is drawn in place; a call writes a fresh 1 MiB output."""
+
+    input_variants = ("normal",)
+
+    def fill_input(self, buffer, case, seed, variant) -> bool:
+        buffer[0] = seed % 251
+        return True
+
+    def call(self, module, x, case):
+        return torch.full((MIB,), int(x[0]), dtype=torch.uint8)
+
+
+def test_the_eager_clock_keeps_one_cases_outputs_a_batch_and_spills_past_the_bound(monkeypatch):
+    # main: an eager batch of 256 ops kept every re-checked clone until its end: 36 x grayscale's 1 GiB
+    from pathlib import Path
+
+    from okc.judge.protocol import eager_clock
+    from okc.judge.protocol.cpu_clock import CpuSide
+    from okc.judge.protocol.recheck import Draws
+
+    monkeypatch.setattr(eager_clock, "_event_new", lambda *args, **kwargs: None)  # no CUDA events here
+    monkeypatch.setattr(eager_clock.EagerClock, "_timed", lambda self, call: (10.0 + np.random.rand(), call()))
+    monkeypatch.setattr(loop, "SPILL_BYTES", 3 * MIB)
+    sides = {}
+    for name in ("candidate", "baseline"):
+        side = CpuSide(name, Path(f"{name}.py"))
+        side.inputs = [torch.zeros(4, dtype=torch.uint8) for _ in range(2)]
+        sides[name] = side
+    cases = [SimpleNamespace(key=f"case{i}") for i in range(2)]
+    every = SimpleNamespace(pick=lambda pair: True)  # every timed call re-checked, as in a short first epoch
+    clock = eager_clock.EagerClock(_Fills(), cases, sides, Draws(1, [case.key for case in cases]), None,
+                                   torch.device("cpu"), every)
+    run = dataclasses.replace(settings(min_pairs=30, max_pairs=30), judge_overhead_us=0.0, batch_ops=256)
+    paired = PairLoop(clock, 2, pairs.load_matrix([0, 1], 2), run, lambda state: None, lambda line: None)
+    held = []
+    paired.spill = lambda kept: held.append(sum(out.numel() for _, out in kept))
+    paired.warm_up()
+    paired.run()
+    assert held and max(held) <= 3 * MIB + 2 * MIB  # the bound, plus one case's two outputs
+    assert paired.batch_ops == pairs.OPS_PER_CASE

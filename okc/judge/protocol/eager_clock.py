@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from okc.judge.problem import Problem, copy_data
-from okc.judge.protocol import timing
+from okc.judge.protocol import pairs, timing
 from okc.judge.protocol.benchcases import (
     BenchFailed,
     bench_summary,
@@ -78,6 +78,10 @@ class EagerClock:
     in_flight = 1  # a batch runs as it is submitted: nothing is queued behind a hold
     slots = 1
     slot_seed = 0
+    # One case a batch: calls are timed one by one whatever the batch, and a batch's re-checked outputs
+    # wait for its end (at 256 ops, 36 clones of grayscale's 1 GiB output ran an H100 out of memory).
+    ops_cap = pairs.OPS_PER_CASE
+    cap_reason = ""
 
     def __init__(self, problem: Problem, cases: list, sides: dict[str, CpuSide], draws: Draws, flush: timing.Flush,
                  device: torch.device, picker: Picker | None = None) -> None:

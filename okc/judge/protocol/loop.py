@@ -120,8 +120,8 @@ class PairLoop:
     def warm_up(self) -> None:
         """Pairs run and thrown away first (clocks ramp up, first replays are slow)."""
         voided = 0
-        if self.batch_ops < self.settings.batch_ops:
-            self.log(getattr(self.clock, "cap_reason", "") or f"batches of at most {self.batch_ops} ops")
+        if self.batch_ops < self.settings.batch_ops and getattr(self.clock, "cap_reason", ""):
+            self.log(self.clock.cap_reason)
         for number, units in enumerate(pairs.plan(0, self.settings.warmup_pairs, self.cases, self.batch_ops,
                                                   self.runs)):
             while True:
