@@ -127,8 +127,13 @@ def cpu(runs: int, warmup: int, edit_s: float) -> dict[str, float | None]:
 
 
 def h200(runs: int, warmup: int, edit_s: float) -> dict[str, float | None]:
-    print(f"edit to verdict in {REPO} (its lab): median of {runs} runs after {warmup} warm-up, {edit_s:g} s "
-          f"of edit before each", flush=True)
+    try:
+        gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader", "-i", "0"],
+                             capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        gpu = "a GPU nvidia-smi does not name"
+    print(f"edit to verdict in {REPO} (its lab) on {gpu} (the targets' rows say h200, whatever the GPU): "
+          f"median of {runs} runs after {warmup} warm-up, {edit_s:g} s of edit before each", flush=True)
     found = {}
     for name, argv in H200_COMMANDS:
         steps = list(H200_PAIR) if argv is None else [argv]
