@@ -154,3 +154,17 @@ def test_the_eager_clock_keeps_one_cases_outputs_a_batch_and_spills_past_the_bou
     paired.run()
     assert held and max(held) <= 3 * MIB + 2 * MIB  # the bound, plus one case's two outputs
     assert paired.batch_ops == pairs.OPS_PER_CASE
+
+
+def test_running_out_of_gpu_memory_is_said_as_such_not_as_a_lost_context():
+    # main: "CUDA error during the bench (the context is lost): CUDA out of memory. ..." (the context lives on)
+    from okc.judge.protocol import benchcases
+
+    def setup():
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 256.00 MiB.\nmore")
+
+    bench = SimpleNamespace(settings=settings(min_pairs=24, max_pairs=24), problem=SimpleNamespace(name="p"), seed=1,
+                            setup=setup)
+    result = benchcases.run_paired(bench, names=("001", "000"), aa=False, verifier=None, log=lambda line: None)
+    assert result["status"] == "error"
+    assert result["reason"] == "the GPU ran out of memory during the bench: CUDA out of memory. Tried to allocate 256.00 MiB."

@@ -110,6 +110,8 @@ def run_paired(bench, *, names: tuple[str, str], aa: bool, verifier, log) -> dic
         return error_result(f"the timing protocol failed: {exc}", "harness", **identity)
     except (recheck.JudgeError, VerifierError) as exc:
         return error_result(f"the re-checks could not be judged: {exc}", "harness", **identity)
+    except torch.OutOfMemoryError as exc:  # a RuntimeError too, but the context lives: say what it was
+        return error_result(f"the GPU ran out of memory during the bench: {exc}".splitlines()[0], **identity)
     except RuntimeError as exc:  # a CUDA error in a replay: the context is gone, nothing more can run
         return error_result(f"CUDA error during the bench (the context is lost): {exc}".splitlines()[0], **identity)
     tail = {"target_half_width": settings.rule.target_half_width, "stopped_by": stopped_by,
