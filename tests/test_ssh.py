@@ -265,3 +265,24 @@ def test_a_refused_flood_leaves_the_connection_working_and_no_channel_pipe_is_ma
             result = target.run(["sh", "-c", "echo out; echo err >&2; exit 3"])
             assert (result.rc, result.stdout, result.stderr) == (3, b"out\n", b"err\n")
     assert not piped
+
+
+def test_output_that_arrives_with_the_exit_and_the_close_is_read_whole(ssh_lab, monkeypatch):
+    # a quick command's output, exit status, EOF and close can all be in before okc reads its first chunk
+    # (a loaded machine): the close must not cut off what is still buffered (once: "the channel closed
+    # before the command reported an exit status" from `okc agent start` against the fake Runpod pod)
+    import time
+
+    recv = paramiko.Channel.recv
+    late = set()
+
+    def slow_first(channel, n):
+        if channel.get_id() not in late:
+            late.add(channel.get_id())
+            time.sleep(0.5)  # everything arrives meanwhile: 1.5 MB fits paramiko's 2 MiB window
+        return recv(channel, n)
+
+    monkeypatch.setattr(paramiko.Channel, "recv", slow_first)
+    with _target(ssh_lab) as target:
+        result = target.run(["head", "-c", "1500000", "/dev/zero"])
+    assert (result.rc, len(result.stdout)) == (0, 1500000)

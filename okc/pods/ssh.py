@@ -297,10 +297,16 @@ class SSHTarget:
                 channel.close()
 
     def _collect(self, channel, what, timeout, deadline, watch: Watch) -> RunResult:
-        stdout, stderr = bytearray(), bytearray()
-        # recv waits, never select on fileno(): paramiko writes that pipe unlocked against close (its #1700)
-        channel.settimeout(POLL_S)
+        stdout, stderr, chunk = bytearray(), bytearray(), b""
+        channel.settimeout(POLL_S)  # recv waits, never select on fileno(): paramiko writes that pipe unlocked (its #1700)
         while True:
+            gone = channel.closed or not channel.get_transport().is_active()  # nothing arrives after that
+            while chunk or channel.recv_ready():
+                stdout += chunk or channel.recv(READ_CHUNK)
+                chunk = b""
+                watch.kick()
+                if len(stdout) > MAX_OUTPUT_BYTES:  # no agent answer is this long: a pod flooding okc's memory
+                    raise PodError(f"pod {self.pod.name!r}: {what} printed more than {MAX_OUTPUT_BYTES >> 20} MiB; okc reads no more of it")
             while channel.recv_stderr_ready():
                 stderr += channel.recv_stderr(READ_CHUNK)
                 del stderr[:-MAX_STDERR_BYTES]
@@ -308,7 +314,7 @@ class SSHTarget:
             drained = not channel.recv_ready() and not channel.recv_stderr_ready()  # output may follow the status
             if channel.eof_received and drained and channel.exit_status_ready():  # (OpenSSH): done at EOF, drained
                 break
-            if channel.closed or not channel.get_transport().is_active():
+            if gone:
                 raise EOFError("the channel closed before the command reported an exit status")
             if deadline is not None and time.monotonic() > deadline:
                 raise UnreachableError(f"pod {self.pod.name!r}: {what} did not finish within {timeout:g} s")
@@ -318,12 +324,6 @@ class SSHTarget:
                 continue
             if not chunk:  # EOF: the exit status may follow a moment later
                 channel.status_event.wait(POLL_S)
-                continue
-            stdout += chunk
-            watch.kick()
-            if len(stdout) > MAX_OUTPUT_BYTES:  # no agent answer is this long: a pod flooding okc's memory
-                raise PodError(f"pod {self.pod.name!r}: {what} printed more than {MAX_OUTPUT_BYTES >> 20} MiB; "
-                               "okc reads no more of it")
         return RunResult(rc=channel.recv_exit_status(), stdout=bytes(stdout), stderr=bytes(stderr))
 
     # -- files ------------------------------------------------------------------------
