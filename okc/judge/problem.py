@@ -82,6 +82,11 @@ def tensors_of(data: object) -> list[torch.Tensor]:
     return []
 
 
+def data_bytes(data: object) -> int:
+    """The bytes of every tensor in ``data`` (:func:`tensors_of`)."""
+    return sum(t.numel() * t.element_size() for t in tensors_of(data))
+
+
 def clone_data(data: object) -> object:
     """A copy of ``data`` whose tensors are clones (plain values are shared: they cannot be written)."""
     if isinstance(data, torch.Tensor):

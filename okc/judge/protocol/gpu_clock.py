@@ -28,7 +28,7 @@ import contextlib
 
 import torch
 
-from okc.judge.problem import Case, Problem, copy_pairs, tensors_of
+from okc.judge.problem import Case, Problem, copy_pairs, data_bytes
 from okc.judge.protocol import pairs, timing
 from okc.judge.protocol.benchcases import BenchFailed
 from okc.judge.protocol.pairs import Unit
@@ -111,8 +111,8 @@ class GpuClock:
         """Where inputs are drawn before their batch is held, every timed replay's draw lives until the
         batch is collected: a batch of the default size on a case of GiB-sized inputs (a GPU MODE
         vector add of 16384^2) would hold tens of GiB. Cut batches to what the free memory holds."""
-        draw_bytes = max((sum(t.numel() * t.element_size() for t in tensors_of(self.sides.inputs[index]))
-                          for index, in_place in enumerate(self._drawn_in_place) if not in_place), default=0)
+        draw_bytes = max((data_bytes(self.sides.inputs[index]) for index, in_place in enumerate(self._drawn_in_place)
+                          if not in_place), default=0)
         free = free_bytes(getattr(self.protocol, "device", None))
         if not draw_bytes or free is None:
             return

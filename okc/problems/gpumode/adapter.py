@@ -29,7 +29,7 @@ from types import ModuleType
 import torch
 
 from okc.contract import BadJob
-from okc.judge.problem import Case, Inputs, Load, Problem, Tolerance, clone_data, tensors_of
+from okc.judge.problem import Case, Inputs, Load, Problem, Tolerance, clone_data, data_bytes, tensors_of
 from okc.judge.protocol import eager_clock
 from okc.judge.verdict.rules import NONFINITE, Verdict, fail
 
@@ -280,8 +280,7 @@ class GpuModeProblem(Problem):
         return self._traffic.get(case.key, (0, 0))
 
     def shape_row(self, case: Case, x: object) -> dict:
-        nbytes = sum(t.numel() * t.element_size() for t in tensors_of(x))
-        nbytes += sum(t.numel() * t.element_size() for t in tensors_of(self.reference({}, case, x)))
+        nbytes = data_bytes(x) + data_bytes(self.reference({}, case, x))
         self._traffic[case.key] = (nbytes, 0)
         return {"layer": case.layer, "m": case.m, "load": case.load, "n": None, "k": None,
                 "floor_us": self.floor_us(case), "bytes": nbytes, "flops": 0}
