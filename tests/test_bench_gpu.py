@@ -215,3 +215,28 @@ def test_a_persisting_l2_limit_is_reported_and_cleared():
     done = report.done()
     assert done["set_by"] == ["after_prepare_candidate"] and done["cleared_after_prepare_candidate"]
     assert report.l2.limit() == 0
+
+
+def test_a_released_bench_hands_its_memory_back_and_the_gpu_still_works():
+    # The folder's eval.py runs after the bench, in a process of its own, on the same GPU: the
+    # bench's graphs, inputs and cache must not still hold the memory (vectoradd's eval.py needs
+    # over 8 GiB free, benchmarks/NOTES.md 2026-12-06 third session).
+    from okc.judge.kinds.bench import Bench, BenchSettings
+    from okc.judge.protocol.benchcases import run_paired
+    from okc.problems import load_problem
+
+    lab = find_lab()
+    baseline = resolve(lab.candidates, "0").path
+    problem = load_problem("muse_bf16_proj")
+    settings = BenchSettings.from_options({"max_pairs": 100, "target_half_width": 0.05, "rechecks": False}, problem)
+    device = torch.device("cuda", 0)
+    bench = Bench(problem, baseline, baseline, device=device, seed=3, settings=settings, log=lambda line: None)
+    result = run_paired(bench, names=("a", "b"), aa=True, verifier=None, log=lambda line: None)
+    assert result["status"] == "ok", result["reason"]
+    held = torch.cuda.memory_reserved(device)
+    assert held > 64 * 2**20, held  # the bench's graphs and copies were still there
+    bench.release()
+    assert torch.cuda.memory_reserved(device) < held / 4, (held, torch.cuda.memory_reserved(device))
+    assert bench.loop is None and not any(side.captured for side in bench.sides.by_name.values())
+    probe = torch.ones(4, device=device)
+    assert float(probe.add_(1).sum()) == 8.0

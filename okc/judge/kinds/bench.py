@@ -14,6 +14,7 @@ instead (the same loop over the CPU's clock).
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -127,6 +128,20 @@ class Bench:
             timing.synchronize()
         return table, stopped_by
 
+    def release(self) -> None:
+        """Drop the bench's graphs, imports, inputs and kept outputs, and give their memory back to the
+        driver: what runs on this GPU after the bench (the folder's eval.py, in a process of its own)
+        must not find most of the memory still held here."""
+        self.loop = self.flush = self.draws = self._keep = None
+        for side in self.sides.by_name.values():
+            for module in side.modules:
+                sys.modules.pop(getattr(module, "__name__", ""), None)
+            side.modules.clear()
+            side.captured.clear()
+        self.sides.inputs.clear()
+        self.sides.dropped.clear()
+        timing.release_memory()
+
     @contextmanager
     def _timed(self, name: str):
         started = time.monotonic()
@@ -193,6 +208,8 @@ def run_kind(job, job_dir: Path, problem: Problem, *, device: torch.device, seed
     finally:
         if verifier is not None:
             verifier.close()
+        if not on_cpu:
+            bench.release()
     if tracebacks and result.get("status") == "error":  # the side's own traceback, for the command to show
         result["traceback"] = tracebacks[-1]
     result = problem.after_bench({**result, "device": device.type}, candidate, against, device=device, seed=seed, log=log,

@@ -180,12 +180,7 @@ class CudaScreener:
             side.captured.clear()
             side.modules.clear()
         del side
-        gc.collect()
-        timing.synchronize()
-        clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
-        if clear is not None:  # a workspace made inside a freed graph's pool must not be used again
-            clear()
-        torch.cuda.empty_cache()
+        timing.release_memory()
 
     def healthy(self) -> str | None:
         """None while the CUDA context still works; else the error that says it is lost."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from okc.judge.protocol import gpumode_timing
+from okc.judge.protocol import gpumode_timing, timing
 from okc.judge.protocol.benchcases import BenchFailed, error_result
 from okc.problems.gpumode.evalrun import EVAL_FILE, EvalFailed, ran_indexes, run_eval
 from okc.seeds import derive_seed
@@ -58,7 +58,11 @@ def _readings(device) -> dict | None:
 
     from okc.judge.envinfo import gpu_readings
 
-    return gpu_readings(torch.cuda.current_device())
+    readings = gpu_readings(torch.cuda.current_device()) or {}
+    free, total = torch.cuda.mem_get_info()  # memory held elsewhere slows a call that allocates (NOTES 2026-12-06)
+    readings.update({"memory.free_gib": round(free / 2**30, 2), "memory.total_gib": round(total / 2**30, 2),
+                     "memory.held_by_okc_gib": round(torch.cuda.memory_reserved() / 2**30, 2)})
+    return readings
 
 
 def _side(problem, source: Path, *, side: str, seed: int, log, device=None) -> dict:
@@ -72,7 +76,9 @@ def _side(problem, source: Path, *, side: str, seed: int, log, device=None) -> d
     log(f"the folder's eval.py ({MODE} mode) on {side}: exit code {run.returncode}, "
         f"check {run.popcorn.get('check', 'not reported')}, {run.seconds:.1f} s"
         + "".join(f", SM {when} {value['clocks.sm']:.0f} MHz" for when, value in readings.items()
-                  if value and value.get("clocks.sm") is not None))
+                  if value and value.get("clocks.sm") is not None)
+        + (f", {before['memory.free_gib']:.1f} of {before['memory.total_gib']:.1f} GiB free before it"
+           if before and "memory.free_gib" in before else ""))
     if not run.passed:
         raise EvalFailed(run.why())
     rows = run.benchmarks()
@@ -173,6 +179,8 @@ def add_figure(problem, result: dict, candidate: Path, against: Path, *, device,
     has_eval = (problem.folder / EVAL_FILE).is_file()
     if not has_eval:
         log(f"the folder has no {EVAL_FILE}: the second figure is okc's own timing, not the folder's")
+    if getattr(device, "type", None) == "cuda":
+        timing.release_memory()  # the bench's cache: eval.py runs in a process of its own, on the same GPU
     try:
         if has_eval:
             figure = from_eval(problem, candidate, against, seed=seed, log=log, device=device)
