@@ -185,6 +185,11 @@ def timed_phase(problem: Problem, args, log: Log, deadline: float) -> None:
             "status": f"exit {done.returncode}", "reason": said(done)}
     problem.record["by_hand"] = {}
     sides = {"reference": "000_reference.py", "candidate": next(p.name for p in (problem.lab / "candidates").glob("001_*"))}
+    # The figure's POPCORN_SEED: eval.py combines it with each case's seed, and some inputs change with the
+    # seed's size (sort_py's rows are randn + seed: float32 drops the randn past 2**24), so by hand without
+    # it times other data (sort_py, 2026-12-06: the reference read 5218 us by hand, 4664 us in the figure).
+    seed = ((problem.record.get("bench") or {}).get("figure") or {}).get("popcorn_seed")
+    problem.record["by_hand_popcorn_seed"] = seed
     deep = problem.name in args.deep or problem.folder.name in args.deep
     chosen = list(sides) if args.by_hand_sides == "both" or deep else [args.by_hand_sides]
     for mode in DEEP_MODES if deep else args.by_hand:
@@ -195,12 +200,14 @@ def timed_phase(problem: Problem, args, log: Log, deadline: float) -> None:
                 if left < MIN_COMMAND_S:
                     runs.append({"ok": False, "why": "skipped: the survey's --budget was spent"})
                     continue
-                runs.append(by_hand(problem, problem.lab / "candidates" / sides[side], mode, log, min(COMMAND_TIMEOUT_S, left)))
+                runs.append(by_hand(problem, problem.lab / "candidates" / sides[side], mode, log,
+                                    min(COMMAND_TIMEOUT_S, left), seed))
     problem.record["seconds"] = round(time.monotonic() - started, 1)
 
 
-def by_hand(problem: Problem, submission: Path, mode: str, log: Log, timeout: float) -> dict:
-    """The lab's flat copy of the folder and ``submission`` as submission.py; eval.py run as kernelbot's runner runs it."""
+def by_hand(problem: Problem, submission: Path, mode: str, log: Log, timeout: float, seed: int | None = None) -> dict:
+    """The lab's flat copy of the folder and ``submission`` as submission.py; eval.py run as kernelbot's runner
+    runs it (with ``seed`` as POPCORN_SEED where given)."""
     task = problem.task
     specs = task["benchmarks"][-1:] if task.get("ranking_by", "last") == "last" else task["benchmarks"]
     with tempfile.TemporaryDirectory(prefix="pmpp_v2_by_hand_") as where:
@@ -214,7 +221,8 @@ def by_hand(problem: Problem, submission: Path, mode: str, log: Log, timeout: fl
         started, clock = time.monotonic(), sm_clock()
         with open(place / "output.txt", "w") as output:
             proc = subprocess.Popen([sys.executable, "eval.py", mode, "cases.txt"], cwd=place, pass_fds=(write_end,),
-                                    env={**problem.env, "POPCORN_FD": str(write_end)}, stdout=output,
+                                    env={**problem.env, "POPCORN_FD": str(write_end),
+                                         **({} if seed is None else {"POPCORN_SEED": str(seed)})}, stdout=output,
                                     stderr=subprocess.STDOUT, start_new_session=True)
         os.close(write_end)
         kept: list[str] = []

@@ -21,6 +21,9 @@ MIN_PAIRS = 50
 MAX_PAIRS = 2000
 MAX_PAIRS_LIMIT = 100_000  # the most any job may ask for: a pair table holds max_pairs rows per side
 TARGET_HALF_WIDTH = 0.005  # relative: the score's CI is score * (1 +- 0.5%)
+# how a side's call is timed: "graph", CUDA graph replays (GPU time alone, the default); "eager", one eager call
+# between CUDA events, as a GPU MODE folder's eval.py times it (the host's launch time counts where the GPU waits)
+CLOCKS = ("graph", "eager")
 LAYOUTS = ("paired", "solo", "runs")  # the order of a bench's replays (okc.judge.protocol.pairs); paired: the default
 QUAD = 4  # pairs per quad, the unit of every statistic (okc.judge.protocol.stats)
 # The smallest sample whose extreme order statistics bracket the median with 95%
@@ -45,7 +48,7 @@ STOPPING = ("min_pairs", "max_pairs", "target_half_width")
 # protocol of its own.
 PROTOCOL_DEFAULTS: dict[str, Any] = {
     "layout": "paired", "flush": "read", "copies": None, "captures": 1, "in_flight": 2, "batch_ops": 256,
-    "warmup_pairs": 3, "shared_outputs": True, "rechecks": True,
+    "warmup_pairs": 3, "shared_outputs": True, "rechecks": True, "clock": "graph",
 }
 
 

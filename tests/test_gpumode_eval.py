@@ -13,7 +13,7 @@ import os
 import sys
 
 import pytest
-from conftest import GPUMODE_FOLDERS, REPO, gpumode_lab, gpumode_problem, last_result
+from conftest import GPUMODE_FOLDERS, REPO, gpumode_lab, gpumode_problem, jobs_of_kind, last_result
 from typer.testing import CliRunner
 
 from okc.cli.app import app
@@ -238,3 +238,96 @@ def test_the_figure_says_its_order_and_the_gpus_clocks_around_each_sides_eval_py
     # readings became a list a run; it calls this now)
     said = figure.runs_line(stat)
     assert "SM MHz against 1980->1755, against 1620->1610, candidate 1700->1650" in said and "runs' speedups" in said
+
+
+SPINS = """
+import os
+import time
+
+from task import input_t, output_t
+
+
+def custom_kernel(data: input_t) -> output_t:
+    # Slow only {where}: the folder's eval.py alone sets POPCORN_FD
+    if ("POPCORN_FD" in os.environ) is {under_eval}:
+        until = time.perf_counter() + 0.002
+        while time.perf_counter() < until:
+            pass
+    a, b, out = data
+    out[...] = a * b + 1
+    return out
+"""
+
+
+def test_a_figure_that_parts_from_okcs_paired_score_is_said_and_disputes_the_verdict(tmp_path, monkeypatch):
+    # main: pmpp_v2's sort read 1.0143 [1.0123, 1.0161] paired ("verdict: faster") and 0.9639 by the
+    # folder's eval.py on the H100, and nothing said that the two disagreed. Here the candidate is slow
+    # only in okc's bench and the side it is benched against only under the folder's eval.py.
+    root = gpumode_lab(tmp_path, monkeypatch, OUTPLACE)
+    (root / "candidates" / "002_slow_in_okc.py").write_text(SPINS.format(where="outside eval.py", under_eval=False))
+    (root / "candidates" / "003_slow_in_eval.py").write_text(SPINS.format(where="under eval.py", under_eval=True))
+    done = runner.invoke(app, ["bench", "002", "--against", "003", "--min-pairs", "24", "--max-pairs", "24", "--json"])
+    assert done.exit_code == 0, done.output
+    result = last_result(root, "bench")
+    stat = result["gpumode"]
+    assert stat["paired"]["ci"][1] < 0.5 and stat["between_runs"]["speedup"][0] > 2, (stat["paired"], stat["speedup"])
+    assert result["verdict"] == "disputed"
+    said = stat["disagreement"]
+    assert said in result["reason"] and said in result["notes"]
+    assert "they differ on which side is faster (okc: slower; the folder's eval.py: faster)" in said
+    assert json.loads(done.output)["verdict"] == "disputed"
+
+
+def test_the_paired_score_and_the_figure_disagree_only_where_their_spreads_do_not_meet():
+    def fig(paired, ci, speedup, runs):
+        return {"paired": {"ranking_by": "last", "speedup": paired, "ci": ci}, "speedup": speedup,
+                "between_runs": {"speedup": runs}}
+
+    # the H100's pmpp_v2 survey (benchmarks/NOTES.md, 2026-12-06 third session)
+    sort = fig(1.0143, [1.0123, 1.0161], 0.9639, [0.9619, 0.9660])
+    said, disputed = figure.disagreement(sort, "faster", 0.0)
+    assert disputed and "okc: faster; the folder's eval.py: slower" in said and "--clock eager" in said
+    prefixsum = fig(2.2659, [2.2590, 2.2719], 2.4922, [2.4687, 2.5161])
+    said, disputed = figure.disagreement(prefixsum, "faster", 0.0)
+    assert said and not disputed and "differ on which side" not in said
+    grayscale = fig(1.0062, [1.0027, 1.0104], 1.0096, [1.0031, 1.0161])
+    assert figure.disagreement(grayscale, "faster", 0.0) == (None, False)
+    # no CI (ranked by mean): okc's point must fall in the figure's runs; an A/A has no verdict to dispute
+    assert figure.disagreement(fig(1.0, None, 1.0, [0.99, 1.01]), "same", 0.0) == (None, False)
+    said, disputed = figure.disagreement(fig(1.0, None, 1.05, [1.04, 1.06]), None, 0.0)
+    assert said and not disputed
+    assert figure.disagreement({**sort, "error": "on the side benched against: ..."}, "faster", 0.0) == (None, False)
+
+
+def test_clock_eager_is_a_protocol_setting_said_in_the_result_and_the_ledger(tmp_path, monkeypatch):
+    # main: no way to time a GPU MODE lab's calls as its eager eval.py does, short of a call that cannot be captured
+    root = gpumode_lab(tmp_path, monkeypatch, OUTPLACE)
+    jobs = sorted((root / "results").iterdir()) if (root / "results").is_dir() else []
+    done = runner.invoke(app, ["bench", "001", "--clock", "eagr"])
+    assert done.exit_code == 2 and "--clock is one of graph, eager, not 'eagr'" in done.output, done.output
+    assert (sorted((root / "results").iterdir()) if (root / "results").is_dir() else []) == jobs
+    done = runner.invoke(app, ["bench", "001", "--clock", "eager", "--no-figure", "--min-pairs", "24",
+                               "--max-pairs", "24", "--json"])
+    assert done.exit_code == 0, done.output
+    result = last_result(root, "bench")
+    assert result["status"] == "ok" and result["protocol"]["clock"] == "eager"  # a CPU's calls are eager anyway
+    assert json.loads((jobs_of_kind(root / "results", "bench")[-1] / "job.json").read_text())["bench"]["clock"] == "eager"
+    import sqlite3
+
+    with sqlite3.connect(root / "results" / "ledger.db") as conn:  # not the default protocol's score
+        scopes = [row[0] for row in conn.execute("SELECT scope FROM runs WHERE kind = 'bench'")]
+    assert scopes == ["clock eager"], scopes
+
+
+def test_clock_eager_is_refused_where_the_judge_replays_graphs(tiny):
+    from conftest import invoke
+
+    done = invoke("bench", "001", "--clock", "eager")
+    assert done.exit_code != 0
+    assert "tiny_matvec is not a GPU MODE folder: its judge times CUDA graph replays" in done.output, done.output
+    from okc.judge.protocol.settings import BenchSettings
+    from okc.problems import load_problem
+
+    with pytest.raises(ValueError, match="clock must be one of graph, eager, got 'fast'"):
+        BenchSettings.from_options({"clock": "fast"}, load_problem("tiny_matvec"))
+    assert BenchSettings.from_options({}, load_problem("tiny_matvec")).protocol()["clock"] == "graph"

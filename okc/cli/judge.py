@@ -112,6 +112,9 @@ def bench(
     layout: Optional[str] = typer.Option(None, "--layout", help="The replays' order: paired (the default: the sides "
                                          "alternate case by case), solo (= --solo) or runs (a case's four pairs back "
                                          "to back, ABBA)."),
+    clock: Optional[str] = typer.Option(None, "--clock", help="graph (the default: CUDA graph replays, the GPU's time "
+                                        "alone) or eager (a GPU MODE lab: one eager call between CUDA events, as its "
+                                        "eval.py times it, the host's launch time counted)."),
     device: str = typer.Option("auto", help="auto, cuda or cpu (local target)."),
     seed: Optional[int] = typer.Option(None, help="Reuse a recorded seed (inputs and weights) instead of a fresh one."),
     cases: Optional[str] = typer.Option(None, help="Only these scored cases, comma-separated (e.g. router/m=8,o/m=1; "
@@ -133,7 +136,7 @@ def bench(
 
     half_width, flag = options.half_width_option(half_width, target)
     benching = options.BenchOptions(half_width, min_pairs, max_pairs, overhead_us, aa, against, solo, figure, flag,
-                                    systematic, layout)
+                                    systematic, layout, clock)
     running = options.CheckOptions.parse(device, seed, cases)  # where, with which seed and cases, as a check takes them
     lab = load_lab()
     candidate = candidates.resolve(lab.candidates, candidate_ref(words))

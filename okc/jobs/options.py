@@ -95,6 +95,7 @@ class BenchOptions:
     half_width_flag: str = "--half-width"  # how the command line named it: --target, its old name, is still taken
     systematic: bool = False  # then each protocol variant too (okc.judge.protocol.variants)
     layout: str | None = None  # --layout: paired (the default), solo or runs (okc.judge.protocol.pairs)
+    clock: str | None = None  # --clock: graph (the default) or eager (okc.benchrules.CLOCKS)
 
     def __post_init__(self) -> None:
         try:  # the judge's own rules (okc.benchrules), in the command line's words
@@ -108,6 +109,8 @@ class BenchOptions:
             raise ConfigError(f"--aa benches the candidate against itself; it cannot also be --against {self.against}")
         if self.layout is not None and self.layout not in benchrules.LAYOUTS:
             raise ConfigError(f"--layout is one of {', '.join(benchrules.LAYOUTS)}, not {self.layout!r}")
+        if self.clock is not None and self.clock not in benchrules.CLOCKS:
+            raise ConfigError(f"--clock is one of {', '.join(benchrules.CLOCKS)}, not {self.clock!r}")
         if self.solo and self.layout not in (None, "solo"):
             raise ConfigError(f"--solo is --layout solo; it cannot also be --layout {self.layout}")
 
@@ -120,6 +123,8 @@ class BenchOptions:
         layout = "solo" if self.solo else self.layout
         if layout not in (None, "paired"):  # the default goes unsaid, as every default does
             settings["layout"] = layout
+        if self.clock not in (None, benchrules.PROTOCOL_DEFAULTS["clock"]):
+            settings["clock"] = self.clock
         if not self.figure:
             settings["figure"] = False
         if self.systematic:

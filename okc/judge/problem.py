@@ -228,6 +228,11 @@ class Problem(abc.ABC):
         results, close) that judges this problem's outputs; the check uses it as it uses the verifier."""
         raise NotImplementedError(f"{self.name} is judged by okc's verifier (own_judge is False)")
 
+    def bench_eagerly(self, candidate: Path, against: Path, *, device: torch.device, seed: int, settings,
+                      names: tuple[str, str], aa: bool, log, cases: list[str] | None = None) -> dict:
+        """(requires_capture False only) The paired bench on the eager clock (okc.judge.protocol.eager_clock)."""
+        raise NotImplementedError(f"{self.name} is judged on CUDA graph replays: it has no eager clock")
+
     def after_bench(self, result: dict, candidate: Path, against: Path, *, device: torch.device, seed: int, log,
                     settings=None, cases: list[str] | None = None) -> dict:
         """A bench's result.json fields, given the paired bench's, its settings and the cases it timed (None: all

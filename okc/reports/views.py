@@ -244,8 +244,9 @@ def protocol_line(result: JobResult) -> str:
     text = {"solo": "solo: each side timed alone, in blocks of its own replays",
             "runs": "runs: a case's four pairs of a quad back to back, ABBA"}.get(
         layout, "paired: the sides alternate case by case, ABBA over each quad")
-    if protocol.get("clock") == "eager":  # a kernel that cannot be captured (okc.judge.protocol.eager_clock)
-        text += "; eager calls, not graph replays (a side cannot be captured)"
+    if protocol.get("clock") == "eager":  # okc.judge.protocol.eager_clock: asked for, or a kernel that cannot be captured
+        text += "; eager calls, not graph replays " + (
+            "(okc bench --clock eager)" if protocol.get("eager_why") == "asked" else "(a side cannot be captured)")
     flush = protocol.get("flush")
     if flush and result.device != "cpu":
         text += f"; {flush} flush"

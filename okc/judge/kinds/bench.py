@@ -177,6 +177,9 @@ def run_kind(job, job_dir: Path, problem: Problem, *, device: torch.device, seed
         raise BadJob(str(exc)) from None
     if not problem.verifier_rechecks:  # its outputs are judged by its own code (GPU MODE: check_implementation)
         settings = dataclasses.replace(settings, rechecks=False)
+    if settings.clock == "eager" and problem.requires_capture:
+        raise BadJob(f"--clock eager times eager calls, as a GPU MODE folder's eval.py does; {problem.name} is not a "
+                     "GPU MODE folder: its judge times CUDA graph replays")
     candidate = job.candidate.path(job_dir)
     if job.against is not None:
         against, against_name = job.against.path(job_dir), job.against.name
@@ -195,8 +198,12 @@ def run_kind(job, job_dir: Path, problem: Problem, *, device: torch.device, seed
     verifier = Verifier.start(problem.name, seed, device, job_dir, warm=True) if settings.rechecks and runnable else None
     names = (job.candidate.name, against_name)
     try:
-        result = run_paired(bench, names=names, aa=job.aa, verifier=verifier, log=log)
-        if settings.systematic and result.get("status") == "ok":
+        if settings.clock == "eager" and not on_cpu:  # asked for: the eager clock, nothing captured (a CPU's is eager)
+            result = problem.bench_eagerly(candidate, against, device=device, seed=seed, settings=settings, names=names,
+                                           aa=job.aa, log=log, cases=job.cases)
+        else:
+            result = run_paired(bench, names=names, aa=job.aa, verifier=verifier, log=log)
+        if settings.systematic and result.get("status") == "ok" and settings.clock != "eager":
             def again(changed: BenchSettings) -> dict:
                 other = make(problem, candidate, against, device=device, **{**common, "settings": changed})
                 return run_paired(other, names=names, aa=job.aa, verifier=verifier if changed.rechecks else None, log=log)
@@ -204,7 +211,8 @@ def run_kind(job, job_dir: Path, problem: Problem, *, device: torch.device, seed
             result["systematic"] = variants.systematic(result, settings, variants.variants_for(settings, not on_cpu),
                                                        again, log)
         elif settings.systematic:
-            log(f"systematic: no variants run: the bench itself gave no score ({result.get('status')})")
+            log(f"systematic: no variants run: the bench itself gave no score ({result.get('status')})"
+                if result.get("status") != "ok" else "systematic: no variants run: the variants are the graph clock's")
     finally:
         if verifier is not None:
             verifier.close()

@@ -65,9 +65,10 @@ def cannot_capture(result: dict) -> bool:
     return result.get("status") == "error" and any(marker in reason for marker in CAPTURE_MARKERS)
 
 
-def note(flush: str) -> str:
-    return ("eager timing: a side's call cannot be captured into a CUDA graph (it waits on the host, or raised in the "
-            "capture), so every call is timed as GPU MODE's eager eval.py times it: CUDA events around one call "
+def note(flush: str, asked: bool = False) -> str:
+    why = ("okc bench --clock eager asked for it" if asked else
+           "a side's call cannot be captured into a CUDA graph (it waits on the host, or raised in the capture)")
+    return (f"eager timing: {why}, so every call is timed as GPU MODE's eager eval.py times it: CUDA events around one call "
             f"after the {flush} flush, the device synchronised after each; the sides still alternate, and timed "
             "outputs are re-checked")
 
@@ -163,7 +164,7 @@ class EagerBench:
                              lambda state: None, self.log)
 
     def describe(self) -> str:
-        return note(self.settings.flush)
+        return note(self.settings.flush, self.settings.clock == CLOCK)
 
     def measure(self):
         self.loop.warm_up()
@@ -175,7 +176,7 @@ class EagerBench:
         return bench_summary(table, self.shape_rows, self.loads, self.settings.judge_overhead_us)
 
     def report(self, summary: dict) -> dict:
-        line = note(self.settings.flush)
+        line = note(self.settings.flush, self.settings.clock == CLOCK)
         return {"reason": line, "notes": [line], "flush": self.flush.describe(), "clock": CLOCK}
 
 
@@ -185,4 +186,6 @@ def run_eager(problem: Problem, candidate: Path, against: Path, *, device: torch
     result = run_paired(EagerBench(problem, candidate, against, device=device, seed=seed, settings=settings, log=log,
                                    cases=cases),
                         names=names, aa=aa, verifier=verifier, log=log)
-    return {**result, "protocol": {**result.get("protocol", {}), "clock": CLOCK}}
+    # the clock asked for (okc bench --clock eager), or the graph clock's fallback for a call that cannot be captured
+    why = "asked" if settings.clock == CLOCK else "cannot capture"
+    return {**result, "protocol": {**result.get("protocol", {}), "clock": CLOCK, "eager_why": why}}

@@ -59,6 +59,7 @@ class BenchSettings:
     figure: bool = True
     # okc bench --systematic: after the bench, the same candidate under each protocol variant (okc.judge.protocol.variants)
     systematic: bool = False
+    clock: str = DEFAULT["clock"]  # okc bench --clock (okc.benchrules.CLOCKS); eager: a GPU MODE problem only
     first_draw: int = 0  # the first timed input's number (okc.judge.protocol.recheck.Draws); not a job setting
     fixed_pairs: int | None = None  # ``pairs`` as job.json asked (a sweep's fixed count), else None: the stopping rule
 
@@ -68,7 +69,7 @@ class BenchSettings:
         of pairs, okc.judge.kinds.sweep) is a setting too."""
         known = {"target_half_width", "min_pairs", "max_pairs", "overhead_us", "flush", "aa_floor", "batch_ops",
                  "warmup_pairs", "copies", "captures", "layout", "shared_outputs", "rechecks",
-                 "in_flight", "figure", "systematic"}
+                 "in_flight", "figure", "systematic", "clock"}
         unknown = sorted(set(options) - known - ({"pairs"} if fixed_count else set()))
         if unknown:
             raise ValueError(f"unknown bench setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
@@ -100,6 +101,9 @@ class BenchSettings:
                 raise ValueError(f"{name} must be an integer from 1 to {MAX_SLOTS}, got {value!r}")
         if (copies or 1) * captures > MAX_SLOTS:
             raise ValueError(f"copies x captures must be at most {MAX_SLOTS}, got {copies} x {captures}")
+        clock = options.get("clock", DEFAULT["clock"])
+        if clock not in benchrules.CLOCKS:
+            raise ValueError(f"clock must be one of {', '.join(benchrules.CLOCKS)}, got {clock!r}")
         layout = options.get("layout", DEFAULT["layout"])
         if layout not in LAYOUTS:
             raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
@@ -113,7 +117,7 @@ class BenchSettings:
                    flush=options.get("flush", DEFAULT["flush"]), aa_floor=float(aa_floor), batch_ops=batch_ops,
                    warmup_pairs=warmup, copies=copies, captures=captures, layout=layout,
                    shared_outputs=shared, rechecks=rechecks, in_flight=in_flight, figure=figure,
-                   systematic=systematic, fixed_pairs=asked)
+                   systematic=systematic, clock=clock, fixed_pairs=asked)
 
     def protocol(self) -> dict:
         """Which protocol a result's numbers come from (result.json's ``protocol``)."""
@@ -122,4 +126,4 @@ class BenchSettings:
         return {"layout": self.layout, "inputs": INPUTS, "shared_outputs": self.shared_outputs,
                 "rechecks": self.rechecks, "rechecks_per_epoch": RECHECKS_PER_EPOCH if self.rechecks else 0,
                 "rechecks_per_later_epoch": RECHECKS_PER_LATER_EPOCH if self.rechecks else 0,
-                "flush": self.flush, "in_flight": self.in_flight}
+                "flush": self.flush, "in_flight": self.in_flight, "clock": self.clock}

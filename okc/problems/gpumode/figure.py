@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from okc.judge.protocol import gpumode_timing, timing
+from okc.judge.protocol import gpumode_timing, stats, timing
 from okc.judge.protocol.benchcases import BenchFailed, error_result
 from okc.problems.gpumode.evalrun import EVAL_FILE, EvalFailed, ran_indexes, run_eval
 from okc.seeds import derive_seed
@@ -172,8 +172,37 @@ def summary_line(figure: dict) -> str:
             f"against {figure['against']['score_us']:.3f} us, speedup {figure['speedup']:.4f}{runs}{okc}")
 
 
-def add_figure(problem, result: dict, candidate: Path, against: Path, *, device, seed: int, log) -> dict:
-    """The paired bench's ``result`` with the GPU MODE figure beside it (result.json's ``gpumode``)."""
+def _direction(low: float, high: float, floor: float) -> str:
+    return "faster" if low > 1.0 + floor else "slower" if high < 1.0 - floor else "same"
+
+
+def disagreement(figure: dict, verdict: str | None, floor: float) -> tuple[str | None, bool]:
+    """(what to say, whether the verdict is disputed) where okc's paired speedup and the folder's figure
+    part: okc's CI (its point where it has none) and the figure's runs' speedups do not meet. Disputed:
+    they also differ on which side is faster. On the H100 (NOTES 2026-12-06, third session) pmpp_v2's
+    sort read 1.0143 paired and 0.9639 by its eval.py, prefixsum 2.2659 and 2.4922."""
+    paired = figure.get("paired") or {}
+    speedup = paired.get("speedup")
+    if speedup is None or "error" in figure or figure.get("speedup") is None:
+        return None, False
+    low, high = paired.get("ci") or (speedup, speedup)
+    f_low, f_high = (figure.get("between_runs") or {}).get("speedup") or (figure["speedup"], figure["speedup"])
+    if low <= f_high and f_low <= high:
+        return None, False
+    theirs = _direction(f_low, f_high, floor)
+    disputed = verdict is not None and theirs != verdict
+    which = (f"they differ on which side is faster (okc: {verdict}; the folder's eval.py: {theirs}); "
+             if disputed else "")
+    return (f"okc's paired speedup {speedup:.4f} and the folder's figure {figure['speedup']:.4f} disagree beyond "
+            f"both spreads: {which}okc times CUDA graph replays (GPU time alone), the folder's eval.py times eager "
+            "calls (the host's launch time counts where the GPU waits on it); the leaderboard ranks the folder's "
+            "figure, and `okc bench --clock eager` times eager calls as it does"), disputed
+
+
+def add_figure(problem, result: dict, candidate: Path, against: Path, *, device, seed: int, log,
+               floor: float = stats.DEFAULT_AA_FLOOR) -> dict:
+    """The paired bench's ``result`` with the GPU MODE figure beside it (result.json's ``gpumode``); ``floor``:
+    the verdict's (an A/A has no verdict, so no dispute)."""
     if result.get("status") != "ok":
         return result
     has_eval = (problem.folder / EVAL_FILE).is_file()
@@ -193,5 +222,11 @@ def add_figure(problem, result: dict, candidate: Path, against: Path, *, device,
     figure["paired"] = paired_ranked(result, problem.task.ranking_by, len(problem.task.benchmarks))
     line = summary_line(figure)
     log(line)
-    reason = "; ".join(part for part in (result.get("reason"), line) if part)
-    return {**result, "gpumode": figure, "reason": reason, "notes": [*result.get("notes", []), line]}
+    said, disputed = disagreement(figure, result.get("verdict"), floor)
+    lines = [line] + ([said] if said else [])
+    if said:
+        log(said)
+        figure["disagreement"] = said
+    reason = "; ".join(part for part in (result.get("reason"), *lines) if part)
+    return {**result, "gpumode": figure, "reason": reason, "notes": [*result.get("notes", []), *lines],
+            **({"verdict": "disputed"} if disputed else {})}
