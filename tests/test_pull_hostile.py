@@ -318,3 +318,33 @@ def test_a_pod_cannot_rewrite_what_was_asked(ssh_lab):
     with ledger(ssh_lab.ledger_path) as conn:
         (row,) = [r for r in runs(conn, 0, "check") if r.job_id == job_dir.name]
     assert row.scope == "cases o/m=1" and row.candidate_sha256 == json.loads(asked)["candidate"]["sha256"]
+
+
+def test_a_pod_cannot_rewrite_the_source_that_ran(ssh_lab):
+    # main: only job.json was kept; a pod could replace the job folder's copy of the candidate (the source
+    # whose hash the ledger holds) with a file of another size, and the pull wrote it here
+    from podjobs import pod_results
+
+    job_dir = jobs.create_job(ssh_lab, "check", resolve(ssh_lab.candidates, "0"), target=resolve_pod(ssh_lab).name)
+    (copy,) = [p for p in (job_dir / "candidate").iterdir() if p.is_file()]
+    source = copy.read_bytes()
+    remote = pod_results(ssh_lab) / job_dir.name
+    shutil.copytree(job_dir, remote)
+    (remote / "candidate" / copy.name).write_text("def kernel_fn(x, layer):\n    return 'not what ran'\n" * 40)
+    (remote / "candidate" / "written_by_the_candidate.txt").write_text("a file of its own\n")
+    (remote / "result.json").write_text(json.dumps({"schema_version": 1, "job_id": job_dir.name, "kind": "check",
+                                                    "status": "pass", "reason": None, "duration_s": 2.5}))
+    (remote / "log.txt").write_text("okc: job ran\n")
+    (remote / "exit_code").write_text("0\n")
+    pulled = runner.invoke(app, ["pull"])
+    assert pulled.exit_code == 0 and f"pulled {job_dir.name}" in pulled.output, pulled.output
+    assert copy.read_bytes() == source
+    assert (job_dir / "candidate" / "written_by_the_candidate.txt").read_text() == "a file of its own\n"  # new files come
+    assert json.loads((job_dir / "result.json").read_text())["status"] == "pass"
+
+
+def test_the_pulls_prepared_folders_are_the_ones_a_job_is_laid_out_with():
+    from okc.lab import gpumode
+    from okc.pods import target
+
+    assert target.PREPARED_FOLDERS == ("candidate", "against", gpumode.JOB_COPY)

@@ -27,6 +27,9 @@ from okc.pods.transfer import remove_stale_parts
 
 READ_CHUNK = 1 << 20
 MAX_EPOCH_S = 253402300799.0  # 9999-12-31: a later start time is no date (and no datetime takes it)
+# okc.jobs.folder.create_job's, laid out with job.json before the job runs: the sides' sources (the ledger's hashes
+# are theirs) and a GPU MODE problem's copy (okc.lab.gpumode.JOB_COPY: a test holds them equal)
+PREPARED_FOLDERS = ("candidate", "against", "problem")
 _synced: set[tuple[str, str]] = set()  # (lab root, pod name) synced by this process
 _sync_lock = threading.Lock()
 
@@ -35,6 +38,11 @@ def local_job_files(job_dir: Path) -> list[Path]:
     """The files of a prepared job folder, job.json last (a pod's agent starts only once it has it)."""
     files = sorted(p for p in job_dir.rglob("*") if p.is_file() and p.name != LOG_FILE)
     return sorted(files, key=lambda p: p.name == JOB_FILE)
+
+
+def is_prepared(relative: str) -> bool:
+    """Whether a job folder's file at ``relative`` is one okc lays out before the job runs: job.json and PREPARED_FOLDERS."""
+    return relative == JOB_FILE or relative.split("/", 1)[0] in PREPARED_FOLDERS
 
 
 def remote_job_dir(job_id: str) -> str:
@@ -168,8 +176,8 @@ class PodTarget:
         for folder in {local.parent for _, _, local in files}:
             remove_stale_parts(folder)  # what a SIGKILLed pull left
         for relative, size, local in files:
-            if local.is_file() and relative == JOB_FILE:
-                continue  # what was asked is okc's, written here before the job ran: a pod never rewrites it
+            if local.is_file() and is_prepared(relative):
+                continue  # okc's, written here before the job ran (what was asked, what ran): a pod never rewrites it
             if local.is_file() and local.stat().st_size == size and relative != EXIT_FILE:
                 continue  # the same file okc uploaded or streamed; a finished folder is not rewritten
             local.parent.mkdir(parents=True, exist_ok=True)
