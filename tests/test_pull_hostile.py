@@ -295,6 +295,16 @@ def test_a_malformed_entry_in_the_agents_job_list_is_a_note_and_the_rest_are_lis
     assert len([line for line in result.output.splitlines() if "not a job" in line]) == 2, result.output
 
 
+def _passed_on_the_pod(remote: Path, job_id: str) -> None:
+    """The pod's job folder ``remote`` finished as a passing check; then okc pull takes it."""
+    (remote / "result.json").write_text(json.dumps({"schema_version": 1, "job_id": job_id, "kind": "check",
+                                                    "status": "pass", "reason": None, "duration_s": 2.5}))
+    (remote / "log.txt").write_text("okc: job ran\n")
+    (remote / "exit_code").write_text("0\n")
+    pulled = runner.invoke(app, ["pull"])
+    assert pulled.exit_code == 0 and f"pulled {job_id}" in pulled.output, pulled.output
+
+
 def test_a_pod_cannot_rewrite_what_was_asked(ssh_lab):
     # job.json is written here before the job runs. A pod that rewrote it could make a check of one case
     # (scoped in the ledger: never the candidate's check) read as the whole check, or move the result to
@@ -308,12 +318,7 @@ def test_a_pod_cannot_rewrite_what_was_asked(ssh_lab):
     shutil.copytree(job_dir, remote)
     forged = {**json.loads(asked), "cases": None, "candidate": {**json.loads(asked)["candidate"], "sha256": "f" * 64}}
     (remote / "job.json").write_text(json.dumps(forged, indent=4))
-    (remote / "result.json").write_text(json.dumps({"schema_version": 1, "job_id": job_dir.name, "kind": "check",
-                                                    "status": "pass", "reason": None, "duration_s": 2.5}))
-    (remote / "log.txt").write_text("okc: job ran\n")
-    (remote / "exit_code").write_text("0\n")
-    pulled = runner.invoke(app, ["pull"])
-    assert pulled.exit_code == 0 and f"pulled {job_dir.name}" in pulled.output, pulled.output
+    _passed_on_the_pod(remote, job_dir.name)
     assert (job_dir / "job.json").read_text() == asked
     with ledger(ssh_lab.ledger_path) as conn:
         (row,) = [r for r in runs(conn, 0, "check") if r.job_id == job_dir.name]
@@ -332,12 +337,7 @@ def test_a_pod_cannot_rewrite_the_source_that_ran(ssh_lab):
     shutil.copytree(job_dir, remote)
     (remote / "candidate" / copy.name).write_text("def kernel_fn(x, layer):\n    return 'not what ran'\n" * 40)
     (remote / "candidate" / "written_by_the_candidate.txt").write_text("a file of its own\n")
-    (remote / "result.json").write_text(json.dumps({"schema_version": 1, "job_id": job_dir.name, "kind": "check",
-                                                    "status": "pass", "reason": None, "duration_s": 2.5}))
-    (remote / "log.txt").write_text("okc: job ran\n")
-    (remote / "exit_code").write_text("0\n")
-    pulled = runner.invoke(app, ["pull"])
-    assert pulled.exit_code == 0 and f"pulled {job_dir.name}" in pulled.output, pulled.output
+    _passed_on_the_pod(remote, job_dir.name)
     assert copy.read_bytes() == source
     assert (job_dir / "candidate" / "written_by_the_candidate.txt").read_text() == "a file of its own\n"  # new files come
     assert json.loads((job_dir / "result.json").read_text())["status"] == "pass"
