@@ -323,8 +323,18 @@ def test_clock_eager_is_refused_where_the_judge_replays_graphs(tiny):
     from conftest import invoke
 
     done = invoke("bench", "001", "--clock", "eager")
-    assert done.exit_code != 0
+    assert done.exit_code == 2, done.output  # refused before any job folder exists
     assert "tiny_matvec is not a GPU MODE folder: its judge times CUDA graph replays" in done.output, done.output
+    assert not (tiny / "results").exists() or not [path for path in (tiny / "results").iterdir() if path.is_dir()]
+    # a job.json that asks for it anyway (another okc, a hand edit): the worker refuses it too
+    from okc.jobs import runner as jobs_runner
+    from okc.lab.candidates import resolve
+    from okc.lab.config import find_lab
+
+    lab = find_lab(tiny)
+    outcome = jobs_runner.submit(lab, "bench", resolve(lab.candidates, "1"), against=resolve(lab.candidates, "0"),
+                                 bench={"clock": "eager"})
+    assert outcome.result.status == "error" and "is not a GPU MODE folder" in outcome.result.reason
     from okc.judge.protocol.settings import BenchSettings
     from okc.problems import load_problem
 

@@ -148,7 +148,7 @@ def bench(
 
         raise ConfigError(f"{candidate.name} would be benched against itself; that is an A/A run: "
                           f"okc bench {candidate.label} --aa")
-    options.preflight(lab, on, running, kind="bench", scored=True)
+    options.preflight(lab, on, running, kind="bench", scored=True, clock=clock)
     with _bench_progress(half_width) as on_progress:
         outcome = runner.submit(lab, "bench", candidate, against=other, aa=aa, on=on, on_progress=on_progress,
                                 on_log=echo_okc_lines() if fmt == "table" else None, bench=benching.settings(),

@@ -228,16 +228,20 @@ def needs_here(lab: Lab, kind: str) -> None:
 
 
 def preflight(lab: Lab, on: str | None, options: CheckOptions | None = None, kind: str = "check",
-              scored: bool = False) -> None:
+              scored: bool = False, clock: str | None = None) -> None:
     """Everything a job needs from the lab and this machine, checked before its folder exists.
 
-    ``scored``: the options' cases are scored cases (``okc bench --cases``), not checked ones.
+    ``scored``: the options' cases are scored cases (``okc bench --cases``), not checked ones; ``clock``: okc
+    bench --clock (eager: a GPU MODE lab only).
     """
     local = runs_here(lab, on)
     from okc.lab.gpumode import check_lab_problem
     from okc.problems import catalog
 
     gpumode_task = check_lab_problem(lab)  # a malformed task.yml is one line, before any job exists
+    if clock == "eager" and gpumode_task is None:
+        raise ConfigError(f"--clock eager times eager calls, as a GPU MODE folder's eval.py does; {lab.problem} is not "
+                          "a GPU MODE folder: its judge times CUDA graph replays")
     if gpumode_task is not None and options is not None and options.cases:
         specs, what = (gpumode_task.benchmarks, "benchmark") if scored else (gpumode_task.tests, "test")
         known = [f"{what}.{i}" for i in range(len(specs))]
