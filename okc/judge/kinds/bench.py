@@ -216,8 +216,8 @@ def run_kind(job, job_dir: Path, problem: Problem, *, device: torch.device, seed
     finally:
         if verifier is not None:
             verifier.close()
-        if not on_cpu:
-            bench.release()
+    if not on_cpu and result.get("status") == "ok":  # not after a lost context: its first sync would raise
+        bench.release()  # the folder's eval.py may run next, in a process of its own, on this GPU
     if tracebacks and result.get("status") == "error":  # the side's own traceback, for the command to show
         result["traceback"] = tracebacks[-1]
     result = problem.after_bench({**result, "device": device.type}, candidate, against, device=device, seed=seed, log=log,
