@@ -274,19 +274,21 @@ def test_a_figure_that_parts_from_okcs_paired_score_is_said_and_disputes_the_ver
     assert result["verdict"] == "disputed"
     said = stat["disagreement"]
     assert said in result["reason"] and said in result["notes"]
-    assert "they differ on which side is faster (okc: slower; the folder's eval.py: faster)" in said
+    assert "they differ on which side is faster (okc's ranked speedup: slower; the folder's eval.py: faster)" in said
     assert json.loads(done.output)["verdict"] == "disputed"
 
 
 def test_the_paired_score_and_the_figure_disagree_only_where_their_spreads_do_not_meet():
-    def fig(paired, ci, speedup, runs):
+    def fig(paired, ci, speedup, runs, source="eval.py"):
         return {"paired": {"ranking_by": "last", "speedup": paired, "ci": ci}, "speedup": speedup,
-                "between_runs": {"speedup": runs}}
+                "between_runs": {"speedup": runs}, "source": source}
 
     # the H100's pmpp_v2 survey (benchmarks/NOTES.md, 2026-12-06 third session)
     sort = fig(1.0143, [1.0123, 1.0161], 0.9639, [0.9619, 0.9660])
     said, disputed = figure.disagreement(sort, "faster", 0.0)
-    assert disputed and "okc: faster; the folder's eval.py: slower" in said and "--clock eager" in said
+    assert disputed and "(okc's ranked speedup: faster; the folder's eval.py: slower)" in said and "--clock eager" in said
+    said, disputed = figure.disagreement(sort, "faster", 0.0, clock="eager")  # okc timed eager calls too
+    assert disputed and "both time eager calls" in said and "--clock eager" not in said
     prefixsum = fig(2.2659, [2.2590, 2.2719], 2.4922, [2.4687, 2.5161])
     said, disputed = figure.disagreement(prefixsum, "faster", 0.0)
     assert said and not disputed and "differ on which side" not in said
@@ -297,6 +299,14 @@ def test_the_paired_score_and_the_figure_disagree_only_where_their_spreads_do_no
     said, disputed = figure.disagreement(fig(1.0, None, 1.05, [1.04, 1.06]), None, 0.0)
     assert said and not disputed
     assert figure.disagreement({**sort, "error": "on the side benched against: ..."}, "faster", 0.0) == (None, False)
+    # the verdict is the whole score's; the dispute is the ranked case's: both faster here, whatever the rest says
+    said, disputed = figure.disagreement(fig(1.11, [1.10, 1.12], 1.22, [1.20, 1.25]), "slower", 0.0)
+    assert said and not disputed
+    # two eval.py runs a side are a thin spread: within 1% of 1 they dispute no "same"
+    said, disputed = figure.disagreement(fig(1.0, [0.998, 1.002], 1.006, [1.004, 1.008]), "same", 0.0)
+    assert said and not disputed
+    # okc's own loop (a folder without eval.py) is no folder's figure: it disputes nothing
+    assert not figure.disagreement({**sort, "source": "okc"}, "faster", 0.0)[1]
 
 
 def test_clock_eager_is_a_protocol_setting_said_in_the_result_and_the_ledger(tmp_path, monkeypatch):
@@ -305,12 +315,19 @@ def test_clock_eager_is_a_protocol_setting_said_in_the_result_and_the_ledger(tmp
     jobs = sorted((root / "results").iterdir()) if (root / "results").is_dir() else []
     done = runner.invoke(app, ["bench", "001", "--clock", "eagr"])
     assert done.exit_code == 2 and "--clock is one of graph, eager, not 'eagr'" in done.output, done.output
+    done = runner.invoke(app, ["bench", "001", "--clock", "eager", "--systematic"])
+    assert done.exit_code == 2 and "it cannot be --clock eager" in done.output, done.output
     assert (sorted((root / "results").iterdir()) if (root / "results").is_dir() else []) == jobs
     done = runner.invoke(app, ["bench", "001", "--clock", "eager", "--no-figure", "--min-pairs", "24",
                                "--max-pairs", "24", "--json"])
     assert done.exit_code == 0, done.output
     result = last_result(root, "bench")
     assert result["status"] == "ok" and result["protocol"]["clock"] == "eager"  # a CPU's calls are eager anyway
+    from okc.contract import parse_result
+    from okc.reports.views import protocol_line
+
+    assert result["protocol"]["eager_why"] == "asked"
+    assert "eager calls, not graph replays (okc bench --clock eager)" in protocol_line(parse_result(result))
     assert json.loads((jobs_of_kind(root / "results", "bench")[-1] / "job.json").read_text())["bench"]["clock"] == "eager"
     import sqlite3
 
@@ -340,4 +357,8 @@ def test_clock_eager_is_refused_where_the_judge_replays_graphs(tiny):
 
     with pytest.raises(ValueError, match="clock must be one of graph, eager, got 'fast'"):
         BenchSettings.from_options({"clock": "fast"}, load_problem("tiny_matvec"))
-    assert BenchSettings.from_options({}, load_problem("tiny_matvec")).protocol()["clock"] == "graph"
+    assert "clock" not in BenchSettings.from_options({}, load_problem("tiny_matvec")).protocol()  # the default goes unsaid
+    from okc.judge.kinds.sweep import parse_settings
+
+    with pytest.raises(ValueError, match="a sweep times graph replays"):
+        parse_settings({"clock": "eager", "pairs": 30}, load_problem("tiny_matvec"), False)

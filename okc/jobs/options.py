@@ -111,6 +111,8 @@ class BenchOptions:
             raise ConfigError(f"--layout is one of {', '.join(benchrules.LAYOUTS)}, not {self.layout!r}")
         if self.clock is not None and self.clock not in benchrules.CLOCKS:
             raise ConfigError(f"--clock is one of {', '.join(benchrules.CLOCKS)}, not {self.clock!r}")
+        if self.clock == "eager" and self.systematic:
+            raise ConfigError("--systematic scores the graph clock's protocol variants; it cannot be --clock eager")
         if self.solo and self.layout not in (None, "solo"):
             raise ConfigError(f"--solo is --layout solo; it cannot also be --layout {self.layout}")
 

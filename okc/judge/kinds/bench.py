@@ -38,6 +38,8 @@ from okc.judge.protocol.benchcases import (
     scored_loads,
     shape_rows,
 )
+from okc.judge.protocol.capture import release_memory
+from okc.judge.protocol.eager_clock import cannot_capture
 from okc.judge.protocol.gpu_clock import GpuClock
 from okc.judge.protocol.loop import PairLoop
 from okc.judge.protocol.pairs import PairTable
@@ -134,13 +136,14 @@ class Bench:
         must not find most of the memory still held here."""
         self.loop = self.flush = self.draws = self._keep = None
         for side in self.sides.by_name.values():
-            for module in side.modules:
-                sys.modules.pop(getattr(module, "__name__", ""), None)
+            for module in side.modules:  # only the module itself: a candidate may have renamed it (__name__)
+                if sys.modules.get(name := getattr(module, "__name__", None)) is module:
+                    del sys.modules[name]
             side.modules.clear()
             side.captured.clear()
         self.sides.inputs.clear()
         self.sides.dropped.clear()
-        timing.release_memory()
+        release_memory()
 
     @contextmanager
     def _timed(self, name: str):
@@ -216,8 +219,10 @@ def run_kind(job, job_dir: Path, problem: Problem, *, device: torch.device, seed
     finally:
         if verifier is not None:
             verifier.close()
-    if not on_cpu and result.get("status") == "ok":  # not after a lost context: its first sync would raise
-        bench.release()  # the folder's eval.py may run next, in a process of its own, on this GPU
+    # The folder's eval.py may run next (a figure, after a bench that ended ok or one timed eagerly instead), in a
+    # process of its own, on this GPU; not after a held stream (a sync would wait on it). A lost context: a no-op.
+    if not on_cpu and (result.get("status") == "ok" or cannot_capture(result)):
+        bench.release()
     if tracebacks and result.get("status") == "error":  # the side's own traceback, for the command to show
         result["traceback"] = tracebacks[-1]
     result = problem.after_bench({**result, "device": device.type}, candidate, against, device=device, seed=seed, log=log,

@@ -12,6 +12,7 @@ with a dangling workspace.
 from __future__ import annotations
 
 import contextlib
+import gc
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -207,3 +208,20 @@ def _translate(exc: BaseException) -> CaptureError:
             host_sync=True,
         )
     return CaptureError(f"kernel_fn raised during CUDA graph capture: {detail}", host_sync=False)
+
+
+def release_memory() -> bool:
+    """Hand what was dropped (graphs, their pools, tensors) back to the driver; cuBLAS forgets the workspaces its
+    captures made (one inside a freed graph's pool must not be used again). False, having done nothing more, where
+    CUDA never started or its context is lost (a candidate's illegal access: the first sync raises)."""
+    gc.collect()
+    if not torch.cuda.is_initialized():
+        return False
+    try:
+        torch.cuda.synchronize()
+        if (clear := getattr(torch._C, "_cuda_clearCublasWorkspaces", None)) is not None:
+            clear()
+        torch.cuda.empty_cache()
+    except RuntimeError:  # torch's CUDA errors (AcceleratorError among them) are RuntimeErrors
+        return False
+    return True

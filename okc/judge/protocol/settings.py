@@ -126,4 +126,5 @@ class BenchSettings:
         return {"layout": self.layout, "inputs": INPUTS, "shared_outputs": self.shared_outputs,
                 "rechecks": self.rechecks, "rechecks_per_epoch": RECHECKS_PER_EPOCH if self.rechecks else 0,
                 "rechecks_per_later_epoch": RECHECKS_PER_LATER_EPOCH if self.rechecks else 0,
-                "flush": self.flush, "in_flight": self.in_flight, "clock": self.clock}
+                "flush": self.flush, "in_flight": self.in_flight,
+                **({"clock": self.clock, "eager_why": "asked"} if self.clock != DEFAULT["clock"] else {})}

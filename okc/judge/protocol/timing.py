@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
-import gc
 import time
 from dataclasses import dataclass, field
 
@@ -81,18 +80,6 @@ def on_stream(stream):
 
 def synchronize() -> None:
     _device_synchronize()
-
-
-def release_memory() -> None:
-    """Hand what was dropped (graphs, their pools, tensors) back to the driver; cuBLAS forgets the workspaces
-    its captures made (one inside a freed graph's pool must not be used again). A no-op where CUDA never started."""
-    gc.collect()
-    if not torch.cuda.is_initialized():
-        return
-    synchronize()
-    if (clear := getattr(torch._C, "_cuda_clearCublasWorkspaces", None)) is not None:
-        clear()
-    torch.cuda.empty_cache()
 
 
 def replay(graph) -> None:

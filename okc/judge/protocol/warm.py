@@ -23,6 +23,7 @@ import torch
 from okc.judge.problem import Problem
 from okc.judge.protocol import timing
 from okc.judge.protocol.benchcases import case_load_matrix, make_inputs, scored_cases, scored_loads
+from okc.judge.protocol.capture import release_memory
 from okc.judge.protocol.gpu_clock import GpuClock
 from okc.judge.protocol.loop import PairLoop
 from okc.judge.protocol.pairs import case_rows
@@ -180,7 +181,7 @@ class CudaScreener:
             side.captured.clear()
             side.modules.clear()
         del side
-        timing.release_memory()
+        release_memory()
 
     def healthy(self) -> str | None:
         """None while the CUDA context still works; else the error that says it is lost."""

@@ -310,5 +310,6 @@ class GpuModeProblem(Problem):
         if settings is not None and not settings.figure:
             log("no GPU MODE figure: the bench was asked for none (okc bench --no-figure)")
             return result
+        self._last = None  # the last judged input and its reference output: eval.py needs that memory more
         return add_figure(self, result, candidate, against, device=device, seed=seed, log=log,
                           **({} if settings is None else {"floor": settings.aa_floor}))

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from okc.judge.protocol import gpumode_timing, stats, timing
+from okc.judge.protocol import gpumode_timing, stats
 from okc.judge.protocol.benchcases import BenchFailed, error_result
+from okc.judge.protocol.capture import release_memory
 from okc.problems.gpumode.evalrun import EVAL_FILE, EvalFailed, ran_indexes, run_eval
 from okc.seeds import derive_seed
 
@@ -29,6 +30,7 @@ MODE = "leaderboard"  # kernelbot ranks this mode's means: inputs regenerated an
 POPCORN_SEED_RANGE = 2**31  # their eval.py combines it with each case's seed; keep it an ordinary int
 OKC_LABEL = ("okc's own timing, not the folder's figure: the folder has no eval.py (okc's loop after one set's "
              "leaderboard rules: CUDA events around one call after a 256 MB write fill, the mean per case)")
+FIGURE_FLOOR = 0.01  # the figure's side of a dispute: two eval.py runs a side moved 1-3% between processes (NOTES)
 IDENTITY = ("problem", "candidate", "against", "aa", "seed", "device", "protocol")
 
 
@@ -59,7 +61,10 @@ def _readings(device) -> dict | None:
     from okc.judge.envinfo import gpu_readings
 
     readings = gpu_readings(torch.cuda.current_device()) or {}
-    free, total = torch.cuda.mem_get_info()  # memory held elsewhere slows a call that allocates (NOTES 2026-12-06)
+    try:  # eval.py needs memory of its own (vectoradd's ranked case: over 8 GiB; NOTES 2026-12-06)
+        free, total = torch.cuda.mem_get_info()
+    except RuntimeError:  # a lost context (a systematic variant's candidate): the clocks still say something
+        return readings
     readings.update({"memory.free_gib": round(free / 2**30, 2), "memory.total_gib": round(total / 2**30, 2),
                      "memory.held_by_okc_gib": round(torch.cuda.memory_reserved() / 2**30, 2)})
     return readings
@@ -176,11 +181,12 @@ def _direction(low: float, high: float, floor: float) -> str:
     return "faster" if low > 1.0 + floor else "slower" if high < 1.0 - floor else "same"
 
 
-def disagreement(figure: dict, verdict: str | None, floor: float) -> tuple[str | None, bool]:
-    """(what to say, whether the verdict is disputed) where okc's paired speedup and the folder's figure
-    part: okc's CI (its point where it has none) and the figure's runs' speedups do not meet. Disputed:
-    they also differ on which side is faster. On the H100 (NOTES 2026-12-06, third session) pmpp_v2's
-    sort read 1.0143 paired and 0.9639 by its eval.py, prefixsum 2.2659 and 2.4922."""
+def disagreement(figure: dict, verdict: str | None, floor: float, clock: str = "graph") -> tuple[str | None, bool]:
+    """(what to say, whether the verdict is disputed) where okc's ranked paired speedup and the figure part: okc's
+    CI (its point where it has none) and the figure's runs' speedups do not meet. Disputed: a bench with a verdict
+    (not an A/A) whose ranked speedup and the folder's eval.py also differ on which side is faster, the figure's
+    side read beyond FIGURE_FLOOR (two runs a side are a thin spread). On the H100 (NOTES 2026-12-06, third
+    session) pmpp_v2's sort read 1.0143 paired and 0.9639 by its eval.py, prefixsum 2.2659 and 2.4922."""
     paired = figure.get("paired") or {}
     speedup = paired.get("speedup")
     if speedup is None or "error" in figure or figure.get("speedup") is None:
@@ -189,14 +195,15 @@ def disagreement(figure: dict, verdict: str | None, floor: float) -> tuple[str |
     f_low, f_high = (figure.get("between_runs") or {}).get("speedup") or (figure["speedup"], figure["speedup"])
     if low <= f_high and f_low <= high:
         return None, False
-    theirs = _direction(f_low, f_high, floor)
-    disputed = verdict is not None and theirs != verdict
-    which = (f"they differ on which side is faster (okc: {verdict}; the folder's eval.py: {theirs}); "
+    ours, theirs = _direction(low, high, floor), _direction(f_low, f_high, max(floor, FIGURE_FLOOR))
+    disputed = verdict is not None and figure.get("source") == EVAL_FILE and ours != theirs
+    which = (f"they differ on which side is faster (okc's ranked speedup: {ours}; the folder's eval.py: {theirs}); "
              if disputed else "")
+    how = ("both time eager calls, so the difference is elsewhere (the inputs, memory, the process)" if clock == "eager"
+           else "okc times CUDA graph replays (the GPU's time alone), the folder's eval.py eager calls (the host's "
+                "launch time counts where the GPU waits on it): `okc bench --clock eager` times them as it does")
     return (f"okc's paired speedup {speedup:.4f} and the folder's figure {figure['speedup']:.4f} disagree beyond "
-            f"both spreads: {which}okc times CUDA graph replays (GPU time alone), the folder's eval.py times eager "
-            "calls (the host's launch time counts where the GPU waits on it); the leaderboard ranks the folder's "
-            "figure, and `okc bench --clock eager` times eager calls as it does"), disputed
+            f"both spreads: {which}{how}; the leaderboard ranks the folder's figure"), disputed
 
 
 def add_figure(problem, result: dict, candidate: Path, against: Path, *, device, seed: int, log,
@@ -209,7 +216,7 @@ def add_figure(problem, result: dict, candidate: Path, against: Path, *, device,
     if not has_eval:
         log(f"the folder has no {EVAL_FILE}: the second figure is okc's own timing, not the folder's")
     if getattr(device, "type", None) == "cuda":
-        timing.release_memory()  # the bench's cache: eval.py runs in a process of its own, on the same GPU
+        release_memory()  # the bench's cache: eval.py runs in a process of its own, on the same GPU
     try:
         if has_eval:
             figure = from_eval(problem, candidate, against, seed=seed, log=log, device=device)
@@ -222,7 +229,7 @@ def add_figure(problem, result: dict, candidate: Path, against: Path, *, device,
     figure["paired"] = paired_ranked(result, problem.task.ranking_by, len(problem.task.benchmarks))
     line = summary_line(figure)
     log(line)
-    said, disputed = disagreement(figure, result.get("verdict"), floor)
+    said, disputed = disagreement(figure, result.get("verdict"), floor, (result.get("protocol") or {}).get("clock", "graph"))
     lines = [line] + ([said] if said else [])
     if said:
         log(said)
