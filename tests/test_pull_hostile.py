@@ -330,15 +330,17 @@ def test_a_pod_cannot_rewrite_the_source_that_ran(ssh_lab):
     # whose hash the ledger holds) with a file of another size, and the pull wrote it here
     from podjobs import pod_results
 
-    job_dir = jobs.create_job(ssh_lab, "check", resolve(ssh_lab.candidates, "0"), target=resolve_pod(ssh_lab).name)
-    (copy,) = [p for p in (job_dir / "candidate").iterdir() if p.is_file()]
-    source = copy.read_bytes()
+    job_dir = jobs.create_job(ssh_lab, "check", resolve(ssh_lab.candidates, "0"), against=resolve(ssh_lab.candidates, "0"),
+                              target=resolve_pod(ssh_lab).name)
+    copies = [p for side in ("candidate", "against") for p in (job_dir / side).iterdir() if p.is_file()]
+    sources = {copy: copy.read_bytes() for copy in copies}
     remote = pod_results(ssh_lab) / job_dir.name
     shutil.copytree(job_dir, remote)
-    (remote / "candidate" / copy.name).write_text("def kernel_fn(x, layer):\n    return 'not what ran'\n" * 40)
+    for copy in copies:
+        (remote / copy.relative_to(job_dir)).write_text("def kernel_fn(x, layer):\n    return 'not what ran'\n" * 40)
     (remote / "candidate" / "written_by_the_candidate.txt").write_text("a file of its own\n")
     _passed_on_the_pod(remote, job_dir.name)
-    assert copy.read_bytes() == source
+    assert len(copies) == 2 and all(copy.read_bytes() == source for copy, source in sources.items())
     assert (job_dir / "candidate" / "written_by_the_candidate.txt").read_text() == "a file of its own\n"  # new files come
     assert json.loads((job_dir / "result.json").read_text())["status"] == "pass"
 
