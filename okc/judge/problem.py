@@ -228,6 +228,10 @@ class Problem(abc.ABC):
         results, close) that judges this problem's outputs; the check uses it as it uses the verifier."""
         raise NotImplementedError(f"{self.name} is judged by okc's verifier (own_judge is False)")
 
+    # True: after_bench runs other processes on the GPU (a GPU MODE folder's eval.py), so the bench hands its memory
+    # back first (okc.judge.kinds.bench.Bench.release); False saves a bench that ends at once the collection
+    uses_gpu_after_bench: bool = False
+
     def bench_eagerly(self, candidate: Path, against: Path, *, device: torch.device, seed: int, settings,
                       names: tuple[str, str], aa: bool, log, cases: list[str] | None = None) -> dict:
         """(requires_capture False only) The paired bench on the eager clock (okc.judge.protocol.eager_clock)."""

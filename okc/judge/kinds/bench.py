@@ -221,7 +221,7 @@ def run_kind(job, job_dir: Path, problem: Problem, *, device: torch.device, seed
             verifier.close()
     # The folder's eval.py may run next (a figure, after a bench that ended ok or one timed eagerly instead), in a
     # process of its own, on this GPU; not after a held stream (a sync would wait on it). A lost context: a no-op.
-    if not on_cpu and (result.get("status") == "ok" or cannot_capture(result)):
+    if problem.uses_gpu_after_bench and not on_cpu and (result.get("status") == "ok" or cannot_capture(result)):
         bench.release()
     if tracebacks and result.get("status") == "error":  # the side's own traceback, for the command to show
         result["traceback"] = tracebacks[-1]

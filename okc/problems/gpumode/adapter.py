@@ -91,6 +91,7 @@ class GpuModeProblem(Problem):
     bench_devices = ("cuda", "cpu")
     judge_overhead_us = 0.0  # GPU MODE's events time the call itself: nothing is subtracted
     requires_capture = False  # GPU MODE's older harnesses never capture: a kernel that cannot be is checked eagerly
+    uses_gpu_after_bench = True  # the folder's eval.py, on both sides (okc.problems.gpumode.figure)
     verifier_rechecks = False  # judged by check_implementation: every output of GPU MODE's statistic is re-checked
     own_judge = True  # check_form, judge and modified_input below decide, with check_implementation
     layers = ("test", "benchmark")
