@@ -120,13 +120,11 @@ class _HostEvent:
         self.at = 0
 
 
-def test_the_eager_clock_runs_the_one_loop_pairs_and_rechecks_on_stand_in_events(tmp_path, monkeypatch):
-    # The eager clock's logic on the CPU: its CUDA events, synchronisation and flush replaced by the host's clock.
+def _host_clock(monkeypatch) -> None:
+    """The eager clock's CUDA events, synchronisation and flush replaced by the host's clock (its logic on a CPU)."""
     import time
 
     from okc.judge.protocol import eager_clock, timing
-    from okc.judge.protocol.settings import BenchSettings
-    from okc.problems.gpumode.judging import FolderVerifier
 
     monkeypatch.setattr(eager_clock, "_event_new", lambda cls, **kwargs: _HostEvent())
     monkeypatch.setattr(eager_clock, "_record", lambda event, stream: setattr(event, "at", time.perf_counter_ns()))
@@ -134,6 +132,15 @@ def test_the_eager_clock_runs_the_one_loop_pairs_and_rechecks_on_stand_in_events
     monkeypatch.setattr(eager_clock, "_device_synchronize", lambda: None)
     monkeypatch.setattr(eager_clock, "_current_stream", lambda: None)
     monkeypatch.setattr(timing, "make_flush", lambda device, kind: timing.Flush(kind, 0, None, keep=(torch.ones(4), torch.empty(()))))
+
+
+def test_the_eager_clock_runs_the_one_loop_pairs_and_rechecks_on_stand_in_events(tmp_path, monkeypatch):
+    # The eager clock's logic on the CPU: its CUDA events, synchronisation and flush replaced by the host's clock.
+    from okc.judge.protocol import eager_clock
+    from okc.judge.protocol.settings import BenchSettings
+    from okc.problems.gpumode.judging import FolderVerifier
+
+    _host_clock(monkeypatch)
     problem = gpumode_problem(tmp_path, OUTPLACE)
     settings = BenchSettings.from_options({"min_pairs": 24, "max_pairs": 24, "overhead_us": 0.0}, problem)
     verifier = FolderVerifier(problem, 7, CPU)
@@ -146,6 +153,34 @@ def test_the_eager_clock_runs_the_one_loop_pairs_and_rechecks_on_stand_in_events
                                    settings=settings, names=("002", "baseline"), aa=False,
                                    verifier=FolderVerifier(problem, 7, CPU), log=lambda line: None)
     assert cached["status"] == "invalid" and "candidate" in cached["reason"], cached["reason"]
+
+
+def test_an_eager_bench_names_the_line_of_a_candidate_that_raises_as_the_graph_bench_does(tmp_path, monkeypatch):
+    # main: the eager clock (okc bench --clock eager, or the fallback for a call that cannot be captured) said
+    # only "kernel_fn raised ...": its steps were not wrapped as the graph bench's are, so no file:line, no traceback
+    from okc.judge.kinds.bench import _explained
+    from okc.judge.protocol import eager_clock
+    from okc.judge.protocol.settings import BenchSettings
+    from okc.problems.gpumode.judging import FolderVerifier
+
+    _host_clock(monkeypatch)
+    problem = gpumode_problem(tmp_path, OUTPLACE)
+    raises = tmp_path / "raises.py"
+    raises.write_text("def helper(data):\n    raise ValueError('no kernel here')\n\n\n"
+                      "def custom_kernel(data):\n    return helper(data)\n")
+    settings = BenchSettings.from_options({"min_pairs": 24, "max_pairs": 24, "overhead_us": 0.0, "clock": "eager"}, problem)
+    kept: list[str] = []
+    sources = {"candidate": raises, "against": BASELINE}
+
+    def explain(bench) -> None:
+        bench.setup, bench.measure = (_explained(step, sources, lambda line: None, kept) for step in (bench.setup, bench.measure))
+
+    result = eager_clock.run_eager(problem, raises, BASELINE, device=CPU, seed=7, settings=settings,
+                                   names=("009", "baseline"), aa=False, verifier=FolderVerifier(problem, 7, CPU),
+                                   log=lambda line: None, explain=explain)
+    assert result["status"] == "error" and "(at raises.py:2)" in result["reason"], result["reason"]
+    assert result["protocol"]["eager_why"] == "asked"
+    assert kept and "line 6, in custom_kernel" in kept[-1] and "line 2, in helper" in kept[-1], kept
 
 
 # -- a generate_input that draws from torch's global RNG (bioml/trimul's weights) ---------------

@@ -195,7 +195,11 @@ def run_kind(job, job_dir: Path, problem: Problem, *, device: torch.device, seed
     make = cpu_timing.CpuBench if on_cpu else Bench
     bench = make(problem, candidate, against, device=device, **common)
     sources, tracebacks = {"candidate": candidate, "against": against}, []
-    bench.setup, bench.measure = (_explained(step, sources, log, tracebacks) for step in (bench.setup, bench.measure))
+
+    def explain(timed) -> None:  # a side's own failure leaves its traceback, and its file:line in the reason
+        timed.setup, timed.measure = (_explained(step, sources, log, tracebacks) for step in (timed.setup, timed.measure))
+
+    explain(bench)
     # The verifier starts before either side's module is imported: nothing a candidate does reaches it.
     runnable = on_cpu or (device.type == "cuda" and torch.cuda.is_available())
     verifier = Verifier.start(problem.name, seed, device, job_dir, warm=True) if settings.rechecks and runnable else None
@@ -203,7 +207,7 @@ def run_kind(job, job_dir: Path, problem: Problem, *, device: torch.device, seed
     try:
         if settings.clock == "eager" and not on_cpu:  # asked for: the eager clock, nothing captured (a CPU's is eager)
             result = problem.bench_eagerly(candidate, against, device=device, seed=seed, settings=settings, names=names,
-                                           aa=job.aa, log=log, cases=job.cases)
+                                           aa=job.aa, log=log, cases=job.cases, explain=explain)
         else:
             result = run_paired(bench, names=names, aa=job.aa, verifier=verifier, log=log)
         if settings.systematic and result.get("status") == "ok" and settings.clock != "eager":
@@ -223,10 +227,10 @@ def run_kind(job, job_dir: Path, problem: Problem, *, device: torch.device, seed
     # process of its own, on this GPU; not after a held stream (a sync would wait on it). A lost context: a no-op.
     if problem.uses_gpu_after_bench and not on_cpu and (result.get("status") == "ok" or cannot_capture(result)):
         bench.release()
+    result = problem.after_bench({**result, "device": device.type}, candidate, against, device=device, seed=seed, log=log,
+                                 settings=settings, cases=job.cases, explain=explain)
     if tracebacks and result.get("status") == "error":  # the side's own traceback, for the command to show
         result["traceback"] = tracebacks[-1]
-    result = problem.after_bench({**result, "device": device.type}, candidate, against, device=device, seed=seed, log=log,
-                                 settings=settings, cases=job.cases)
     envinfo.add_bench_readings(job_dir, result)
     return result
 

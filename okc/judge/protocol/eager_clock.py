@@ -181,11 +181,14 @@ class EagerBench:
 
 
 def run_eager(problem: Problem, candidate: Path, against: Path, *, device: torch.device, seed: int, settings,
-              names: tuple[str, str], aa: bool, verifier, log, cases: list[str] | None = None) -> dict:
-    """The paired bench on the eager clock: result.json's bench fields, ``protocol.clock`` "eager"."""
-    result = run_paired(EagerBench(problem, candidate, against, device=device, seed=seed, settings=settings, log=log,
-                                   cases=cases),
-                        names=names, aa=aa, verifier=verifier, log=log)
+              names: tuple[str, str], aa: bool, verifier, log, cases: list[str] | None = None,
+              explain: Callable[[object], None] | None = None) -> dict:
+    """The paired bench on the eager clock: result.json's bench fields, ``protocol.clock`` "eager". ``explain``
+    wraps the bench's steps, as the worker's bench kind wraps its own (a side's traceback and file:line)."""
+    bench = EagerBench(problem, candidate, against, device=device, seed=seed, settings=settings, log=log, cases=cases)
+    if explain is not None:
+        explain(bench)
+    result = run_paired(bench, names=names, aa=aa, verifier=verifier, log=log)
     # the clock asked for (okc bench --clock eager), or the graph clock's fallback for a call that cannot be captured
     why = "asked" if settings.clock == CLOCK else "cannot capture"
     return {**result, "protocol": {**result.get("protocol", {}), "clock": CLOCK, "eager_why": why}}
