@@ -14,16 +14,14 @@ the free memory, and prints each run's mean.
 from __future__ import annotations
 
 import argparse
-import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-import yaml
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from okc.lab.gpumode import flat_files  # noqa: E402
 from okc.problems.gpumode.evalrun import run_eval  # noqa: E402
 
 BASELINE = Path(__file__).resolve().parents[1] / "okc" / "problems" / "gpumode" / "baseline.py"
@@ -37,9 +35,9 @@ sys.stdin.read()
 """
 
 
-def one(folder: Path, source: Path, task: dict, seed: int) -> str:
-    specs = task["benchmarks"][-1:]
-    run = run_eval(folder, source, submission_name="submission.py", mode="leaderboard", specs=specs,
+def one(folder: Path, source: Path, task, seed: int) -> str:
+    specs = [spec.as_dict() for spec in task.benchmarks[-1:]]  # the figure's: the last benchmark alone
+    run = run_eval(folder, source, submission_name=task.submission_name, mode="leaderboard", specs=specs,
                    ranking_by="last", timeout_s=180, seed=seed)
     if not run.passed:
         return f"failed: {run.why()}"
@@ -47,32 +45,44 @@ def one(folder: Path, source: Path, task: dict, seed: int) -> str:
     return f"mean {row['mean_us']:.1f} us, err {row['err_us']:.2f}, runs {row['runs']}, {run.seconds:.1f} s"
 
 
+def gib_list(text: str) -> list[float]:
+    try:
+        values = [float(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"comma-separated GiB, got {text!r}") from None
+    if not all(value >= 0 for value in values):
+        raise argparse.ArgumentTypeError(f"GiB left must be >= 0, got {text!r}")
+    return values
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folder", type=Path)
-    parser.add_argument("--leave-gib", default="6", help="comma-separated: free memory the holding process leaves")
+    parser.add_argument("--leave-gib", type=gib_list, default=[6.0],
+                        help="comma-separated: free memory the holding process leaves")
     parser.add_argument("--rounds", type=int, default=1)
     args = parser.parse_args()
-    flat = Path(tempfile.mkdtemp(prefix="figure_memory_"))  # a set's eval.py and utils.py sit beside its problems
-    for path in [*args.folder.parent.glob("*.py"), *args.folder.iterdir()]:
-        if path.is_file():
-            shutil.copyfile(path, flat / path.name)
-    task = yaml.safe_load((flat / "task.yml").read_text())
-    sides = {"reference": BASELINE, "submission": flat / "submission.py"}
-    for condition in ["alone", *(f"{gib}G" for gib in args.leave_gib.split(","))]:
-        hog = None
-        if condition != "alone":
-            hog = subprocess.Popen([sys.executable, "-c", HOG, condition[:-1]], stdin=subprocess.PIPE,
-                                   stdout=subprocess.PIPE, text=True)
-            print(f"another process is {hog.stdout.readline().strip()}", flush=True)
-        try:
-            for round_ in range(args.rounds):
-                for side, source in sides.items():
-                    print(f"{condition:5} round {round_} {side:10}: {one(flat, source, task, 1234)}", flush=True)
-        finally:
-            if hog is not None:
-                hog.stdin.close()
-                hog.wait(timeout=30)
+    task, files = flat_files(args.folder)  # the flat folder okc runs the problem in (a set's eval.py beside it)
+    with tempfile.TemporaryDirectory(prefix="figure_memory_") as where:
+        flat = Path(where)
+        for name, data in files.items():
+            (flat / name).write_bytes(data)
+        sides = {"reference": BASELINE, "submission": args.folder / task.submission_name}  # as okc init takes 001
+        for gib in [None, *args.leave_gib]:
+            condition = "alone" if gib is None else f"{gib:g}G"
+            hog = None
+            if gib is not None:
+                hog = subprocess.Popen([sys.executable, "-c", HOG, str(gib)], stdin=subprocess.PIPE,
+                                       stdout=subprocess.PIPE, text=True)
+                print(f"another process is {hog.stdout.readline().strip()}", flush=True)
+            try:
+                for round_ in range(args.rounds):
+                    for side, source in sides.items():
+                        print(f"{condition:5} round {round_} {side:10}: {one(flat, source, task, 1234)}", flush=True)
+            finally:
+                if hog is not None:
+                    hog.stdin.close()
+                    hog.wait(timeout=30)
     return 0
 
 
