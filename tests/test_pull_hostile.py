@@ -345,8 +345,16 @@ def test_a_pod_cannot_rewrite_the_source_that_ran(ssh_lab):
     assert json.loads((job_dir / "result.json").read_text())["status"] == "pass"
 
 
-def test_the_pulls_prepared_folders_are_the_ones_a_job_is_laid_out_with():
+def test_the_pulls_prepared_folders_are_the_ones_a_job_is_laid_out_with(tmp_path, monkeypatch):
+    from conftest import GPUMODE_FOLDERS, gpumode_lab
+
     from okc.lab import gpumode
     from okc.pods import target
 
     assert target.PREPARED_FOLDERS == ("candidate", "against", gpumode.JOB_COPY)
+    # what create_job really lays out (a GPU MODE bench: both sides and the problem's copy) is all prepared
+    lab = find_lab(gpumode_lab(tmp_path, monkeypatch, GPUMODE_FOLDERS / "outplace"))
+    job_dir = jobs.create_job(lab, "bench", resolve(lab.candidates, "1"), against=resolve(lab.candidates, "0"))
+    laid_out = sorted(path.relative_to(job_dir).as_posix() for path in job_dir.rglob("*") if path.is_file())
+    assert {name.split("/", 1)[0] for name in laid_out} == {"job.json", *target.PREPARED_FOLDERS}
+    assert all(target.is_prepared(name) for name in laid_out)
