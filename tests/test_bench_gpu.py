@@ -223,6 +223,7 @@ def test_a_released_bench_hands_its_memory_back_and_the_gpu_still_works():
     # over 8 GiB free, benchmarks/NOTES.md 2026-12-06 third session).
     from okc.judge.kinds.bench import Bench, BenchSettings
     from okc.judge.protocol.benchcases import run_paired
+    from okc.judge.protocol.capture import release_memory
     from okc.problems import load_problem
 
     lab = find_lab()
@@ -230,13 +231,26 @@ def test_a_released_bench_hands_its_memory_back_and_the_gpu_still_works():
     problem = load_problem("muse_bf16_proj")
     settings = BenchSettings.from_options({"max_pairs": 100, "target_half_width": 0.05, "rechecks": False}, problem)
     device = torch.device("cuda", 0)
+    release_memory()
+    before = torch.cuda.memory_reserved(device)  # what earlier tests of this process still hold
     bench = Bench(problem, baseline, baseline, device=device, seed=3, settings=settings, log=lambda line: None)
     result = run_paired(bench, names=("a", "b"), aa=True, verifier=None, log=lambda line: None)
     assert result["status"] == "ok", result["reason"]
-    held = torch.cuda.memory_reserved(device)
+    held = torch.cuda.memory_reserved(device) - before
     assert held > 64 * 2**20, held  # the bench's graphs and copies were still there
     bench.release()
-    assert torch.cuda.memory_reserved(device) < held / 4, (held, torch.cuda.memory_reserved(device))
+    left = torch.cuda.memory_reserved(device) - before
+    assert left < held / 4, (held, left, live_cuda_tensors())
     assert bench.loop is None and not any(side.captured for side in bench.sides.by_name.values())
     probe = torch.ones(4, device=device)
     assert float(probe.add_(1).sum()) == 8.0
+
+
+def live_cuda_tensors(top: int = 8) -> list[tuple[int, tuple, str]]:
+    """The largest CUDA tensors still alive, and what holds the first of each: a failure's clue."""
+    import gc
+
+    found = [obj for obj in gc.get_objects() if isinstance(obj, torch.Tensor) and obj.is_cuda]
+    found.sort(key=lambda t: t.untyped_storage().nbytes(), reverse=True)
+    return [(t.untyped_storage().nbytes(), tuple(t.shape), ", ".join(type(r).__name__ for r in gc.get_referrers(t)[:4]))
+            for t in found[:top]]

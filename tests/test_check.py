@@ -3,9 +3,11 @@ math on small pieces, and every shipped example solution judged for its own reas
 
 from __future__ import annotations
 
+import gc
 import json
 import re
 import sys
+import weakref
 from pathlib import Path
 
 import pytest
@@ -312,3 +314,18 @@ def test_reference_never_reuses_another_weight_sets_float64_copy():
         weights["proj"].mul_(2)  # an in-place write must not be served from the cache either
         assert torch.equal(tiny.reference(weights, case, x), (x.double() @ weights["proj"].double().T).to(torch.bfloat16))
         del weights
+
+
+def test_a_weights_float64_copy_goes_when_the_weight_does():
+    # A released bench drops its weights; their float64 copies (4x a bf16 weight) must go with them, or a
+    # GPU MODE folder's eval.py, run next on the same GPU, finds gigabytes still held (H100, 2026-12-06).
+    tiny = load_problem("tiny_matvec")
+    case = Case("proj", 8)
+    x = tiny.make_input(case, 1, "normal", torch.device("cpu")).x
+    weights = tiny.make_weights(0, torch.device("cpu"))
+    copy = weakref.ref(tiny._float64(weights["proj"]))
+    tiny.reference(weights, case, x)
+    assert copy() is not None and len(tiny._float64_cache) == 1
+    del weights
+    gc.collect()
+    assert copy() is None and not tiny._float64_cache

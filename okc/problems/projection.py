@@ -160,7 +160,8 @@ class ProjectionProblem(Problem):
             return hit[2]
         if len(cache) >= len(self.layer_table):  # a new weight set: drop the old one
             cache.clear()
-        cache[id(w)] = (weakref.ref(w), w._version, w.double())
+        # The copy goes when its weight does: 4x a bf16 weight, it must not outlive a released bench
+        cache[id(w)] = (weakref.ref(w, _forgetter(cache, id(w))), w._version, w.double())
         return cache[id(w)][2]
 
     def output_spec(self, case: Case) -> tuple[tuple[int, ...], torch.dtype]:
@@ -177,3 +178,11 @@ class ProjectionProblem(Problem):
         x_bytes = case.m * layer.k * layer.x_dtype.itemsize
         out_bytes = case.m * rows * layer.out_dtype.itemsize
         return weight_bytes + x_bytes + out_bytes, 2 * case.m * rows * layer.k
+
+
+def _forgetter(cache: dict, key: int):
+    """A weakref callback that drops ``cache[key]`` if it is still the entry of the tensor that died."""
+    def forget(ref: weakref.ref) -> None:
+        if cache.get(key, (None,))[0] is ref:
+            del cache[key]
+    return forget
