@@ -21,8 +21,9 @@ MIN_PAIRS = 50
 MAX_PAIRS = 2000
 MAX_PAIRS_LIMIT = 100_000  # the most any job may ask for: a pair table holds max_pairs rows per side
 TARGET_HALF_WIDTH = 0.005  # relative: the score's CI is score * (1 +- 0.5%)
-# how a side's call is timed: "graph", CUDA graph replays (GPU time alone, the default); "eager", one eager call
-# between CUDA events, as a GPU MODE folder's eval.py times it (the host's launch time counts where the GPU waits)
+# how a side's call is timed: "graph", CUDA graph replays (GPU time alone: okc's problems' judge); "eager", one eager
+# call between CUDA events, as a GPU MODE folder's eval.py times it (the host's launch time counts where the GPU
+# waits). A bench's default is its judge's (okc.judge.problem.Problem.default_clock, okc.lab.gpumode.judge_clock).
 CLOCKS = ("graph", "eager")
 LAYOUTS = ("paired", "solo", "runs")  # the order of a bench's replays (okc.judge.protocol.pairs); paired: the default
 QUAD = 4  # pairs per quad, the unit of every statistic (okc.judge.protocol.stats)
@@ -45,10 +46,10 @@ STOPPING = ("min_pairs", "max_pairs", "target_half_width")
 # under any other value is not the default bench's: the ledger scopes it (okc.lab.records.scope_of). Not among
 # them: the stopping rule (STOPPING: how precise, not what) and what a bench reports beside its score (aa_floor,
 # figure, systematic); nor overhead_us, whose default is the problem's and the device's: a value asked for is a
-# protocol of its own.
+# protocol of its own; nor clock's, the judge's (None): job.json names a clock only where it is not the judge's.
 PROTOCOL_DEFAULTS: dict[str, Any] = {
     "layout": "paired", "flush": "read", "copies": None, "captures": 1, "in_flight": 2, "batch_ops": 256,
-    "warmup_pairs": 3, "shared_outputs": True, "rechecks": True, "clock": "graph",
+    "warmup_pairs": 3, "shared_outputs": True, "rechecks": True, "clock": None,
 }
 
 

@@ -179,7 +179,7 @@ def test_an_eager_bench_names_the_line_of_a_candidate_that_raises_as_the_graph_b
                                    names=("009", "baseline"), aa=False, verifier=FolderVerifier(problem, 7, CPU),
                                    log=lambda line: None, explain=explain)
     assert result["status"] == "error" and "(at raises.py:2)" in result["reason"], result["reason"]
-    assert result["protocol"]["eager_why"] == "asked"
+    assert result["protocol"]["eager_why"] == "judge"  # the folder's eval.py times eager calls
     assert kept and "line 6, in custom_kernel" in kept[-1] and "line 2, in helper" in kept[-1], kept
 
 

@@ -112,9 +112,9 @@ def bench(
     layout: Optional[str] = typer.Option(None, "--layout", help="The replays' order: paired (the default: the sides "
                                          "alternate case by case), solo (= --solo) or runs (a case's four pairs back "
                                          "to back, ABBA)."),
-    clock: Optional[str] = typer.Option(None, "--clock", help="graph (the default: CUDA graph replays, the GPU's time "
-                                        "alone) or eager (a GPU MODE lab: one eager call between CUDA events, as its "
-                                        "eval.py times it, the host's launch time counted)."),
+    clock: Optional[str] = typer.Option(None, "--clock", help="graph (CUDA graph replays, the GPU's time alone) or "
+                                        "eager (a GPU MODE lab: one eager call between CUDA events, the host's launch "
+                                        "time counted). Default: the judge's (eager where the folder's eval.py is)."),
     device: str = typer.Option("auto", help="auto, cuda or cpu (local target)."),
     seed: Optional[int] = typer.Option(None, help="Reuse a recorded seed (inputs and weights) instead of a fresh one."),
     cases: Optional[str] = typer.Option(None, help="Only these scored cases, comma-separated (e.g. router/m=8,o/m=1; "
@@ -132,6 +132,7 @@ def bench(
     """
     from okc.jobs import options, runner
     from okc.lab import candidates
+    from okc.lab.gpumode import judge_clock
     from okc.reports import views
 
     half_width, flag = options.half_width_option(half_width, target)
@@ -149,9 +150,10 @@ def bench(
         raise ConfigError(f"{candidate.name} would be benched against itself; that is an A/A run: "
                           f"okc bench {candidate.label} --aa")
     options.preflight(lab, on, running, kind="bench", scored=True, clock=clock)
+    settings = benching.settings(judge_clock(lab))
     with _bench_progress(half_width) as on_progress:
         outcome = runner.submit(lab, "bench", candidate, against=other, aa=aa, on=on, on_progress=on_progress,
-                                on_log=echo_okc_lines() if fmt == "table" else None, bench=benching.settings(),
+                                on_log=echo_okc_lines() if fmt == "table" else None, bench=settings,
                                 device=running.device, seed=running.seed,
                                 cases=list(running.cases) if running.cases else None)
     result = outcome.result

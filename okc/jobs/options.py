@@ -95,7 +95,7 @@ class BenchOptions:
     half_width_flag: str = "--half-width"  # how the command line named it: --target, its old name, is still taken
     systematic: bool = False  # then each protocol variant too (okc.judge.protocol.variants)
     layout: str | None = None  # --layout: paired (the default), solo or runs (okc.judge.protocol.pairs)
-    clock: str | None = None  # --clock: graph (the default) or eager (okc.benchrules.CLOCKS)
+    clock: str | None = None  # --clock: graph or eager (okc.benchrules.CLOCKS); None: the judge's (settings())
 
     def __post_init__(self) -> None:
         try:  # the judge's own rules (okc.benchrules), in the command line's words
@@ -116,8 +116,12 @@ class BenchOptions:
         if self.solo and self.layout not in (None, "solo"):
             raise ConfigError(f"--solo is --layout solo; it cannot also be --layout {self.layout}")
 
-    def settings(self) -> dict[str, Any]:
-        """The bench settings a job carries (job.json's ``bench``)."""
+    def settings(self, judge_clock: str = "graph") -> dict[str, Any]:
+        """The bench settings a job carries (job.json's ``bench``). ``judge_clock``: the lab's judge's clock
+        (okc.lab.gpumode.judge_clock), said only when --clock asks for the other."""
+        if self.systematic and (self.clock or judge_clock) != "graph":
+            raise ConfigError("--systematic scores the graph clock's protocol variants; this lab's bench times eager "
+                              "calls, as its folder's eval.py does: add --clock graph")
         settings: dict[str, Any] = {"target_half_width": self.half_width, "min_pairs": self.min_pairs,
                                     "max_pairs": self.max_pairs}
         if self.overhead_us is not None:
@@ -125,7 +129,7 @@ class BenchOptions:
         layout = "solo" if self.solo else self.layout
         if layout not in (None, "paired"):  # the default goes unsaid, as every default does
             settings["layout"] = layout
-        if self.clock not in (None, benchrules.PROTOCOL_DEFAULTS["clock"]):
+        if self.clock not in (None, judge_clock):
             settings["clock"] = self.clock
         if not self.figure:
             settings["figure"] = False

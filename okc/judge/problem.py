@@ -231,6 +231,9 @@ class Problem(abc.ABC):
     # True: after_bench runs other processes on the GPU (a GPU MODE folder's eval.py), so the bench hands its memory
     # back first (okc.judge.kinds.bench.Bench.release); False saves a bench that ends at once the collection
     uses_gpu_after_bench: bool = False
+    # The clock (okc.benchrules.CLOCKS) the bench times a call on when job.json names none: the judge's. "graph"
+    # (CUDA graph replays) for okc's problems; a GPU MODE folder's is its eval.py's (okc.problems.gpumode.eval_clock).
+    default_clock: str = "graph"
 
     def bench_eagerly(self, candidate: Path, against: Path, *, device: torch.device, seed: int, settings,
                       names: tuple[str, str], aa: bool, log, cases: list[str] | None = None, explain=None) -> dict:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from okc.errors import ConfigError
 from okc.problems import gpumode
-from okc.problems.gpumode.taskfile import SUBMISSION, TASK_JSON, TASK_YML, Task, parse
+from okc.problems.gpumode.taskfile import EVAL_FILE, SUBMISSION, TASK_JSON, TASK_YML, Task, eval_clock, parse
 
 PROBE_MODULE = "okc.problems.gpumode.probe"  # run, never imported here: it needs torch
 PROBE_NEEDS_CUDA = 3  # = okc.problems.gpumode.probe.NEEDS_CUDA_EXIT (a test holds them equal)
@@ -85,6 +85,15 @@ def check_lab_problem(lab) -> Task | None:
     if not gpumode.is_gpumode(lab.problem):
         return None
     return read_task(problem_folder(lab))
+
+
+def judge_clock(lab) -> str:
+    """The clock (okc.benchrules.CLOCKS) a bench of the lab times a call on unless asked otherwise, the judge's: a GPU
+    MODE folder's eval.py's (okc.problems.gpumode.eval_clock), "graph" for okc's own problems. ConfigError if broken."""
+    if not gpumode.is_gpumode(lab.problem):
+        return "graph"
+    _, files = flat_files(problem_folder(lab))
+    return eval_clock(files.get(EVAL_FILE))
 
 
 def copy_into_job(lab, job_dir: Path) -> None:

@@ -244,9 +244,14 @@ def protocol_line(result: JobResult) -> str:
     text = {"solo": "solo: each side timed alone, in blocks of its own replays",
             "runs": "runs: a case's four pairs of a quad back to back, ABBA"}.get(
         layout, "paired: the sides alternate case by case, ABBA over each quad")
-    if protocol.get("clock") == "eager":  # okc.judge.protocol.eager_clock: asked for, or a kernel that cannot be captured
-        text += "; eager calls, not graph replays " + (
-            "(okc bench --clock eager)" if protocol.get("eager_why") == "asked" else "(a side cannot be captured)")
+    if result.device == "cpu":  # the CPU clock times eager calls whichever clock was asked
+        pass
+    elif protocol.get("clock") == "eager":  # okc.judge.protocol.eager_clock: the judge's, asked for, or a fallback
+        text += "; eager calls, not graph replays " + {
+            "asked": "(okc bench --clock eager)", "judge": "(as GPU MODE's eval.py times them)"}.get(
+            protocol.get("eager_why"), "(a side cannot be captured)")
+    elif protocol.get("judge_clock") == "eager":  # okc bench --clock graph in a GPU MODE lab
+        text += "; graph replays, not the eager calls the folder's eval.py times (okc bench --clock graph)"
     flush = protocol.get("flush")
     if flush and result.device != "cpu":
         text += f"; {flush} flush"

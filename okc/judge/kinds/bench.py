@@ -183,6 +183,8 @@ def run_kind(job, job_dir: Path, problem: Problem, *, device: torch.device, seed
     if settings.clock == "eager" and problem.requires_capture:
         raise BadJob(f"--clock eager times eager calls, as a GPU MODE folder's eval.py does; {problem.name} is not a "
                      "GPU MODE folder: its judge times CUDA graph replays")
+    if on_cpu:  # the CPU clock times eager calls whatever was asked: its score stands in for the judge's
+        settings = dataclasses.replace(settings, clock=settings.judge_clock)
     candidate = job.candidate.path(job_dir)
     if job.against is not None:
         against, against_name = job.against.path(job_dir), job.against.name
@@ -205,7 +207,7 @@ def run_kind(job, job_dir: Path, problem: Problem, *, device: torch.device, seed
     verifier = Verifier.start(problem.name, seed, device, job_dir, warm=True) if settings.rechecks and runnable else None
     names = (job.candidate.name, against_name)
     try:
-        if settings.clock == "eager" and not on_cpu:  # asked for: the eager clock, nothing captured (a CPU's is eager)
+        if settings.clock == "eager" and not on_cpu:  # the judge's or asked for: nothing captured (a CPU's is eager)
             result = problem.bench_eagerly(candidate, against, device=device, seed=seed, settings=settings, names=names,
                                            aa=job.aa, log=log, cases=job.cases, explain=explain)
         else:

@@ -33,9 +33,9 @@ def parse_settings(bench: dict, problem: Problem, on_cuda: bool) -> BenchSetting
     """``job.bench`` as the bench's settings (okc.judge.protocol.settings, the one parser); ValueError naming
     the field. No re-checks: a sweep ranks points, and the funnel checks a point before it becomes a
     candidate (whose okc bench re-checks it). On a CPU no replay cost is subtracted unless asked."""
-    if bench.get("clock", "graph") != "graph":
-        raise ValueError(f"a sweep times graph replays; bench.clock {bench['clock']!r} is okc bench's alone")
-    options = {**bench, "rechecks": False}
+    if bench.get("clock", problem.default_clock) != "graph":
+        raise ValueError(f"a sweep times graph replays; the eager clock ({problem.name}'s bench.clock) is okc bench's alone")
+    options = {**bench, "rechecks": False, "clock": "graph"}
     return BenchSettings.from_options(options if on_cuda else {**NO_OVERHEAD, **options}, problem, fixed_count=True)
 
 

@@ -65,10 +65,20 @@ def cannot_capture(result: dict) -> bool:
     return result.get("status") == "error" and any(marker in reason for marker in CAPTURE_MARKERS)
 
 
-def note(flush: str, asked: bool = False) -> str:
-    why = ("okc bench --clock eager asked for it" if asked else
-           "a side's call cannot be captured into a CUDA graph (it waits on the host, or raised in the capture)")
-    return (f"eager timing: {why}, so every call is timed as GPU MODE's eager eval.py times it: CUDA events around one call "
+WHY = {"judge": "GPU MODE's eval.py times eager calls (the judge's clock, okc's default for a GPU MODE folder)",
+       "asked": "okc bench --clock eager asked for it",
+       "cannot capture": "a side's call cannot be captured into a CUDA graph (it waits on the host, or raised in the capture)"}
+
+
+def eager_why(settings) -> str:
+    """result.json's ``protocol.eager_why``: the judge's clock, asked for, or the graph clock's fallback."""
+    if settings.clock != CLOCK:
+        return "cannot capture"
+    return "judge" if settings.judge_clock == CLOCK else "asked"
+
+
+def note(flush: str, why: str) -> str:
+    return (f"eager timing: {WHY[why]}, so every call is timed as GPU MODE's eager eval.py times it: CUDA events around one call "
             f"after the {flush} flush, the device synchronised after each; the sides still alternate, and timed "
             "outputs are re-checked")
 
@@ -164,7 +174,7 @@ class EagerBench:
                              lambda state: None, self.log)
 
     def describe(self) -> str:
-        return note(self.settings.flush, self.settings.clock == CLOCK)
+        return note(self.settings.flush, eager_why(self.settings))
 
     def measure(self):
         self.loop.warm_up()
@@ -176,7 +186,7 @@ class EagerBench:
         return bench_summary(table, self.shape_rows, self.loads, self.settings.judge_overhead_us)
 
     def report(self, summary: dict) -> dict:
-        line = note(self.settings.flush, self.settings.clock == CLOCK)
+        line = note(self.settings.flush, eager_why(self.settings))
         return {"reason": line, "notes": [line], "flush": self.flush.describe(), "clock": CLOCK}
 
 
@@ -189,6 +199,4 @@ def run_eager(problem: Problem, candidate: Path, against: Path, *, device: torch
     if explain is not None:
         explain(bench)
     result = run_paired(bench, names=names, aa=aa, verifier=verifier, log=log)
-    # the clock asked for (okc bench --clock eager), or the graph clock's fallback for a call that cannot be captured
-    why = "asked" if settings.clock == CLOCK else "cannot capture"
-    return {**result, "protocol": {**result.get("protocol", {}), "clock": CLOCK, "eager_why": why}}
+    return {**result, "protocol": {**result.get("protocol", {}), "clock": CLOCK, "eager_why": eager_why(settings)}}

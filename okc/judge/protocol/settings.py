@@ -59,7 +59,8 @@ class BenchSettings:
     figure: bool = True
     # okc bench --systematic: after the bench, the same candidate under each protocol variant (okc.judge.protocol.variants)
     systematic: bool = False
-    clock: str = DEFAULT["clock"]  # okc bench --clock (okc.benchrules.CLOCKS); eager: a GPU MODE problem only
+    clock: str = "graph"  # okc.benchrules.CLOCKS: job.json's (okc bench --clock), else the problem's judge's
+    judge_clock: str = "graph"  # the problem's judge's (okc.judge.problem.Problem.default_clock)
     first_draw: int = 0  # the first timed input's number (okc.judge.protocol.recheck.Draws); not a job setting
     fixed_pairs: int | None = None  # ``pairs`` as job.json asked (a sweep's fixed count), else None: the stopping rule
 
@@ -101,7 +102,7 @@ class BenchSettings:
                 raise ValueError(f"{name} must be an integer from 1 to {MAX_SLOTS}, got {value!r}")
         if (copies or 1) * captures > MAX_SLOTS:
             raise ValueError(f"copies x captures must be at most {MAX_SLOTS}, got {copies} x {captures}")
-        clock = options.get("clock", DEFAULT["clock"])
+        clock = options.get("clock", problem.default_clock)
         if clock not in benchrules.CLOCKS:
             raise ValueError(f"clock must be one of {', '.join(benchrules.CLOCKS)}, got {clock!r}")
         layout = options.get("layout", DEFAULT["layout"])
@@ -117,7 +118,8 @@ class BenchSettings:
                    flush=options.get("flush", DEFAULT["flush"]), aa_floor=float(aa_floor), batch_ops=batch_ops,
                    warmup_pairs=warmup, copies=copies, captures=captures, layout=layout,
                    shared_outputs=shared, rechecks=rechecks, in_flight=in_flight, figure=figure,
-                   systematic=systematic, clock=clock, fixed_pairs=asked)
+                   systematic=systematic, clock=clock, judge_clock=problem.default_clock,
+                   fixed_pairs=asked)
 
     def protocol(self) -> dict:
         """Which protocol a result's numbers come from (result.json's ``protocol``)."""
@@ -126,5 +128,5 @@ class BenchSettings:
         return {"layout": self.layout, "inputs": INPUTS, "shared_outputs": self.shared_outputs,
                 "rechecks": self.rechecks, "rechecks_per_epoch": RECHECKS_PER_EPOCH if self.rechecks else 0,
                 "rechecks_per_later_epoch": RECHECKS_PER_LATER_EPOCH if self.rechecks else 0,
-                "flush": self.flush, "in_flight": self.in_flight,
-                **({"clock": self.clock, "eager_why": "asked"} if self.clock != DEFAULT["clock"] else {})}
+                "flush": self.flush, "in_flight": self.in_flight, "clock": self.clock,
+                "judge_clock": self.judge_clock}  # an eager bench adds why (okc.judge.protocol.eager_clock.eager_why)

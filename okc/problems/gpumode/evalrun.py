@@ -31,7 +31,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-EVAL_FILE = "eval.py"
+from okc.problems.gpumode.taskfile import EVAL_FILE
+
 MODES = ("benchmark", "leaderboard")
 CASES_FILE = "cases.txt"
 PIPE_CAP = 1 << 20  # bytes of POPCORN output kept; the rest is read and dropped, so eval.py never blocks

@@ -21,6 +21,19 @@ LANGS = ("py",)  # lang: cu (a CUDA source compiled by the harness) is not run b
 TIMEOUTS = ("test_timeout", "benchmark_timeout", "ranked_timeout")
 DEFAULT_TIMEOUT_S = 180.0
 DEFAULT_RANKING = "last"  # what GPU MODE ranks by when a task does not say
+EVAL_FILE = "eval.py"  # the folder's own harness (kernelbot runs it; okc's figure does too: okc.problems.gpumode.figure)
+# What an eval.py that replays CUDA graphs says; none of GPU MODE's eval.py files seen (pmpp, pmpp_v2, linalg,
+# princeton; gpu-mode/reference-kernels, 2026-12) does: each times eager calls between CUDA events.
+GRAPH_MARKS = (b"CUDAGraph", b"cuda.graph(", b"make_graphed_callables", b".replay()")
+
+
+def eval_clock(eval_source: bytes | None) -> str:
+    """The clock (okc.benchrules.CLOCKS) a folder's eval.py times a call on, and so okc's for its bench by default:
+    "graph" where it replays CUDA graphs, else "eager" (one call between CUDA events, its host time counting where
+    the GPU waits on it). A folder without eval.py is "eager" too: okc's figure for it is its own eager loop."""
+    if eval_source is not None and any(mark in eval_source for mark in GRAPH_MARKS):
+        return "graph"
+    return "eager"
 
 
 def _scalar(value: object) -> bool:
