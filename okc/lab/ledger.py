@@ -25,6 +25,7 @@ BUSY_TIMEOUT_S = 30.0
 RECOVER_HINT = "okc ledger --rebuild makes it again from the job folders and official.jsonl (the old file is kept)"
 KINDS = ("check", "bench", "official-check", "official-scored")
 OFFICIAL_KINDS = ("official-check", "official-scored")
+DEFAULT_CLOCK = "graph"  # a bench row without a clock: recorded before the column, when okc's bench timed CUDA graphs
 
 TABLES = ("candidates", "runs", "floors", "pod_rates", "job_costs", "sweep_rows", "sweep_winners", "official_tables",
           "profiles", "official_profiles")  # what a whole ledger holds
@@ -61,6 +62,9 @@ class Run:
     # What it covered when not the judge's whole run ("cases o/m=1", "layout runs"; okc.lab.records.scope_of): such
     # a bench is never the candidate's best, nor such a pass its check (okc.lab.status). None: all of it.
     scope: str | None = None
+    # A bench: the clock its calls were timed on (okc.benchrules.CLOCKS), as its result's protocol says; None for other
+    # kinds and for benches recorded before the column ("graph" then). Another clock than the judge's is a scope.
+    clock: str | None = None
     id: int | None = None
 
     def __post_init__(self) -> None:

@@ -158,4 +158,14 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "DROP INDEX runs_status",
         "CREATE INDEX runs_status ON runs (candidate_number, kind, candidate_sha256, score, against, against_sha256, scope, passed)",
     ),
+    (
+        # The clock a bench timed its calls on, as its result's protocol says ("graph": CUDA graph replays; "eager": one
+        # eager call between CUDA events); NULL for other kinds, and for every bench before this column (read as
+        # "graph", okc's only default then). A bench on a clock other than the lab's judge's is treated as a scoped one
+        # (okc.lab.status); the status index covers the column too, so okc.lab.status's pass stays on the index alone.
+        "ALTER TABLE runs ADD COLUMN clock TEXT",
+        "DROP INDEX runs_status",
+        "CREATE INDEX runs_status ON runs (candidate_number, kind, candidate_sha256, score, against, against_sha256, scope, "
+        "passed, clock)",
+    ),
 )

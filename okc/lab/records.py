@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from okc import incoming, podfiles
-from okc.benchrules import off_defaults
+from okc.benchrules import CLOCKS, off_defaults
 from okc.contract import ENV_FILE, EXIT_FILE, RESULT_FILE, BadJob, ContractError, JobResult, JobSpec, is_job_id, parse_result, read_job, read_json
 from okc.errors import JudgeError
 from okc.lab.costs import record_job_cost
-from okc.lab.ledger import AA_MARK, Floor, Run, insert_run, now, record_floor, transaction
+from okc.lab.ledger import AA_MARK, DEFAULT_CLOCK, Floor, Run, insert_run, now, record_floor, transaction
 from okc.lab.profiles import ProfileRow, profile_for, record_profile
 from okc.podfiles import CHECK_FILE
 
@@ -147,6 +147,16 @@ def scope_of(spec: JobSpec, kind: str) -> str | None:
     return "; ".join(f"{name} {_said(value)}" for name, value in asked.items()) or None
 
 
+def clock_of(kind: str, result: JobResult) -> str | None:
+    """The clock a bench step timed its calls on, as its result's protocol says ("graph" where it names none: okc's
+    only default clock before results said which); None for a check. A clock okc does not know is kept escaped (a
+    pod wrote it): it is never the judge's (okc.lab.status.scope_for)."""
+    if kind != "bench":
+        return None
+    clock = (result.protocol or {}).get("clock", DEFAULT_CLOCK)
+    return clock if clock in CLOCKS else _said(clock)
+
+
 def _said(value: Any) -> str:
     """A setting's value in a scope: text as it is, anything else as JSON writes it; escaped, cut short."""
     text = podfiles.escaped(value if isinstance(value, str) else json.dumps(value, default=str))
@@ -175,6 +185,7 @@ def _run(job: FinishedJob, kind: str, result: JobResult, job_id: str) -> Run | N
         against=(spec.against.name + (AA_MARK if spec.aa else "")) if spec.against and kind == "bench" else None,
         against_sha256=spec.against.sha256 if spec.against and kind == "bench" else None,
         scope=scope_of(spec, kind),
+        clock=clock_of(kind, result),
         note=result.reason,
         result_path=job.folder.name,  # relative to the results folder: the ledger travels
         created_at=spec.created_at or now(),

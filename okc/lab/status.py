@@ -5,7 +5,9 @@ candidate's check and best bench *of its current file*; a result of an older ver
 kept as "stale" (the source changed since) and is never shown as the current status. A result of
 part of the judge's run (a run's scope: some cases, a quick check, another bench protocol) is
 kept and listed, but its score is never the best bench, nor its pass the check (a part failing
-is the whole failing: that is still shown).
+is the whole failing: that is still shown). So is a bench timed on another clock than the lab's judge
+(okc.lab.gpumode.judge_clock: "eager" for a GPU MODE folder, "graph" for okc's own problems): the two
+clocks disagree beyond their CIs, so a lab's best bench is always of its judge's clock (:func:`scope_for`).
 
 One pass over a few columns of every run picks, per candidate and kind, the row that
 matters of the current source and of the older ones (the latest check or official result,
@@ -17,12 +19,12 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass
 
-from okc.lab.ledger import AA_MARK, Run, check_number, known_candidates, run_from_row
+from okc.lab.ledger import AA_MARK, DEFAULT_CLOCK, Run, check_number, known_candidates, run_from_row
 
 # The columns that decide which rows matter, read from the covering index runs_status (no
 # table pages): one pass over them is faster than asking SQLite to group by source, and
 # easier to read. Rows come in index order, so "latest" is the largest id, not the last seen.
-SCAN = "SELECT id, candidate_number, candidate_sha256, kind, score, against, against_sha256, scope, passed FROM runs"
+SCAN = "SELECT id, candidate_number, candidate_sha256, kind, score, against, against_sha256, scope, passed, clock FROM runs"
 OLD_BASELINE = "@old-baseline"  # marks, in one pass, a bench measured against an older version of what it ran against
 
 
@@ -45,12 +47,21 @@ class Status:
         return self.current.get("bench")
 
 
-def _baseline_bench(number: int, score: float | None, against: str | None, scope: str | None,
-                    baseline_number: int | None) -> bool:
+def scope_for(run: Run, judge_clock: str) -> str | None:
+    """The scope ``run`` is shown with: its own, or "clock graph" ("clock eager") for a bench of the whole run timed
+    on another clock than the judge's ``judge_clock``, which counts as a scoped one."""
+    clock = run.clock or DEFAULT_CLOCK
+    if run.kind == "bench" and run.scope is None and clock != judge_clock:
+        return f"clock {clock}"
+    return run.scope
+
+
+def _baseline_bench(number: int, score: float | None, against: str | None, scope: str | None, clock: str | None,
+                    judge_clock: str, baseline_number: int | None) -> bool:
     """A bench whose score is the judge's speedup over the baseline: not an A/A run, not against another candidate,
     not the baseline against itself (no score of its own: that is its A/A floor), not scoped (some of the cases,
-    or another protocol: okc.lab.records.scope_of)."""
-    if score is None or scope is not None:
+    or another protocol: okc.lab.records.scope_of), and timed on the judge's clock (:func:`scope_for`)."""
+    if score is None or scope is not None or (clock or DEFAULT_CLOCK) != judge_clock:
         return False
     if against is None:
         return True
@@ -89,17 +100,19 @@ def source_key(sha: str, against: str | None, against_sha: str | None, current: 
     return sha if fresh_against(against, against_sha, current) else sha + OLD_BASELINE
 
 
-def against_baseline(run: Run, baseline_number: int | None) -> bool:
-    """Whether a bench run's score is the judge's speedup over the baseline (scoped runs are not)."""
-    return run.kind == "bench" and _baseline_bench(run.candidate_number, run.score, run.against, run.scope, baseline_number)
+def against_baseline(run: Run, baseline_number: int | None, judge_clock: str = DEFAULT_CLOCK) -> bool:
+    """Whether a bench run's score is the judge's speedup over the baseline (scoped runs, and runs on another clock
+    than ``judge_clock``, are not)."""
+    return run.kind == "bench" and _baseline_bench(run.candidate_number, run.score, run.against, run.scope, run.clock,
+                                                   judge_clock, baseline_number)
 
 
-def _pick(conn: sqlite3.Connection, current: dict[int, str], baseline_number: int | None) -> list[int]:
+def _pick(conn: sqlite3.Connection, current: dict[int, str], baseline_number: int | None, judge_clock: str) -> list[int]:
     """Ids of the rows that matter: per candidate and kind, of the current source and of older ones.
 
     The latest check or official result (a scoped check only if it did not pass, or if nothing else was
     run: a --quick pass is then shown with its scope); the best unscoped bench (against the baseline) of
-    the current source, and of the latest older source that was benched.
+    the current source, and of the latest older source that was benched; unscoped means on ``judge_clock`` too.
     """
     latest: dict[tuple[int, str, bool], int] = {}
     part_passes: dict[tuple[int, str, bool], int] = {}  # the latest scoped pass: shown only where nothing else is
@@ -107,7 +120,7 @@ def _pick(conn: sqlite3.Connection, current: dict[int, str], baseline_number: in
     last_old_bench: dict[int, tuple[int, str]] = {}  # number -> (id, sha) of the older source benched last
     scan = conn.cursor()
     scan.row_factory = None  # plain tuples: a Row object per run costs more than the pass itself
-    for row_id, number, sha, kind, score, against, against_sha, scope, passed in scan.execute(SCAN):
+    for row_id, number, sha, kind, score, against, against_sha, scope, passed, clock in scan.execute(SCAN):
         check_number(row_id, "score", score)
         sha = source_key(sha, against, against_sha, current)
         if kind != "bench":
@@ -115,7 +128,7 @@ def _pick(conn: sqlite3.Connection, current: dict[int, str], baseline_number: in
             # some of the cases passing is not the candidate's check (some failing is: it stays)
             kept = part_passes if scope is not None and passed else latest
             kept[key] = max(row_id, kept.get(key, row_id))
-        elif _baseline_bench(number, score, against, scope, baseline_number):
+        elif _baseline_bench(number, score, against, scope, clock, judge_clock, baseline_number):
             if (score, row_id) > best.get((number, sha), (score, -1)):
                 best[(number, sha)] = (score, row_id)
             if current.get(number) != sha and row_id > last_old_bench.get(number, (-1, ""))[0]:
@@ -126,13 +139,15 @@ def _pick(conn: sqlite3.Connection, current: dict[int, str], baseline_number: in
     return sorted(ids)
 
 
-def statuses(conn: sqlite3.Connection, current: dict[int, tuple[str, str]], baseline_number: int | None) -> list[Status]:
+def statuses(conn: sqlite3.Connection, current: dict[int, tuple[str, str]], baseline_number: int | None,
+             judge_clock: str = DEFAULT_CLOCK) -> list[Status]:
     """One Status per candidate, from ``current`` (number -> (name, sha256) of the files now) and the ledger.
 
-    A bench counts as "best" only against the baseline (``baseline_number``; None: against anything but itself).
+    A bench counts as "best" only against the baseline (``baseline_number``; None: against anything but itself),
+    unscoped and timed on ``judge_clock`` (okc.lab.gpumode.judge_clock).
     """
     shas = {number: sha for number, (_, sha) in current.items()}
-    ids = _pick(conn, shas, baseline_number)
+    ids = _pick(conn, shas, baseline_number, judge_clock)
     picked: dict[int, list[Run]] = {}
     for row in conn.execute(f"SELECT * FROM runs WHERE id IN ({', '.join('?' * len(ids))}) ORDER BY id", ids):
         run = run_from_row(row)

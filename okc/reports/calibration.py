@@ -15,7 +15,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from okc.lab.ledger import Run
+from okc.lab.ledger import DEFAULT_CLOCK, Run
 from okc.lab.status import against_baseline
 from okc.lab.timings import per_load
 
@@ -97,37 +97,39 @@ class Calibration:
                 f"(log-ratio sd {self.fit.sd_log:.4f}); predictions carry a +-{BAND_SIGMAS:g} sigma band of a new pair")
 
 
-def _latest(history: list[Run], kind: str, sha256: str | None = None, baseline: int | None = None) -> Run | None:
+def _latest(history: list[Run], kind: str, sha256: str | None = None, baseline: int | None = None,
+            clock: str = DEFAULT_CLOCK) -> Run | None:
     for run in reversed(history):
         if run.kind != kind or run.score is None or (sha256 is not None and run.candidate_sha256 != sha256):
             continue
-        if kind != "bench" or against_baseline(run, baseline):
+        if kind != "bench" or against_baseline(run, baseline, clock):
             return run
     return None
 
 
-def _row(number: int, history: list[Run], baseline: int | None) -> Row | None:
+def _row(number: int, history: list[Run], baseline: int | None, clock: str) -> Row | None:
     official = _latest(history, "official-scored") or _latest(history, "official-check")
     if official is None:
-        local = _latest(history, "bench", baseline=baseline)
+        local = _latest(history, "bench", baseline=baseline, clock=clock)
         return Row(number, local.candidate_name, local, None) if local else None
     # The ratio only means something if both judges timed the same source.
-    local = _latest(history, "bench", official.candidate_sha256, baseline)
+    local = _latest(history, "bench", official.candidate_sha256, baseline, clock)
     note = None
-    if local is None and _latest(history, "bench", baseline=baseline) is not None:
+    if local is None and _latest(history, "bench", baseline=baseline, clock=clock) is not None:
         note = "benched source differs"
     return Row(number, official.candidate_name, local, official, note=note)
 
 
-def calibrate(runs: list[Run], baseline: int | None = None) -> Calibration:
+def calibrate(runs: list[Run], baseline: int | None = None, clock: str = DEFAULT_CLOCK) -> Calibration:
     """Rows for every candidate with a local or official score, and the fit when there are enough pairs.
 
-    A local score is a bench against the baseline (number ``baseline``; None: any but an A/A run).
+    A local score is a bench against the baseline (number ``baseline``; None: any but an A/A run), of the judge's
+    whole run on its clock ``clock`` (okc.lab.status.against_baseline).
     """
     by_candidate: dict[int, list[Run]] = {}
     for run in runs:
         by_candidate.setdefault(run.candidate_number, []).append(run)
-    rows = [row for number in sorted(by_candidate) if (row := _row(number, by_candidate[number], baseline))]
+    rows = [row for number in sorted(by_candidate) if (row := _row(number, by_candidate[number], baseline, clock))]
     fitted = fit([row.ratio for row in rows if row.ratio is not None])
     if fitted is not None:
         rows = [
@@ -178,7 +180,8 @@ class LoadRow:
         return self.official_baseline_us / self.local.baseline_us
 
 
-def per_load_rows(runs: list[Run], tables: list, local_loads, baseline: int | None = None) -> list[LoadRow]:
+def per_load_rows(runs: list[Run], tables: list, local_loads, baseline: int | None = None,
+                  clock: str = DEFAULT_CLOCK) -> list[LoadRow]:
     """For each official timing table, its loads beside the latest local bench of the same source.
 
     ``tables`` are okc.lab.official.TimingTable; ``local_loads(run)`` gives a bench run's
@@ -188,7 +191,7 @@ def per_load_rows(runs: list[Run], tables: list, local_loads, baseline: int | No
     rows = []
     for table in tables:
         history = [r for r in runs if r.candidate_number == table.candidate_number]
-        local = _latest(history, "bench", table.candidate_sha256, baseline)
+        local = _latest(history, "bench", table.candidate_sha256, baseline, clock)
         measured = local_loads(local) if local else {}
         for load, (base_us, cand_us) in per_load(table.rows).items():
             rows.append(LoadRow(table.candidate_number, names.get(table.official_job, f"{table.candidate_number:03d}"),

@@ -11,8 +11,9 @@ from typing import Any
 from okc.errors import CandidateError
 from okc.lab import candidates
 from okc.lab.config import Lab
-from okc.lab.ledger import Run, ledger, runs
-from okc.lab.status import Status, statuses
+from okc.lab.gpumode import judge_clock
+from okc.lab.ledger import DEFAULT_CLOCK, Run, ledger, runs
+from okc.lab.status import Status, scope_for, statuses
 from okc.reports.views import fmt_score, rounded, rounded_pair
 from okc.tables import Column, Document, Table, table
 
@@ -49,19 +50,20 @@ def _check_shown(record: dict[str, Any]) -> str | None:
     return record["check"] and record["check"] + (f" ({record['check_scope']})" if record["check_scope"] else "")
 
 
-def _stale(run: Run) -> dict[str, Any]:
+def _stale(run: Run, clock: str) -> dict[str, Any]:
     return {"kind": run.kind, "sha256": run.candidate_sha256, "status": _check(run) if run.kind == "check" else run.status,
-            "scope": run.scope,
+            "scope": scope_for(run, clock),
             "score": run.score, "ci": _ci(run), "job_id": run.job_id, "official_job": run.official_job,
             "rank": run.rank, "created_at": run.created_at}
 
 
-def ledger_record(s: Status) -> dict[str, Any]:
+def ledger_record(s: Status, clock: str = DEFAULT_CLOCK) -> dict[str, Any]:
+    """One candidate's row of ``okc ledger --json``; ``clock``: the lab's judge's (okc.lab.gpumode.judge_clock)."""
     check, bench = s.current.get("check"), s.current.get("bench")
     oc, osc = s.current.get("official-check"), s.current.get("official-scored")
     return {
         "number": s.number, "name": s.name, "sha256": s.sha256,
-        "check": _check(check), "check_scope": check and check.scope, "check_job_id": check and check.job_id,
+        "check": _check(check), "check_scope": check and scope_for(check, clock), "check_job_id": check and check.job_id,
         "check_at": check and check.created_at,
         "bench_score": bench and bench.score, "bench_ci": _ci(bench), "bench_job_id": bench and bench.job_id,
         "bench_against": bench and bench.against, "bench_target": bench and bench.target,
@@ -71,7 +73,7 @@ def ledger_record(s: Status) -> dict[str, Any]:
         "official_scored_score": osc and osc.score, "official_scored_ci": _ci(osc),
         "official_scored_job": osc and osc.official_job, "official_scored_rank": osc and osc.rank,
         "official_scored_at": osc and osc.created_at,
-        "stale": [_stale(run) for run in s.stale.values()],
+        "stale": [_stale(run, clock) for run in s.stale.values()],
     }
 
 
@@ -112,8 +114,8 @@ LEDGER_COLUMNS = (
 )
 
 
-def ledger_table(found: list[Status]) -> Table:
-    records = [ledger_record(s) for s in found]
+def ledger_table(found: list[Status], clock: str = DEFAULT_CLOCK) -> Table:
+    records = [ledger_record(s, clock) for s in found]
     stale = frozenset(i for i, r in enumerate(records) if r["stale"])
     return Table("candidates", "okc ledger", LEDGER_KEYS, records, LEDGER_COLUMNS, highlight=stale,
                  caption=STALE_CAPTION if stale else None)
@@ -125,11 +127,12 @@ def ledger_document(lab: Lab) -> Document:
     current = {c.number: (c.name, c.sha256()) for c in scan.candidates}
     from okc.lab.recovery import record_pending
 
+    clock = judge_clock(lab)  # the judge's: a bench of another clock is never a best (okc.lab.status.scope_for)
     with ledger(lab.ledger_path) as conn:
         pending = record_pending(lab, conn)  # jobs a broken ledger refused, now that it takes them
-        found = statuses(conn, current, baseline_number(lab))
+        found = statuses(conn, current, baseline_number(lab), clock)
     notes = candidate_notes(scan) + ((f"recorded {pending} result(s) the ledger had refused",) if pending else ())
-    return Document(tables=(ledger_table(found),), lines=notes)
+    return Document(tables=(ledger_table(found, clock),), lines=notes)
 
 
 def candidate_notes(scan: candidates.Scan) -> tuple[str, ...]:
@@ -201,11 +204,12 @@ def calibration_document(lab: Lab) -> Document:
     from okc.lab.official import timing_tables
     from okc.reports.calibration import BAND_SIGMAS, calibrate, per_load_rows
 
+    clock = judge_clock(lab)  # a local score is of the judge's clock: the one the official judge times on
     with ledger(lab.ledger_path) as conn:
         history = runs(conn)
         tables = list(timing_tables(conn).values())
     baseline = baseline_number(lab)
-    calibration = calibrate(history, baseline)
+    calibration = calibrate(history, baseline, clock)
     current = {c.number: c.sha256() for c in candidates.scan(lab.candidates).candidates}
     scores = []
     for r in calibration.rows:
@@ -222,7 +226,7 @@ def calibration_document(lab: Lab) -> Document:
     score_table = table("scores", "local versus official (ratio = official/local)", spec, scores,
                         caption=calibration.summary)
     loads = []
-    for row in per_load_rows(history, tables, _local_loads(lab), baseline):
+    for row in per_load_rows(history, tables, _local_loads(lab), baseline, clock):
         local = row.local
         loads.append((row.number, row.name, row.official_job, row.load, local and rounded(local.speedup),
                       local and rounded_pair(local.ci),

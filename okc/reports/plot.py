@@ -145,15 +145,18 @@ def draw_shapes(report: Report, title: str, path: Path) -> Path:
 
 def plot_history(lab: Lab) -> Plotted:
     """results/plots/score_history.png from the whole ledger."""
+    from okc.lab.gpumode import judge_clock
     from okc.lab.status import against_baseline, stale_why
     from okc.reports.ledger_views import baseline_number
     from okc.reports.report import current_sources
 
+    clock = judge_clock(lab)
     with ledger(lab.ledger_path) as conn:
         history = runs(conn)
-    # A score is a speedup over the baseline: a bench against another candidate, or an A/A run, is not one.
+    # A score is a speedup over the baseline: a bench against another candidate, an A/A run, or a scoped one (some of
+    # the cases, another protocol or another clock than the judge's) is not one.
     baseline = baseline_number(lab)
-    history = [r for r in history if r.kind != "bench" or against_baseline(r, baseline)]
+    history = [r for r in history if r.kind != "bench" or against_baseline(r, baseline, clock)]
     current = current_sources(lab)
     stale = frozenset(r.id for r in history
                       if stale_why(r.candidate_number, r.candidate_sha256, r.against, r.against_sha256, current))

@@ -18,9 +18,11 @@ from okc.contract import JobResult, ShapeResult
 from okc.errors import ConfigError
 from okc.lab import candidates
 from okc.lab.config import Lab
+from okc.lab.gpumode import judge_clock
 from okc.lab.ledger import Floor, latest_floor, ledger, runs
 from okc.lab.profiles import ProfileRow, latest_profile
-from okc.lab.records import gpu_name, gpu_uuid, load_result, load_spec, scope_of
+from okc.lab.records import gpu_name, gpu_uuid, load_result, load_spec, read_finished, runs_for, scope_of
+from okc.lab.status import scope_for
 from okc.problems.catalog import shapes_of
 from okc.reports import views
 from okc.tables import Document, Table
@@ -72,7 +74,7 @@ class Report:
     floor: Floor | None
     stale: str | None = None  # why these numbers are not of the files as they are now (None: they are)
     profile: ProfileRow | None = None  # the latest profile of the bench's candidate source (okc profile)
-    scope: str | None = None  # what the bench covered when not the judge's whole run (okc.lab.records.scope_of)
+    scope: str | None = None  # what the bench covered when not the judge's whole run on its clock (bench_scope)
 
     def read_floor(self, shape: ShapeResult) -> float | None:
         return measured_floor_us(self.floor, shape, self.result.problem) if self.floor else None
@@ -159,6 +161,7 @@ def build_report(lab: Lab, ref: str | None, job: str | None = None) -> Report:
         raise ConfigError("name a candidate (okc report 036) or a job (okc report --job JOB)")
     if job is not None and (not job or Path(job).name != job):
         raise ConfigError(f"--job takes a job id (a folder name under {lab.results}), got {job!r}")
+    clock = judge_clock(lab)
     with ledger(lab.ledger_path) as conn:
         folder = job or latest_bench(conn, candidate_number(lab, ref), lab.candidates)
         job_dir = lab.results / folder
@@ -168,7 +171,14 @@ def build_report(lab: Lab, ref: str | None, job: str | None = None) -> Report:
         spec = load_spec(job_dir)
         ran = spec.candidate
         profile = latest_profile(conn, ran.sha256) if ran and ran.sha256 else None
-    return Report(job_dir, result, name, uuid, floor, bench_staleness(lab, job_dir), profile, scope_of(spec, "bench"))
+    return Report(job_dir, result, name, uuid, floor, bench_staleness(lab, job_dir), profile, bench_scope(job_dir, clock))
+
+
+def bench_scope(job_dir: Path, clock: str) -> str | None:
+    """The scope a finished bench job's ledger row is shown with (okc.lab.status.scope_for), the lab's judge timing
+    on ``clock``: its cases and protocol settings off the default's, or "clock graph" for a whole bench on another."""
+    rows = [run for run in runs_for(read_finished(job_dir)) if run.kind == "bench"]
+    return scope_for(rows[-1], clock) if rows else scope_of(load_spec(job_dir), "bench")
 
 
 def current_sources(lab: Lab) -> dict[int, str]:
