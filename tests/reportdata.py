@@ -118,3 +118,24 @@ def floor_job(lab, uuid: str = UUID, gpu: str = H200, points=READ_FLOOR, status:
     (job_dir / "result.json").write_text(json.dumps(result))
     write_env(job_dir, gpu, uuid)
     return job_dir
+
+
+def ledger_before(path: Path, migration_marker: str, sha: str, score: float):
+    """A ledger as the okc before the migration holding ``migration_marker`` left it, with one bench row of
+    ``sha`` (job j1) scoring ``score``; then opened by this okc (which migrates it): the open connection."""
+    import sqlite3
+
+    from okc.lab.ledger import MIGRATIONS
+
+    before = next(i for i, m in enumerate(MIGRATIONS) if any(migration_marker in statement for statement in m))
+    old = sqlite3.connect(path)
+    for migration in MIGRATIONS[:before]:
+        for statement in migration:
+            old.execute(statement)
+    old.execute(f"PRAGMA user_version = {before}")
+    old.execute("INSERT INTO runs (job_id, candidate_number, candidate_name, candidate_sha256, kind, status, passed, "
+                "score, ci_lo, ci_hi, speedups, against, created_at) VALUES ('j1', 1, '001_x', ?, 'bench', 'ok', 1, "
+                "?, ?, ?, '{}', '000_baseline', '2024-01-01T00:00:00+00:00')", (sha, score, score - 0.01, score + 0.01))
+    old.commit()
+    old.close()
+    return open_ledger(path)

@@ -99,20 +99,8 @@ def test_calibration_reads_only_the_judges_clock():
 
 
 def test_a_ledger_of_the_previous_migrations_gains_the_clock_and_keeps_its_rows(tmp_path):
-    path = tmp_path / "ledger.db"
-    old = sqlite3.connect(path)  # a ledger as the okc before the column left it
-    before = next(i for i, m in enumerate(ledger.MIGRATIONS) if "ALTER TABLE runs ADD COLUMN clock TEXT" in m)
-    assert before == len(ledger.MIGRATIONS) - 1
-    for migration in ledger.MIGRATIONS[:before]:
-        for statement in migration:
-            old.execute(statement)
-    old.execute(f"PRAGMA user_version = {before}")
-    old.execute("INSERT INTO runs (job_id, candidate_number, candidate_name, candidate_sha256, kind, status, passed, "
-                "score, ci_lo, ci_hi, speedups, against, created_at) VALUES ('j1', 1, '001_x', ?, 'bench', 'ok', 1, "
-                "1.013, 1.0, 1.02, '{}', '000_baseline', '2024-01-01T00:00:00+00:00')", (SHA,))
-    old.commit()
-    old.close()
-    conn = open_ledger(path)
+    assert any("ALTER TABLE runs ADD COLUMN clock TEXT" in statement for statement in ledger.MIGRATIONS[-1])
+    conn = reportdata.ledger_before(tmp_path / "ledger.db", "ALTER TABLE runs ADD COLUMN clock TEXT", SHA, 1.013)
     assert conn.execute("PRAGMA user_version").fetchone()[0] == len(ledger.MIGRATIONS)
     (kept,) = runs(conn)
     assert (kept.job_id, kept.score, kept.scope, kept.clock) == ("j1", 1.013, None, None)

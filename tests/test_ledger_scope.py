@@ -9,6 +9,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+import reportdata
 from conftest import invoke, jobs_of_kind, make_tiny_lab
 
 from okc.contract import JobResult, JobSpec, SourceRef
@@ -100,19 +101,7 @@ def test_a_scoped_pass_is_not_the_check_but_a_scoped_failure_is(tmp_path):
 
 
 def test_an_old_ledger_gains_the_column_and_keeps_its_rows(tmp_path):
-    path = tmp_path / "ledger.db"
-    old = sqlite3.connect(path)  # a ledger as the okc before the column left it
-    before = next(i for i, m in enumerate(ledger.MIGRATIONS) if "ALTER TABLE runs ADD COLUMN scope TEXT" in m)
-    for migration in ledger.MIGRATIONS[:before]:
-        for statement in migration:
-            old.execute(statement)
-    old.execute(f"PRAGMA user_version = {before}")
-    old.execute("INSERT INTO runs (job_id, candidate_number, candidate_name, candidate_sha256, kind, status, passed, "
-                "score, ci_lo, ci_hi, speedups, against, created_at) VALUES ('j1', 1, '001_x', ?, 'bench', 'ok', 1, "
-                "1.2, 1.1, 1.3, '{}', '000_baseline', '2024-01-01T00:00:00+00:00')", (SHA,))
-    old.commit()
-    old.close()
-    conn = open_ledger(path)
+    conn = reportdata.ledger_before(tmp_path / "ledger.db", "ALTER TABLE runs ADD COLUMN scope TEXT", SHA, 1.2)
     assert conn.execute("PRAGMA user_version").fetchone()[0] == len(ledger.MIGRATIONS)
     (kept,) = runs(conn)
     assert (kept.job_id, kept.score, kept.scope) == ("j1", 1.2, None)
