@@ -5,10 +5,13 @@ An output buffer handed in the data (pmpp_v2's convention), and a folder whose i
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from conftest import GPUMODE_FOLDERS, REPO, cpu_check, gpumode_lab, gpumode_problem
 from typer.testing import CliRunner
+from workerjobs import make_job
 
 from okc.cli.app import app
 from okc.contract import BadJob
@@ -207,3 +210,51 @@ def test_a_folder_drawing_from_the_global_rng_checks_its_submission_and_fails_a_
     assert result["status"] == "pass", result["failures"]
     wrong = cpu_check(problem, GLOBALRNG / "wrong" / "no_bias.py")
     assert wrong["status"] == "fail" and wrong["rule"] == "check_implementation", wrong["reason"]
+
+
+def test_the_eager_clock_writes_the_progress_the_graph_bench_writes(tmp_path, monkeypatch):
+    # main: the eager clock handed its loop no progress callback: okc bench's progress line stood still for a
+    # GPU MODE lab's whole bench, now that eager calls are its default
+    from okc.judge.protocol import eager_clock
+    from okc.judge.protocol.settings import BenchSettings
+    from okc.problems.gpumode.judging import FolderVerifier
+
+    _host_clock(monkeypatch)
+    problem = gpumode_problem(tmp_path, OUTPLACE)
+    settings = BenchSettings.from_options({"min_pairs": 24, "max_pairs": 24, "overhead_us": 0.0}, problem)
+    states: list[dict] = []
+    result = eager_clock.run_eager(problem, OUTPLACE / "submission.py", BASELINE, device=CPU, seed=7, settings=settings,
+                                   names=("001", "baseline"), aa=False, verifier=FolderVerifier(problem, 7, CPU),
+                                   log=lambda line: None, progress=states.append)
+    assert result["status"] == "ok", result["reason"]
+    assert states and states[-1]["pairs"] == 24, states[-1:]
+
+
+def test_a_call_that_cannot_be_captured_falls_back_to_eager_calls_in_the_worker_with_its_progress(tmp_path, monkeypatch):
+    # The graph clock's fallback (--clock graph on a call that waits on the host) ran inside the folder's
+    # after_bench, with no progress and after the bench's memory was let go; the worker's bench kind runs it now
+    from okc.contract import PROGRESS_FILE, read_job
+    from okc.judge.kinds import bench as bench_kind
+    from okc.judge.protocol.eager_clock import HOST_SYNC_MARKER
+
+    problem = gpumode_problem(tmp_path, OUTPLACE)
+    job_dir = make_job(tmp_path / "job", OUTPLACE / "submission.py", "gpumode:problem", kind="bench",
+                       bench={"clock": "graph", "figure": False, "min_pairs": 24, "max_pairs": 24}, cases=["benchmark.1"])
+    monkeypatch.setattr(bench_kind.cpu_timing, "benched_on_cpu", lambda problem, device: False)
+    monkeypatch.setattr(bench_kind, "run_paired", lambda bench, **kwargs: {
+        "status": "error", "reason": f"candidate: {HOST_SYNC_MARKER} (torch.bincount)"})
+    asked: dict = {}
+
+    def eagerly(candidate, against, **kwargs):
+        asked.update(kwargs)
+        kwargs["progress"]({"pairs": 24, "half_width": 0.004, "score": 1.0})
+        return {"status": "ok", "reason": "eager timing", "score": 1.0, "protocol": {"clock": "eager"}}
+
+    monkeypatch.setattr(problem, "bench_eagerly", eagerly)
+    lines: list[str] = []
+    result = bench_kind.run_kind(read_job(job_dir), job_dir, problem, device=torch.device("cuda"), seed=7,
+                                 phase=lambda *args, **info: None, log=lines.append)
+    assert result["status"] == "ok" and asked["settings"].clock == "graph" and asked["names"][1] == "baseline"
+    assert asked["cases"] == ["benchmark.1"]  # --cases holds for the eager calls too (the H200's grayscale survey)
+    assert any("cannot be captured into a CUDA graph: timing eager calls instead" in line for line in lines), lines
+    assert json.loads((job_dir / PROGRESS_FILE).read_text())["pairs"] == 24

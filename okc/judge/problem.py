@@ -236,15 +236,16 @@ class Problem(abc.ABC):
     default_clock: str = "graph"
 
     def bench_eagerly(self, candidate: Path, against: Path, *, device: torch.device, seed: int, settings,
-                      names: tuple[str, str], aa: bool, log, cases: list[str] | None = None, explain=None) -> dict:
-        """(requires_capture False only) The paired bench on the eager clock (okc.judge.protocol.eager_clock)."""
+                      names: tuple[str, str], aa: bool, log, cases: list[str] | None = None, explain=None,
+                      progress=None) -> dict:
+        """(requires_capture False only) The paired bench on the eager clock (okc.judge.protocol.eager_clock): the
+        judge's clock, one asked for, or the graph clock's fallback for a call that cannot be captured."""
         raise NotImplementedError(f"{self.name} is judged on CUDA graph replays: it has no eager clock")
 
     def after_bench(self, result: dict, candidate: Path, against: Path, *, device: torch.device, seed: int, log,
                     settings=None, cases: list[str] | None = None, explain=None) -> dict:
         """A bench's result.json fields, given the paired bench's, its settings and the cases it timed (None: all
-        scored; a problem may add a statistic of its own, or time again where the paired bench could not, its
-        steps wrapped by ``explain`` as the paired bench's were)."""
+        scored; a problem may add a statistic of its own, its steps wrapped by ``explain`` as the paired bench's were)."""
         return result
 
     def shape_row(self, case: Case, x: object) -> dict:

@@ -206,12 +206,21 @@ def run_kind(job, job_dir: Path, problem: Problem, *, device: torch.device, seed
     runnable = on_cpu or (device.type == "cuda" and torch.cuda.is_available())
     verifier = Verifier.start(problem.name, seed, device, job_dir, warm=True) if settings.rechecks and runnable else None
     names = (job.candidate.name, against_name)
+
+    def eagerly() -> dict:
+        return problem.bench_eagerly(candidate, against, device=device, seed=seed, settings=settings, names=names,
+                                     aa=job.aa, log=log, cases=job.cases, explain=explain, progress=common["progress"])
+
     try:
         if settings.clock == "eager" and not on_cpu:  # the judge's or asked for: nothing captured (a CPU's is eager)
-            result = problem.bench_eagerly(candidate, against, device=device, seed=seed, settings=settings, names=names,
-                                           aa=job.aa, log=log, cases=job.cases, explain=explain)
+            result = eagerly()
         else:
             result = run_paired(bench, names=names, aa=job.aa, verifier=verifier, log=log)
+            if not problem.requires_capture and not on_cpu and cannot_capture(result):  # as its eval.py times it
+                log(result["reason"].splitlines()[0])
+                log("a side's call cannot be captured into a CUDA graph: timing eager calls instead, as GPU MODE's eval does")
+                bench.release()  # the graphs captured so far, before the eager sides load
+                result = eagerly()
         if settings.systematic and result.get("status") == "ok" and settings.clock != "eager":
             def again(changed: BenchSettings) -> dict:
                 other = make(problem, candidate, against, device=device, **{**common, "settings": changed})
@@ -225,9 +234,9 @@ def run_kind(job, job_dir: Path, problem: Problem, *, device: torch.device, seed
     finally:
         if verifier is not None:
             verifier.close()
-    # The folder's eval.py may run next (a figure, after a bench that ended ok or one timed eagerly instead), in a
-    # process of its own, on this GPU; not after a held stream (a sync would wait on it). A lost context: a no-op.
-    if problem.uses_gpu_after_bench and not on_cpu and (result.get("status") == "ok" or cannot_capture(result)):
+    # The folder's eval.py may run next (a figure, after a bench that ended ok), in a process of its own, on this
+    # GPU; not after a held stream (a sync would wait on it). A lost context: a no-op.
+    if problem.uses_gpu_after_bench and not on_cpu and result.get("status") == "ok":
         bench.release()
     result = problem.after_bench({**result, "device": device.type}, candidate, against, device=device, seed=seed, log=log,
                                  settings=settings, cases=job.cases, explain=explain)

@@ -146,8 +146,10 @@ class EagerBench:
     """A paired bench on the eager clock, in okc.judge.kinds.bench.Bench's steps (for benchcases.run_paired)."""
 
     def __init__(self, problem: Problem, candidate: Path, against: Path, *, device: torch.device, seed: int, settings,
-                 log: Callable[[str], None] = print, cases: list[str] | None = None) -> None:
+                 log: Callable[[str], None] = print, cases: list[str] | None = None,
+                 progress: Callable[[dict], None] | None = None) -> None:
         self.problem, self.device, self.seed, self.settings, self.log = problem, device, seed, settings, log
+        self.progress = progress or (lambda state: None)  # progress.json, as the graph bench writes it
         self.cases = scored_cases(problem, cases)  # okc bench --cases: those alone (None: every scored case)
         self.loads = scored_loads(problem, self.cases)
         self.sources = {"candidate": candidate, "baseline": against}
@@ -171,7 +173,7 @@ class EagerBench:
         self.draws = Draws(self.seed, [case.key for case in self.cases], first=self.settings.first_draw)
         clock = EagerClock(problem, self.cases, sides, self.draws, self.flush, device, picker)
         self.loop = PairLoop(clock, len(self.cases), case_load_matrix(self.cases, self.loads), self.settings,
-                             lambda state: None, self.log)
+                             self.progress, self.log)
 
     def describe(self) -> str:
         return note(self.settings.flush, eager_why(self.settings))
@@ -192,10 +194,12 @@ class EagerBench:
 
 def run_eager(problem: Problem, candidate: Path, against: Path, *, device: torch.device, seed: int, settings,
               names: tuple[str, str], aa: bool, verifier, log, cases: list[str] | None = None,
-              explain: Callable[[object], None] | None = None) -> dict:
+              explain: Callable[[object], None] | None = None, progress: Callable[[dict], None] | None = None) -> dict:
     """The paired bench on the eager clock: result.json's bench fields, ``protocol.clock`` "eager". ``explain``
-    wraps the bench's steps, as the worker's bench kind wraps its own (a side's traceback and file:line)."""
-    bench = EagerBench(problem, candidate, against, device=device, seed=seed, settings=settings, log=log, cases=cases)
+    wraps the bench's steps, as the worker's bench kind wraps its own (a side's traceback and file:line);
+    ``progress`` gets the loop's states (the worker's progress.json: okc bench's progress line)."""
+    bench = EagerBench(problem, candidate, against, device=device, seed=seed, settings=settings, log=log, cases=cases,
+                       progress=progress)
     if explain is not None:
         explain(bench)
     result = run_paired(bench, names=names, aa=aa, verifier=verifier, log=log)

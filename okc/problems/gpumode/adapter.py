@@ -290,26 +290,21 @@ class GpuModeProblem(Problem):
 
     # --- the bench's second figure -------------------------------------------------------------------
     def bench_eagerly(self, candidate: Path, against: Path, *, device: torch.device, seed: int, settings,
-                      names: tuple[str, str], aa: bool, log, cases: list[str] | None = None, explain=None) -> dict:
+                      names: tuple[str, str], aa: bool, log, cases: list[str] | None = None, explain=None,
+                      progress=None) -> dict:
         """The paired bench on the eager clock, its timed outputs re-judged by check_implementation."""
         verifier = self.own_verifier(seed, device)
         try:
             result = eager_clock.run_eager(self, candidate, against, device=device, seed=seed,
                                            settings=dataclasses.replace(settings, rechecks=True), names=names, aa=aa,
-                                           verifier=verifier, log=log, cases=cases, explain=explain)
+                                           verifier=verifier, log=log, cases=cases, explain=explain, progress=progress)
         finally:
             verifier.close()
         return {**result, "device": device.type}
 
     def after_bench(self, result: dict, candidate: Path, against: Path, *, device: torch.device, seed: int, log,
                     settings=None, cases: list[str] | None = None, explain=None) -> dict:
-        """The folder's figure beside okc's; first, a bench whose call cannot be captured is timed eagerly."""
-        if settings is not None and device.type == "cuda" and eager_clock.cannot_capture(result):
-            log(f"{result['reason']}".splitlines()[0])
-            log("a side's call cannot be captured into a CUDA graph: timing eager calls instead, as the folder's eval does")
-            result = self.bench_eagerly(candidate, against, device=device, seed=seed, settings=settings,
-                                        names=(result["candidate"], result["against"]), aa=result["aa"], log=log,
-                                        cases=cases, explain=explain)
+        """The folder's figure beside okc's."""
         if settings is not None and not settings.figure:
             log("no GPU MODE figure: the bench was asked for none (okc bench --no-figure)")
             return result

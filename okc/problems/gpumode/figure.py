@@ -201,7 +201,7 @@ def disagreement(figure: dict, verdict: str | None, floor: float, clock: str = "
              if disputed else "")
     how = ("both time eager calls, so the difference is elsewhere (the inputs, memory, the process)" if clock == "eager"
            else "okc times CUDA graph replays (the GPU's time alone), the folder's eval.py eager calls (the host's "
-                "launch time counts where the GPU waits on it): `okc bench --clock eager` times them as it does")
+                "launch time counts where the GPU waits on it): okc bench without --clock graph times them as it does")
     return (f"okc's paired speedup {speedup:.4f} and the folder's figure {figure['speedup']:.4f} disagree beyond "
             f"both spreads: {which}{how}; the leaderboard ranks the folder's figure"), disputed
 
