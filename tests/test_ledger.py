@@ -204,3 +204,21 @@ def test_bench_settings_take_the_targets_aa_floor(lab):
                          score=0.996, ci_lo=0.993, ci_hi=0.999))
     assert runner.with_aa_floor(conn, "local", {})["aa_floor"] == 0.007
     assert runner.with_aa_floor(conn, "local", {"aa_floor": 0.02})["aa_floor"] == 0.02
+
+
+def test_the_aa_floor_is_the_benchs_clocks(tmp_path):
+    # A GPU MODE lab's bench times eager calls now: an older A/A on graph replays (clock NULL) is no floor for it,
+    # nor an eager one for a bench asked --clock graph (eager timing's noise is not graph replays')
+    from okc.jobs import runner
+
+    conn = open_ledger(tmp_path / "ledger.db")
+    aa = dict(kind="bench", against=f"000_baseline{ledger.AA_MARK}", target="local", number=0)
+    record_run(conn, run(**aa, score=0.999, ci_lo=0.998, ci_hi=1.0))  # an older okc's: graph replays
+    assert ledger.latest_aa(conn, "local").ci_lo == 0.998 and ledger.latest_aa(conn, "local", "eager") is None
+    assert "aa_floor" not in runner.with_aa_floor(conn, "local", {}, "eager")
+    record_run(conn, run(**aa, score=1.0, ci_lo=0.99, ci_hi=1.01, clock="eager"))
+    assert runner.with_aa_floor(conn, "local", {}, "eager")["aa_floor"] == 0.01
+    assert runner.with_aa_floor(conn, "local", {})["aa_floor"] == 0.002  # a built-in lab's: the graph one
+    record_run(conn, run(**aa, score=1.0, ci_lo=0.997, ci_hi=1.003, clock="graph", scope="clock graph"))
+    assert runner.with_aa_floor(conn, "local", {"clock": "graph"}, "eager")["aa_floor"] == 0.003  # asked for
+    assert runner.with_aa_floor(conn, "local", {}, "eager")["aa_floor"] == 0.01

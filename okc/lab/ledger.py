@@ -314,14 +314,16 @@ def runs(conn: sqlite3.Connection, candidate_number: int | None = None, kind: st
 AA_MARK = " (A/A)"  # how an A/A bench names what it ran against
 
 
-def latest_aa(conn: sqlite3.Connection, target: str) -> Run | None:
-    """The latest finished A/A bench on ``target``: its CI is that target's noise floor. Only a whole one: an A/A
-    of some cases, or under another protocol (a scope), is not the floor of the default bench's score."""
+def latest_aa(conn: sqlite3.Connection, target: str, clock: str = DEFAULT_CLOCK) -> Run | None:
+    """The latest finished A/A bench on ``target`` timed on ``clock``: its CI is that target's noise floor. Only a
+    whole one: an A/A of some cases, or under another protocol (a scope), is not the floor of the default bench's
+    score; nor is one on the other clock (eager timing's noise is not graph replays'), but for a bench on the clock
+    asked for (scope "clock graph" in a lab whose judge is eager)."""
     row = conn.execute(
         "SELECT * FROM runs WHERE kind = 'bench' AND target = ? AND against LIKE ? AND ci_lo IS NOT NULL "
-        "AND scope IS NULL "
+        "AND (scope IS NULL OR scope = ?) AND COALESCE(clock, ?) = ? "
         "ORDER BY id DESC LIMIT 1",
-        (target, f"%{AA_MARK}"),
+        (target, f"%{AA_MARK}", f"clock {clock}", DEFAULT_CLOCK, clock),
     ).fetchone()
     return None if row is None else run_from_row(row)
 
