@@ -367,8 +367,11 @@ def test_the_judges_clock_is_the_folders_eval_pys():
 
     eager = (GPUMODE_FOLDERS / "eval.py").read_bytes()
     assert eval_clock(eager) == "eager" and eval_clock(None) == "eager"  # no eval.py: okc's figure loop is eager
-    for mark in (b"g = torch.cuda.CUDAGraph()", b"with torch.cuda.graph(g):", b"g.replay()"):
+    for mark in (b"g = torch.cuda.CUDAGraph()", b"with torch.cuda.graph(g):", b"g.replay()", b"g . replay ( )"):
         assert eval_clock(eager + b"\n" + mark + b"\n") == "graph", mark
+    for said in (b"# no torch.cuda.CUDAGraph here: eager calls", b'NOTE = "we never call g.replay()"'):
+        assert eval_clock(eager + b"\n" + said + b"\n") == "eager", said  # a comment or a string is no capture
+    assert eval_clock(b"def broken(:\n    g.replay()\n") == "graph"  # untokenizable: the text is read as it is
     for name in ("pmpp_v2", "pmpp"):  # gpu-mode/reference-kernels' own, where a checkout is at hand (.refk, ignored)
         real = REPO / ".refk" / name / "eval.py"
         if real.is_file():

@@ -29,11 +29,27 @@ GRAPH_MARKS = (b"CUDAGraph", b"cuda.graph(", b"make_graphed_callables", b".repla
 
 def eval_clock(eval_source: bytes | None) -> str:
     """The clock (okc.benchrules.CLOCKS) a folder's eval.py times a call on, and so okc's for its bench by default:
-    "graph" where it replays CUDA graphs, else "eager" (one call between CUDA events, its host time counting where
-    the GPU waits on it). A folder without eval.py is "eager" too: okc's figure for it is its own eager loop."""
-    if eval_source is not None and any(mark in eval_source for mark in GRAPH_MARKS):
-        return "graph"
-    return "eager"
+    "graph" where its code replays CUDA graphs (not a comment or a string that names them), else "eager" (one call
+    between CUDA events, its host time counting where the GPU waits on it). A folder without eval.py is "eager"
+    too: okc's figure for it is its own eager loop."""
+    if eval_source is None:
+        return "eager"
+    code = _code_of(eval_source)
+    return "graph" if any(mark in code for mark in GRAPH_MARKS) else "eager"
+
+
+def _code_of(source: bytes) -> bytes:
+    """``source``'s names, operators and numbers, run together (no comments, strings or spaces); the source itself
+    where Python cannot tokenize it."""
+    import io
+    import tokenize
+
+    kept = (tokenize.NAME, tokenize.OP, tokenize.NUMBER)
+    try:
+        return "".join(token.string for token in tokenize.tokenize(io.BytesIO(source).readline)
+                       if token.type in kept).encode()
+    except (tokenize.TokenError, SyntaxError, UnicodeDecodeError):
+        return source
 
 
 def _scalar(value: object) -> bool:
