@@ -74,7 +74,7 @@ def test_units_that_fit():
 class _TwoInFlight:
     """A clock with two batches in flight whose every replay's output is kept (1 KiB each)."""
 
-    in_flight, slots, slot_seed = 2, 1, 0
+    in_flight, slots, slot_seed, ops_cap, cap_reason = 2, 1, 0, None, ""
 
     def __init__(self) -> None:
         self.outstanding, self.most_outstanding = 0, 0

@@ -124,6 +124,8 @@ class CpuClock:
     in_flight = 1
     slots = 1
     slot_seed = 0
+    ops_cap: int | None = None  # a call's input is drawn as it runs: a batch holds no inputs of its own
+    cap_reason = ""
 
     def __init__(self, problem: Problem, cases: list[Case], sides: dict[str, CpuSide], draws: Draws, settings,
                  picker: Picker | None = None) -> None:

@@ -52,7 +52,8 @@ PROGRESS_INTERVAL_S = 0.2  # progress.json is rewritten at most this often (the 
 
 class Clock(Protocol):
     in_flight: int  # batches the loop may keep started and not yet collected
-    # (optional) ops_cap: the most ops a batch may hold (memory), and cap_reason: why, for the log
+    ops_cap: int | None  # the most ops a batch may hold (its drawn inputs' memory); None: the settings' batch_ops
+    cap_reason: str  # why, a line for the bench's log ("" where ops_cap is None)
     slots: int  # graph slots a side replays in turn (okc.judge.protocol.pairs.slots); 1 without copies
     slot_seed: int
 
@@ -93,7 +94,7 @@ class PairLoop:
     @property
     def batch_ops(self) -> int:
         """The settings' batch size, or less where the clock says memory holds less (``ops_cap``)."""
-        cap = getattr(self.clock, "ops_cap", None)
+        cap = self.clock.ops_cap
         return self.settings.batch_ops if cap is None else max(pairs.OPS_PER_CASE, min(cap, self.settings.batch_ops))
 
     @property
@@ -120,7 +121,7 @@ class PairLoop:
     def warm_up(self) -> None:
         """Pairs run and thrown away first (clocks ramp up, first replays are slow)."""
         voided = 0
-        if self.batch_ops < self.settings.batch_ops and getattr(self.clock, "cap_reason", ""):
+        if self.batch_ops < self.settings.batch_ops and self.clock.cap_reason:
             self.log(self.clock.cap_reason)
         for number, units in enumerate(pairs.plan(0, self.settings.warmup_pairs, self.cases, self.batch_ops,
                                                   self.runs)):
