@@ -342,3 +342,19 @@ def test_ctrl_c_cancels_a_pod_sweeps_screen_job_there_and_keeps_the_points_it_fi
     screened = {row["point"] for row in before}
     assert Point.of(FAST).id in screened and len(screened) < 4
     assert {line["point"] for line in read_lines(job)} == screened
+
+
+def test_a_sweep_in_a_lab_whose_judge_times_eager_calls_is_refused_before_any_job(tmp_path, monkeypatch):
+    # A sweep replays CUDA graphs; a GPU MODE folder's eval.py times eager calls, and the two ranked pmpp_v2's
+    # sort on opposite sides of 1 (benchmarks/NOTES.md, 2026-12-06 fourth session): its points would be ranked
+    # by a clock its judge does not use. main: each point's job was made and then refused by the worker.
+    from conftest import GPUMODE_FOLDERS, gpumode_lab
+
+    root = gpumode_lab(tmp_path, monkeypatch, GPUMODE_FOLDERS / "outplace")
+    (root / "experiments").mkdir(exist_ok=True)
+    shutil.copy(REPO / "experiments" / "tiny_demo.yaml", root / "experiments")
+    shutil.copytree(REPO / "experiments" / "templates", root / "experiments" / "templates", dirs_exist_ok=True)
+    done = CliRunner().invoke(app, ["sweep", "tiny_demo"])
+    assert done.exit_code == 2, done.output
+    assert "a sweep times CUDA graph replays" in done.output and "eager calls" in done.output, done.output
+    assert not (root / "results" / "experiments").exists() or not any((root / "results" / "experiments").iterdir())

@@ -35,8 +35,13 @@ class SweepOptions:
             check_emit(self.emit, lab.candidates)
 
     def preflight(self, lab: Lab, experiment: Any, on: str | None) -> None:
-        """The sweep's shapes (an okc.sweeps.experiments.Experiment's) are the problem's cases, and this
-        machine can run its jobs if it is a target."""
+        """The sweep's shapes (an okc.sweeps.experiments.Experiment's) are the problem's cases, its points are timed
+        on the judge's clock (a sweep replays graphs), and this machine can run its jobs if it is a target."""
+        from okc.lab.gpumode import judge_clock
+
+        if judge_clock(lab) != "graph":  # graph replays read pmpp_v2's sort "faster" where its eval.py read slower
+            raise ConfigError(f"sweep {experiment.name}: a sweep times CUDA graph replays, and {lab.problem}'s judge "
+                              "(its folder's eval.py) times eager calls; bench each point with okc bench instead")
         try:
             check_cases(lab.problem, tuple(experiment.check_cases()), None)
         except ConfigError as exc:
