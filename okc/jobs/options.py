@@ -111,8 +111,6 @@ class BenchOptions:
             raise ConfigError(f"--layout is one of {', '.join(benchrules.LAYOUTS)}, not {self.layout!r}")
         if self.clock is not None and self.clock not in benchrules.CLOCKS:
             raise ConfigError(f"--clock is one of {', '.join(benchrules.CLOCKS)}, not {self.clock!r}")
-        if self.clock == "eager" and self.systematic:
-            raise ConfigError("--systematic scores the graph clock's protocol variants; it cannot be --clock eager")
         if self.solo and self.layout not in (None, "solo"):
             raise ConfigError(f"--solo is --layout solo; it cannot also be --layout {self.layout}")
 
@@ -120,8 +118,9 @@ class BenchOptions:
         """The bench settings a job carries (job.json's ``bench``). ``judge_clock``: the lab's judge's clock
         (okc.lab.gpumode.judge_clock), said only when --clock asks for the other."""
         if self.systematic and (self.clock or judge_clock) != "graph":
-            raise ConfigError("--systematic scores the graph clock's protocol variants; this lab's bench times eager "
-                              "calls, as its folder's eval.py does: add --clock graph")
+            raise ConfigError("--systematic scores the graph clock's protocol variants; " + (
+                "it cannot be --clock eager" if self.clock else
+                "this lab's bench times eager calls, as its folder's eval.py does: add --clock graph"))
         settings: dict[str, Any] = {"target_half_width": self.half_width, "min_pairs": self.min_pairs,
                                     "max_pairs": self.max_pairs}
         if self.overhead_us is not None:

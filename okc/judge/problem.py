@@ -228,8 +228,8 @@ class Problem(abc.ABC):
         results, close) that judges this problem's outputs; the check uses it as it uses the verifier."""
         raise NotImplementedError(f"{self.name} is judged by okc's verifier (own_judge is False)")
 
-    # True: after_bench runs other processes on the GPU (a GPU MODE folder's eval.py), so the bench hands its memory
-    # back first (okc.judge.kinds.bench.Bench.release); False saves a bench that ends at once the collection
+    # True: after_bench runs other processes on the GPU (a GPU MODE folder's eval.py), so the bench drops what it holds
+    # first (okc.judge.kinds.bench.Bench.drop) and after_bench gives the memory back; False saves the collection
     uses_gpu_after_bench: bool = False
     # The clock (okc.benchrules.CLOCKS) the bench times a call on when job.json names none: the judge's. "graph"
     # (CUDA graph replays) for okc's problems; a GPU MODE folder's is its eval.py's (okc.problems.gpumode.eval_clock).

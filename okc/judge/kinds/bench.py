@@ -131,9 +131,13 @@ class Bench:
         return table, stopped_by
 
     def release(self) -> None:
-        """Drop the bench's graphs, imports, inputs and kept outputs, and give their memory back to the
-        driver: what runs on this GPU after the bench (the folder's eval.py, in a process of its own)
-        must not find most of the memory still held here."""
+        """Drop what the bench holds (:meth:`drop`) and give its memory back to the driver: what runs on this GPU
+        after the bench (the eager clock's sides, the folder's eval.py) must not find most of it still held here."""
+        self.drop()
+        release_memory()
+
+    def drop(self) -> None:
+        """Drop the bench's graphs, imports, inputs and kept outputs; their memory stays in torch's cache."""
         self.loop = self.flush = self.draws = self._keep = None
         for side in self.sides.by_name.values():
             for module in side.modules:  # only the module itself: a candidate may have renamed it (__name__)
@@ -143,7 +147,6 @@ class Bench:
             side.captured.clear()
         self.sides.inputs.clear()
         self.sides.dropped.clear()
-        release_memory()
 
     @contextmanager
     def _timed(self, name: str):
@@ -235,9 +238,9 @@ def run_kind(job, job_dir: Path, problem: Problem, *, device: torch.device, seed
         if verifier is not None:
             verifier.close()
     # The folder's eval.py may run next (a figure, after a bench that ended ok), in a process of its own, on this
-    # GPU; not after a held stream (a sync would wait on it). A lost context: a no-op.
+    # GPU: the bench lets go of what it holds, and the figure hands the memory back right before it runs.
     if problem.uses_gpu_after_bench and not on_cpu and result.get("status") == "ok":
-        bench.release()
+        bench.drop()
     result = problem.after_bench({**result, "device": device.type}, candidate, against, device=device, seed=seed, log=log,
                                  settings=settings, cases=job.cases, explain=explain)
     if tracebacks and result.get("status") == "error":  # the side's own traceback, for the command to show

@@ -216,7 +216,7 @@ def add_figure(problem, result: dict, candidate: Path, against: Path, *, device,
     if not has_eval:
         log(f"the folder has no {EVAL_FILE}: the second figure is okc's own timing, not the folder's")
     if getattr(device, "type", None) == "cuda":
-        release_memory()  # the bench's cache: eval.py runs in a process of its own, on the same GPU
+        release_memory()  # what the bench dropped: eval.py runs in a process of its own, on the same GPU
     try:
         if has_eval:
             figure = from_eval(problem, candidate, against, seed=seed, log=log, device=device)
