@@ -351,8 +351,26 @@ def line(record: dict, modes: list[str]) -> str:
     runs = figure_runs_line(figure)  # okc's ABBA eval.py runs: a clock that moved between them shows
     if runs:
         rounds.append(f"figure's {runs}")
+    apart = figure_against_hand(figure, record, modes)
+    if apart:
+        rounds.append(apart)
     return (f"{record['problem']}: " + "; ".join(f"{h} {c}" for h, c in zip(head[1:], row(record, modes, "graph" in record)[1:])) + why
             + (f"; µs mean (best-worst): {'; '.join(rounds)}" if rounds else ""))
+
+
+def figure_against_hand(figure: dict, record: dict, modes: list[str]) -> str | None:
+    """Issue 33's test of the figure: its candidate's mean against eval.py's by hand (leaderboard mode, the figure's),
+    in errs of the two (each the largest run's err eval.py reported)."""
+    if "leaderboard" not in modes:
+        return None
+    end = ((figure.get("candidate") or {}).get("cases") or [{}])[-1]
+    mean, err, _, _ = hand_summary(record, "leaderboard")
+    if mean is None or end.get("mean_us") is None:
+        return None
+    errs = math.hypot(end.get("err_us") or 0.0, err or 0.0)
+    apart = abs(end["mean_us"] - mean) / errs if errs else float("inf")
+    return (f"figure's candidate {fmt(end['mean_us'], '.1f')}±{fmt(end.get('err_us'), '.1f')} against by hand "
+            f"{fmt(mean, '.1f')}±{fmt(err, '.1f')}: {apart:.1f} errs apart")
 
 
 def order_key(problem: Problem) -> tuple:

@@ -233,7 +233,7 @@ def test_the_figure_says_its_order_and_the_gpus_clocks_around_each_sides_eval_py
     assert spread["against"] == [min(stat["against"]["runs"]), max(stat["against"]["runs"])]
     assert spread["speedup"][0] <= stat["speedup"] <= spread["speedup"][1]
     assert stat["against"]["score_us"] == pytest.approx(sum(stat["against"]["runs"]) / 2)
-    assert f"(runs {spread['speedup'][0]:.4f}-{spread['speedup'][1]:.4f})" in figure.summary_line(stat)
+    assert f"(runs {spread['speedup'][0]:.4f}-{spread['speedup'][1]:.4f}; with their own errs" in figure.summary_line(stat)
     # the runs at a glance, as the survey script prints them (its own copy crashed on the H200 when the
     # readings became a list a run; it calls this now)
     said = figure.runs_line(stat)

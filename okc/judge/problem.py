@@ -234,6 +234,9 @@ class Problem(abc.ABC):
     # The clock (okc.benchrules.CLOCKS) the bench times a call on when job.json names none: the judge's. "graph"
     # (CUDA graph replays) for okc's problems; a GPU MODE folder's is its eval.py's (okc.problems.gpumode.eval_clock).
     default_clock: str = "graph"
+    # How the judge times an eager call unlike okc's eager clock, in words (None: as okc does; see
+    # okc.problems.gpumode.taskfile.eager_gap): the eager bench's protocol line says it.
+    eager_gap: str | None = None
 
     def bench_eagerly(self, candidate: Path, against: Path, *, device: torch.device, seed: int, settings,
                       names: tuple[str, str], aa: bool, log, cases: list[str] | None = None, explain=None,

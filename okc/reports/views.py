@@ -247,8 +247,9 @@ def protocol_line(result: JobResult) -> str:
     if result.device == "cpu":  # the CPU clock times eager calls whichever clock was asked
         pass
     elif protocol.get("clock") == "eager":  # okc.judge.protocol.eager_clock: the judge's, asked for, or a fallback
-        text += "; eager calls, not graph replays " + {
-            "asked": "(okc bench --clock eager)", "judge": "(as GPU MODE's eval.py times them)"}.get(
+        judge = ("(GPU MODE's eval.py times eager calls, but not on okc's timer: see the eager timing line)"
+                 if protocol.get("judge_times_otherwise") else "(as GPU MODE's eval.py times them)")
+        text += "; eager calls, not graph replays " + {"asked": "(okc bench --clock eager)", "judge": judge}.get(
             protocol.get("eager_why"), "(a side cannot be captured)")
     elif protocol.get("judge_clock") == "eager":  # okc bench --clock graph in a GPU MODE lab
         text += "; graph replays, not the eager calls the folder's eval.py times (okc bench --clock graph)"

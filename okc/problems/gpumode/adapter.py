@@ -37,7 +37,7 @@ from okc.judge.verdict.rules import NONFINITE, Verdict, fail
 # (okc.judge.protocol.gpumode_timing).
 from okc.problems.gpumode.figure import add_figure
 from okc.problems.gpumode.places import clear_unwritten, filled_empty, output_places, signature, written_positions
-from okc.problems.gpumode.taskfile import EVAL_FILE, Task, as_kwargs, eval_clock, read_json
+from okc.problems.gpumode.taskfile import EVAL_FILE, Task, as_kwargs, eager_gap, eval_clock, read_json
 
 CHECK = "check_implementation"  # the rule name of a failure the folder's own check found
 ALIASED = "aliased"  # an output tensor shares memory with an input tensor (the reference's does not)
@@ -106,7 +106,8 @@ class GpuModeProblem(Problem):
         self._unwritten: dict[tuple, frozenset[int]] = {}  # a data form -> its uninitialised tensors (places.signature)
         self._last: tuple | None = None  # (an input, its reference output, inputs the reference writes, shares)
         eval_py = self.folder / EVAL_FILE
-        self.default_clock = eval_clock(eval_py.read_bytes() if eval_py.is_file() else None)
+        source = eval_py.read_bytes() if eval_py.is_file() else None
+        self.default_clock, self.eager_gap = eval_clock(source), eager_gap(source)
 
     @classmethod
     def from_folder(cls, folder: Path) -> GpuModeProblem:

@@ -17,6 +17,7 @@ labelled as okc's: it is not the folder's figure.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from okc.judge.protocol import gpumode_timing, stats
@@ -31,6 +32,7 @@ POPCORN_SEED_RANGE = 2**31  # their eval.py combines it with each case's seed; k
 OKC_LABEL = ("okc's own timing, not the folder's figure: the folder has no eval.py (okc's loop after one set's "
              "leaderboard rules: CUDA events around one call after a 256 MB write fill, the mean per case)")
 FIGURE_FLOOR = 0.01  # the figure's side of a dispute: two eval.py runs a side moved 1-3% between processes (NOTES)
+Z95 = 1.96  # a run's own err (eval.py's std / sqrt(runs)) at 95%, two-sided
 IDENTITY = ("problem", "candidate", "against", "aa", "seed", "device", "protocol")
 
 
@@ -93,8 +95,34 @@ def _side(problem, source: Path, *, side: str, seed: int, log, device=None) -> d
     cases = [{"case": f"benchmark.{index}", **row, "spec": task.benchmarks[index].text, "eval_spec": row["spec"]}
              for index, row in zip(indexes, rows)]
     score = gpumode_timing.combine([row["mean_us"] for row in cases], task.ranking_by)
-    return {"score_us": score, "cases": cases, "seconds": run.seconds, "exit_code": run.returncode,
-            "gpu_readings": readings}
+    return {"score_us": score, "rel_err": score_rel_err(cases, task.ranking_by), "cases": cases,
+            "seconds": run.seconds, "exit_code": run.returncode, "gpu_readings": readings}
+
+
+def score_rel_err(cases: list[dict], ranking_by: str) -> float | None:
+    """One eval.py run's score's own relative err, from its cases' (err: std / sqrt(runs), as eval.py reports it;
+    None where a case reports none): the last case's, a geometric mean's sqrt(sum r_i^2) / n, a mean's
+    sqrt(sum err_i^2) / sum mean_i. pmpp's eval.py stops once err/mean < 1%, pmpp_v2's at 0.1%."""
+    errs = [row.get("err_us") for row in cases]
+    if not cases or any(err is None for err in errs):
+        return None
+    if ranking_by == "last":
+        return errs[-1] / cases[-1]["mean_us"]
+    if ranking_by == "geom":
+        return math.sqrt(sum((err / row["mean_us"]) ** 2 for err, row in zip(errs, cases))) / len(cases)
+    return math.sqrt(sum(err ** 2 for err in errs)) / sum(row["mean_us"] for row in cases)
+
+
+def with_errs(against: dict, candidate: dict) -> list[float] | None:
+    """The figure's 95% range: every (against, candidate) pairing of runs' speedup, widened by those two runs' own
+    errs. The runs' spread alone reads a noisy eval.py (pmpp's stops at 1% err after 3 calls) as precise: on an H100,
+    two such runs a side read one file against itself 0.91-0.96 (NOTES 2026-12-06, fifth session). None without errs."""
+    pairs = [(a, ra, c, rc) for a, ra in zip(against["runs"], against.get("rel_errs") or ())
+             for c, rc in zip(candidate["runs"], candidate.get("rel_errs") or ())]
+    if not pairs or any(ra is None or rc is None for _, ra, _, rc in pairs):
+        return None
+    spans = [(a / c, Z95 * math.hypot(ra, rc)) for a, ra, c, rc in pairs]
+    return [min(s * (1 - w) for s, w in spans), max(s * (1 + w) for s, w in spans)]
 
 
 def run_order(rounds: int) -> list[str]:
@@ -129,6 +157,7 @@ def from_eval(problem, candidate: Path, against: Path, *, seed: int, log, device
     speedups = [a / c for a in figure["against"]["runs"] for c in figure["candidate"]["runs"]]
     figure["between_runs"] = {side: [min(figure[side]["runs"]), max(figure[side]["runs"])] for side in runs}
     figure["between_runs"]["speedup"] = [min(speedups), max(speedups)]
+    figure["with_errs"] = with_errs(figure["against"], figure["candidate"])
     return figure
 
 
@@ -142,7 +171,8 @@ def _merged(done: list[dict], ranking_by: str) -> dict:
         cases.append({**rows[0], "mean_us": sum(means) / len(means), "run_means_us": means,
                       "err_us": max(errs, default=None), "runs": sum(row["runs"] for row in rows)})
     return {"score_us": gpumode_timing.combine([row["mean_us"] for row in cases], ranking_by), "cases": cases,
-            "runs": [run["score_us"] for run in done], "seconds": sum(run["seconds"] for run in done),
+            "runs": [run["score_us"] for run in done], "rel_errs": [run.get("rel_err") for run in done],
+            "seconds": sum(run["seconds"] for run in done),
             "exit_code": done[-1]["exit_code"], "gpu_readings": [run["gpu_readings"] for run in done]}
 
 
@@ -170,9 +200,10 @@ def summary_line(figure: dict) -> str:
         f" [{ci[0]:.4f}, {ci[1]:.4f}]" if ci else "")
     if "error" in figure:
         return f"GPU MODE figure ({figure['label']}): none, {figure['error']}{okc}"
-    spread = figure.get("between_runs")
+    spread, errs = figure.get("between_runs"), figure.get("with_errs")
     runs = "" if not spread or len(figure["candidate"].get("runs", ())) < 2 else (
-        f" (runs {spread['speedup'][0]:.4f}-{spread['speedup'][1]:.4f})")
+        f" (runs {spread['speedup'][0]:.4f}-{spread['speedup'][1]:.4f}"
+        + (f"; with their own errs, 95%: {errs[0]:.4f}-{errs[1]:.4f})" if errs else ")"))
     return (f"GPU MODE figure ({figure['label']}): candidate {figure['candidate']['score_us']:.3f} us, "
             f"against {figure['against']['score_us']:.3f} us, speedup {figure['speedup']:.4f}{runs}{okc}")
 
@@ -181,9 +212,11 @@ def _direction(low: float, high: float, floor: float) -> str:
     return "faster" if low > 1.0 + floor else "slower" if high < 1.0 - floor else "same"
 
 
-def disagreement(figure: dict, verdict: str | None, floor: float, clock: str = "graph") -> tuple[str | None, bool]:
+def disagreement(figure: dict, verdict: str | None, floor: float, clock: str = "graph",
+                 gap: str | None = None) -> tuple[str | None, bool]:
     """(what to say, whether the verdict is disputed) where okc's ranked paired speedup and the figure part: okc's
-    CI (its point where it has none) and the figure's runs' speedups do not meet. Disputed: a bench with a verdict
+    CI (its point where it has none) and the figure's runs' speedups, each widened by its runs' own errs
+    (``with_errs``), do not meet. Disputed: a bench with a verdict
     (not an A/A) whose ranked speedup and the folder's eval.py also differ on which side is faster, the figure's
     side read beyond FIGURE_FLOOR (two runs a side are a thin spread). On the H100 (NOTES 2026-12-06, third
     session) pmpp_v2's sort read 1.0143 paired and 0.9639 by its eval.py, prefixsum 2.2659 and 2.4922."""
@@ -192,14 +225,16 @@ def disagreement(figure: dict, verdict: str | None, floor: float, clock: str = "
     if speedup is None or "error" in figure or figure.get("speedup") is None:
         return None, False
     low, high = paired.get("ci") or (speedup, speedup)
-    f_low, f_high = (figure.get("between_runs") or {}).get("speedup") or (figure["speedup"], figure["speedup"])
+    f_low, f_high = (figure.get("with_errs") or (figure.get("between_runs") or {}).get("speedup")
+                     or (figure["speedup"], figure["speedup"]))
     if low <= f_high and f_low <= high:
         return None, False
     ours, theirs = _direction(low, high, floor), _direction(f_low, f_high, max(floor, FIGURE_FLOOR))
     disputed = verdict is not None and figure.get("source") == EVAL_FILE and ours != theirs
     which = (f"they differ on which side is faster (okc's ranked speedup: {ours}; the folder's eval.py: {theirs}); "
              if disputed else "")
-    how = ("both time eager calls, so the difference is elsewhere (the inputs, memory, the process)" if clock == "eager"
+    how = (f"both time eager calls, but the folder's eval.py not as okc does: {gap}" if clock == "eager" and gap
+           else "both time eager calls, so the difference is elsewhere (the inputs, memory, the process)" if clock == "eager"
            else "okc times CUDA graph replays (the GPU's time alone), the folder's eval.py eager calls (the host's "
                 "launch time counts where the GPU waits on it): okc bench without --clock graph times them as it does")
     return (f"okc's paired speedup {speedup:.4f} and the folder's figure {figure['speedup']:.4f} disagree beyond "
@@ -229,7 +264,9 @@ def add_figure(problem, result: dict, candidate: Path, against: Path, *, device,
     figure["paired"] = paired_ranked(result, problem.task.ranking_by, len(problem.task.benchmarks))
     line = summary_line(figure)
     log(line)
-    said, disputed = disagreement(figure, result.get("verdict"), floor, (result.get("protocol") or {}).get("clock", "graph"))
+    protocol = result.get("protocol") or {}
+    said, disputed = disagreement(figure, result.get("verdict"), floor, protocol.get("clock", "graph"),
+                                  protocol.get("judge_times_otherwise"))
     lines = [line] + ([said] if said else [])
     if said:
         log(said)

@@ -23,7 +23,8 @@ DEFAULT_TIMEOUT_S = 180.0
 DEFAULT_RANKING = "last"  # what GPU MODE ranks by when a task does not say
 EVAL_FILE = "eval.py"  # the folder's own harness (kernelbot runs it; okc's figure does too: okc.problems.gpumode.figure)
 # What an eval.py that replays CUDA graphs says; none of GPU MODE's eval.py files seen (pmpp, pmpp_v2, linalg,
-# princeton; gpu-mode/reference-kernels, 2026-12) does: each times eager calls between CUDA events.
+# princeton; gpu-mode/reference-kernels, 2026-12) does: each times eager calls, pmpp_v2's and linalg's between CUDA
+# events after an L2 clear (okc's eager clock), pmpp's by the host's clock around a call and a synchronisation.
 GRAPH_MARKS = (b"CUDAGraph", b"cuda.graph(", b"make_graphed_callables", b".replay()")
 
 
@@ -36,6 +37,25 @@ def eval_clock(eval_source: bytes | None) -> str:
         return "eager"
     code = _code_of(eval_source)
     return "graph" if any(mark in code for mark in GRAPH_MARKS) else "eager"
+
+
+def eager_gap(eval_source: bytes | None) -> str | None:
+    """How a folder's eval.py times an eager call unlike okc's eager clock (CUDA events around one call after an L2
+    flush, okc.judge.protocol.eager_clock), in words for the bench's protocol line; None where it times as okc does,
+    or has no eval.py (okc's figure is then its own loop, on events). Read from its code, not its comments: events
+    where it reads ``elapsed_time``, else the host's clock where it reads ``perf_counter``; an L2 clear where it
+    calls a ``clear_l2...`` function. On pmpp's eval.py (the host's clock, no clear) the call's launch and the
+    synchronisation count, and a call finds what the last one left in L2: okc's score leaves both out."""
+    if eval_source is None:
+        return None
+    code = _code_of(eval_source)
+    gaps = []
+    if b"elapsed_time" not in code and b"perf_counter" in code:
+        gaps.append("it reads the host's clock around a call and a device synchronisation (the call's launch and the "
+                    "synchronisation count there; they do not in okc's CUDA events)")
+    if b"clear_l2" not in code:
+        gaps.append("it clears no L2 before a call (a call finds what the last one left there; okc's flushes it)")
+    return "; ".join(gaps) or None
 
 
 def _code_of(source: bytes) -> bytes:

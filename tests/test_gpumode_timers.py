@@ -1,0 +1,132 @@
+"""How a GPU MODE folder's eval.py times a call, beside okc's eager clock, and how far its own figure can be trusted.
+
+On an H100 (benchmarks/NOTES.md, 2026-12-06, fifth session), GPU MODE's first pmpp set's eval.py (the host's clock
+around a call and a synchronisation, no L2 clear, stopping once err/mean < 1%) read its own vectoradd submission
+(``A + B``, the reference's code) 0.91-0.99 against the reference over five benches, while okc's eager clock read
+1.000 and said every call was timed "as GPU MODE's eager eval.py times it".
+"""
+
+from __future__ import annotations
+
+import pytest
+from conftest import GPUMODE_FOLDERS, REPO, gpumode_problem
+
+from okc.judge.protocol import eager_clock
+from okc.problems.gpumode import figure
+from okc.problems.gpumode.taskfile import eager_gap, eval_clock
+
+EVENTS_AND_CLEAR = b"""
+import time
+import torch
+from utils import clear_l2_cache
+
+def timed(kernel, data):
+    bm_start = time.perf_counter_ns()  # its time budget, not a call's time
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    clear_l2_cache()
+    start.record()
+    out = kernel(data)
+    end.record()
+    torch.cuda.synchronize()
+    return out, start.elapsed_time(end)
+"""
+HOST_CLOCK = b"""
+import time
+import torch
+
+def timed(kernel, data):
+    # unlike elapsed_time of CUDA events, and no clear_l2_cache() here
+    torch.cuda.synchronize()
+    start = time.perf_counter_ns()
+    out = kernel(data)
+    torch.cuda.synchronize()
+    return out, time.perf_counter_ns() - start
+"""
+EVENTS_NO_CLEAR = EVENTS_AND_CLEAR.replace(b"from utils import clear_l2_cache\n", b"").replace(b"    clear_l2_cache()\n", b"")
+
+
+def test_each_eval_py_is_read_for_its_timer_and_its_l2_clear_from_its_code_not_its_comments(tmp_path):
+    # main: every GPU MODE folder whose eval.py times eager calls was said to be timed as okc's eager clock times
+    assert eager_gap(EVENTS_AND_CLEAR) is None  # pmpp_v2's and linalg's: okc's clock
+    assert eager_gap(None) is None  # no eval.py: okc's figure is its own loop, on events
+    host = eager_gap(HOST_CLOCK)  # pmpp's: the words in its comment do not count
+    assert "host's clock around a call and a device synchronisation" in host and "clears no L2" in host
+    no_clear = eager_gap(EVENTS_NO_CLEAR)  # princeton's
+    assert "clears no L2" in no_clear and "host's clock" not in no_clear
+    assert eval_clock(HOST_CLOCK) == eval_clock(EVENTS_AND_CLEAR) == "eager"  # eager calls all the same
+    # the first set's conventions, as tests/gpumode/firstset holds them: its problem says so
+    first = gpumode_problem(tmp_path, GPUMODE_FOLDERS / "firstset" / "strcheck")
+    assert first.eager_gap is not None and "host's clock" in first.eager_gap
+
+
+def test_the_eager_protocol_line_says_how_the_folders_eval_py_times_otherwise():
+    plain = eager_clock.note("read", "judge")
+    assert "every call is timed as GPU MODE's eager eval.py times it" in plain
+    gap = eager_gap(HOST_CLOCK)
+    said = eager_clock.note("read", "judge", gap)
+    assert "timed as GPU MODE's eager eval.py times it" not in said  # main claimed it for pmpp's eval.py too
+    assert "Not as this folder's eval.py times a call: " + gap in said and "CUDA events around one call" in said
+    assert "the folder's figure beside okc's is the judge's number" in said
+
+
+def test_the_protocol_line_of_a_bench_says_the_judge_times_on_another_timer():
+    from okc.reports.views import protocol_line
+
+    class Result:
+        device, rechecks = "cuda", None
+        protocol = {"clock": "eager", "eager_why": "judge", "flush": "read"}
+
+    assert "(as GPU MODE's eval.py times them)" in protocol_line(Result())
+    Result.protocol = {**Result.protocol, "judge_times_otherwise": eager_gap(HOST_CLOCK)}
+    line = protocol_line(Result())
+    assert "as GPU MODE's eval.py times them" not in line and "not on okc's timer" in line
+
+
+def test_a_runs_own_err_is_its_scores():
+    rows = [{"mean_us": 100.0, "err_us": 1.0}, {"mean_us": 400.0, "err_us": 2.0}]
+    assert figure.score_rel_err(rows, "last") == pytest.approx(0.005)
+    assert figure.score_rel_err(rows, "geom") == pytest.approx((0.01 ** 2 + 0.005 ** 2) ** 0.5 / 2)
+    assert figure.score_rel_err(rows, "mean") == pytest.approx(5 ** 0.5 / 500)
+    assert figure.score_rel_err([{"mean_us": 100.0, "err_us": None}], "last") is None
+
+
+def test_a_noisy_eval_py_is_not_read_as_a_precise_dispute():
+    # pmpp's eval.py stops at err/mean < 1% after three calls, so each run's mean is +-2% at 95%, and two runs a side
+    # are no tighter than that (on an H100 they read one file against itself 0.91-0.99 over five benches). A figure
+    # 3.5% below okc's CI, its runs each at a 1% err, meets okc's once the errs count; by the runs alone it parted.
+    against = {"runs": [556.0, 557.0], "rel_errs": [0.0099, 0.0095]}
+    candidate = {"runs": [586.0, 588.0], "rel_errs": [0.0098, 0.0099]}
+    wide = figure.with_errs(against, candidate)
+    spread = [556.0 / 588.0, 557.0 / 586.0]
+    assert wide[0] < spread[0] and wide[1] > spread[1]
+    assert wide[1] == pytest.approx(557.0 / 586.0 * (1 + 1.96 * (0.0095 ** 2 + 0.0098 ** 2) ** 0.5))
+
+    def fig(with_errs):
+        return {"paired": {"ranking_by": "last", "speedup": 0.985, "ci": [0.972, 0.995]}, "speedup": 0.9486,
+                "between_runs": {"speedup": spread}, "source": "eval.py", "with_errs": with_errs}
+
+    said, disputed = figure.disagreement(fig(None), "slower", 0.0, clock="eager")
+    assert said and "disagree beyond both spreads" in said  # the runs alone: they part
+    assert figure.disagreement(fig(wide), "slower", 0.0, clock="eager") == (None, False)
+    # pmpp_v2's eval.py stops at 0.1%: its runs' errs barely widen them, and sort's dispute stands
+    sort = {"paired": {"ranking_by": "last", "speedup": 1.0143, "ci": [1.0123, 1.0161]}, "speedup": 0.9639,
+            "between_runs": {"speedup": [0.9619, 0.9660]}, "source": "eval.py",
+            "with_errs": figure.with_errs({"runs": [4664.0, 4670.0], "rel_errs": [0.001, 0.001]},
+                                          {"runs": [4840.0, 4845.0], "rel_errs": [0.001, 0.001]})}
+    said, disputed = figure.disagreement(sort, "faster", 0.0, clock="eager", gap=None)
+    assert disputed and "both time eager calls, so the difference is elsewhere" in said
+    said, _ = figure.disagreement(sort, "faster", 0.0, clock="eager", gap=eager_gap(HOST_CLOCK))
+    assert "not as okc does: it reads the host's clock" in said
+    # a run that reports no err leaves the runs' spread as it was
+    assert figure.with_errs({"runs": [1.0], "rel_errs": [None]}, {"runs": [1.0], "rel_errs": [0.01]}) is None
+
+
+def test_the_figure_of_a_folders_eval_py_carries_each_runs_err_and_its_range(tmp_path):
+    problem = gpumode_problem(tmp_path, GPUMODE_FOLDERS / "outplace")
+    stat = figure.from_eval(problem, GPUMODE_FOLDERS / "outplace" / "submission.py",
+                            REPO / "okc/problems/gpumode/baseline.py", seed=3, log=lambda line: None, device=None)
+    errs = stat["against"]["rel_errs"] + stat["candidate"]["rel_errs"]
+    assert len(errs) == 4 and all(err is not None and err >= 0 for err in errs)
+    low, high = stat["with_errs"]
+    assert low <= stat["between_runs"]["speedup"][0] and high >= stat["between_runs"]["speedup"][1]
+    assert "with their own errs, 95%" in figure.summary_line(stat)
