@@ -35,7 +35,7 @@ EXIT_FILE = "exit_code"  # written last: the job is over once it exists
 
 JOB_KINDS = ("check", "bench", "floor", "time", "screen", "try", "profile")  # screen: points, no candidate; try: check then bench
 DEVICES = ("auto", "cpu", "cuda")
-STATUSES = ("pass", "fail", "ok", "error", "timeout", "invalid")  # invalid: a bench's re-check failed, no score
+STATUSES = ("pass", "fail", "ok", "error", "timeout", "invalid")  # invalid: a bench found what it timed untrue, no score
 PASSING = ("pass", "ok")
 # Whose fault an error is: the command line's, the candidate's, okc's, or the machine's (a lost
 # job); or nobody's (the user stopped it). Only candidate and infrastructure errors go in the ledger.

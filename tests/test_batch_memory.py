@@ -135,7 +135,7 @@ def test_the_eager_clock_keeps_one_cases_outputs_a_batch_and_spills_past_the_bou
     from okc.judge.protocol.recheck import Draws
 
     monkeypatch.setattr(eager_clock, "_event_new", lambda *args, **kwargs: None)  # no CUDA events here
-    monkeypatch.setattr(eager_clock.EagerClock, "_timed", lambda self, call: (10.0 + np.random.rand(), call()))
+    monkeypatch.setattr(eager_clock.EagerClock, "_timed", lambda self, call: (10.0 + np.random.rand(), 5.0, call()))
     monkeypatch.setattr(loop, "SPILL_BYTES", 3 * MIB)
     sides = {}
     for name in ("candidate", "baseline"):
@@ -154,6 +154,9 @@ def test_the_eager_clock_keeps_one_cases_outputs_a_batch_and_spills_past_the_bou
     paired.run()
     assert held and max(held) <= 3 * MIB + 2 * MIB  # the bound, plus one case's two outputs
     assert paired.batch_ops == pairs.OPS_PER_CASE
+    # every timed call's tail (end event to the device idle) is kept per side, for the stream guard
+    assert all(len(clock.tails[side]) == len(clock.times[side]) >= 2 * 30 for side in ("candidate", "baseline"))
+    assert eager_clock.stream_guard(clock.tails, clock.times) is None
 
 
 def test_running_out_of_gpu_memory_is_said_as_such_not_as_a_lost_context():

@@ -9,7 +9,9 @@ around a call and a synchronisation, no L2 clear, stopping once err/mean < 1%) r
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import GPUMODE_FOLDERS, REPO, gpumode_problem
 
@@ -137,3 +139,52 @@ def test_the_figure_of_a_folders_eval_py_carries_each_runs_err_and_its_range(tmp
     low, high = stat["with_errs"]
     assert low <= stat["between_runs"]["speedup"][0] and high >= stat["between_runs"]["speedup"][1]
     assert "with their own errs, 95%" in figure.summary_line(stat)
+
+
+# -- work a call leaves on a stream of its own (the eager clock's events are the current stream's) ---------------
+
+
+def test_a_side_whose_calls_leave_work_running_is_named_and_an_honest_pair_is_not():
+    from okc.judge.protocol.eager_clock import TAIL_FLOOR_US, stream_guard
+
+    rng = np.random.default_rng(7)
+    honest = {side: list(rng.normal(6.0, 1.5, 400).clip(2)) for side in ("candidate", "baseline")}
+    times = {side: list(rng.normal(880.0, 5.0, 400)) for side in ("candidate", "baseline")}
+    assert stream_guard(honest, times) is None  # both tails are the host's return from the synchronisation
+    # the candidate's kernel runs on a stream the call does not wait for: its events close at its launch
+    hidden = {**honest, "candidate": list(rng.normal(420.0, 10.0, 400))}
+    said = stream_guard(hidden, {**times, "candidate": list(rng.normal(12.0, 1.0, 400))})
+    assert said.startswith("invalid: the candidate's calls leave work running after they return")
+    assert "join every stream before returning" in said
+    # the side benched against (another candidate, --against) is named as such
+    said = stream_guard({"candidate": honest["candidate"], "baseline": hidden["candidate"]}, times)
+    assert said.startswith("invalid: the side benched against's calls")
+    # a tail a little longer than the other side's is jitter, not hidden work: under the floor, and under 2% of a
+    # long call
+    assert stream_guard({**honest, "candidate": [t + TAIL_FLOOR_US - 1 for t in honest["candidate"]]}, times) is None
+    long = {side: [50_000.0] * 10 for side in ("candidate", "baseline")}
+    assert stream_guard({"candidate": [900.0] * 10, "baseline": [6.0] * 10}, long) is None  # 1.8% of 50 ms
+    assert stream_guard({"candidate": [1100.0] * 10, "baseline": [6.0] * 10}, long) is not None
+    assert stream_guard({"candidate": [], "baseline": [6.0]}, times) is None  # nothing timed on a side: no finding
+
+
+def test_a_bench_that_finds_hidden_work_is_invalid_with_no_score():
+    from okc.judge.protocol import benchcases, stats
+    from okc.judge.protocol.cpu_clock import CpuBench
+    from okc.judge.protocol.settings import BenchSettings
+    from okc.problems.tiny_matvec import PROBLEM as TINY
+
+    bench = CpuBench(TINY, Path(TINY.baseline_source), Path(TINY.baseline_source), seed=3,
+                     settings=BenchSettings(rule=stats.StoppingRule(min_pairs=24, max_pairs=24), judge_overhead_us=0.0),
+                     log=lambda line: None)
+    report = bench.report
+    bench.report = lambda summary: {**report(summary), "invalid_reason": "invalid: hidden work (as the guard says it)"}
+    lines: list[str] = []
+    result = benchcases.run_paired(bench, names=("c", "b"), aa=False, verifier=None, log=lines.append)
+    assert result["status"] == result["verdict"] == "invalid" and "score" not in result
+    assert result["reason"] == "invalid: hidden work (as the guard says it)" and "invalid_reason" not in result
+    assert "invalid: hidden work (as the guard says it)" in lines
+    bench = CpuBench(TINY, Path(TINY.baseline_source), Path(TINY.baseline_source), seed=3,
+                     settings=BenchSettings(rule=stats.StoppingRule(min_pairs=24, max_pairs=24), judge_overhead_us=0.0),
+                     log=lambda line: None)
+    assert benchcases.run_paired(bench, names=("c", "b"), aa=False, verifier=None, log=lines.append)["status"] == "ok"

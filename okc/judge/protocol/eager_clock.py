@@ -15,6 +15,14 @@ judged after the run by the problem's verifier).
 What an eager time holds that a replay's does not: the call's launch cost on the host, for both
 sides alike. Events, the synchronisation and the flush are bound at import (the worker imports
 this before any candidate).
+
+What it would leave out: work a call leaves running on a stream of its own. The events are the
+current stream's, so a call that launches its kernels on another stream and returns reads as
+almost free, and its output is right once the device is synchronised (GPU MODE's eval.py has the
+same hole; a graph capture has not: it must join every stream). So each call's tail is timed too:
+from its end event to an event recorded once the whole device is idle. A side whose median tail
+exceeds the other's by more than :func:`stream_guard` allows is ``invalid``: its time leaves out
+work of its own.
 """
 
 from __future__ import annotations
@@ -53,10 +61,35 @@ _clone = torch._C.TensorBase.clone
 _Tensor = torch.Tensor
 
 CLOCK = "eager"  # result.json's protocol.clock
+# A side's median tail (end event to the device idle) beyond the other side's by more than this many µs, or this share
+# of its own median time, is work it left on another stream. Both sides' tails are the host's return from the
+# synchronisation, a few µs, whatever the call; a hidden kernel adds its own remaining time.
+TAIL_FLOOR_US = 20.0
+TAIL_SHARE = 0.02
 # okc.judge.protocol.capture's words for a call that cannot be captured: one that waits on the host, and
 # one that raises inside the capture (torch.compile's own CUDA graphs, mode="reduce-overhead", may)
 HOST_SYNC_MARKER = "host synchronisation inside kernel_fn"
 CAPTURE_MARKERS = (HOST_SYNC_MARKER, "raised during CUDA graph capture")
+
+
+def stream_guard(tails: dict[str, list[float]], times: dict[str, list[float]]) -> str | None:
+    """Why a side's eager times leave out work it left running on another stream, or None. ``tails``: per side
+    (pairs.SIDES), each timed call's µs from its end event to the device idle; ``times``: each call's event time.
+    An A/A's sides are one file: their tails agree."""
+    sides = ("candidate", "baseline")
+    if not all(tails.get(side) and times.get(side) for side in sides):
+        return None
+    tail = {side: float(np.median(tails[side])) for side in sides}
+    for side, other in (sides, sides[::-1]):
+        own = float(np.median(times[side]))
+        if tail[side] - tail[other] > max(TAIL_FLOOR_US, TAIL_SHARE * own):
+            who = "the candidate's" if side == "candidate" else "the side benched against's"
+            return (f"invalid: {who} calls leave work running after they return: the device is idle a median "
+                    f"{tail[side]:.1f} µs after their end event, {tail[other]:.1f} µs after the other side's, and their "
+                    f"timed median is {own:.1f} µs. Work on a stream of its own that a call does not wait for is not in "
+                    "CUDA events on the current stream (GPU MODE's eval.py would leave it out too): join every stream "
+                    "before returning")
+    return None
 
 
 def cannot_capture(result: dict) -> bool:
@@ -103,17 +136,22 @@ class EagerClock:
                  device: torch.device, picker: Picker | None = None) -> None:
         self.problem, self.cases, self.sides, self.draws, self.flush = problem, cases, sides, draws, flush
         self.device, self.picker, self.variant = device, picker, problem.input_variants[0]
-        self.start, self.end = _event_new(_Event, enable_timing=True), _event_new(_Event, enable_timing=True)
+        self.start, self.end, self.idle = (_event_new(_Event, enable_timing=True) for _ in range(3))
+        self.tails: dict[str, list[float]] = {name: [] for name in sides}  # per side: µs from a call's end to idle
+        self.times: dict[str, list[float]] = {name: [] for name in sides}
 
-    def _timed(self, call: Callable[[], object]) -> tuple[float, object]:
+    def _timed(self, call: Callable[[], object]) -> tuple[float, float, object]:
+        """(the call's µs between its events, µs from its end event to the whole device idle, what it returned)."""
         _device_synchronize()
         self.flush.run()
         stream = _current_stream()
         _record(self.start, stream)
         out = call()
         _record(self.end, stream)
+        _device_synchronize()  # every stream's work: what the call left on one of its own ends here
+        _record(self.idle, stream)
         _device_synchronize()
-        return _elapsed_ms(self.start, self.end) * 1e3, out
+        return _elapsed_ms(self.start, self.end) * 1e3, _elapsed_ms(self.end, self.idle) * 1e3, out
 
     def _side(self, name: str, unit: Unit, final: bool, kept: list) -> float:
         side, case = self.sides[name], self.cases[unit.case]
@@ -122,10 +160,12 @@ class EagerClock:
         if not self.problem.fill_input(x, case, seed, self.variant):
             copy_data(x, self.problem.make_input(case, seed, self.variant, self.device).x)
         try:
-            us, out = self._timed(lambda: self.problem.call(side.module, x, case))
+            us, tail, out = self._timed(lambda: self.problem.call(side.module, x, case))
         except Exception as exc:
             raise BenchFailed(f"{side.name} {case.key}: kernel_fn raised {type(exc).__name__}: {exc}".splitlines()[0],
                               side.name) from None
+        self.tails[name].append(tail)
+        self.times[name].append(us)
         if final or (self.picker is not None and self.picker.pick(unit.pair)):  # decided after the call returned
             kept.append((Recheck(name, unit.case, None if final else unit.pair, number),
                          _clone(out) if type(out) is _Tensor else out))  # a clone: the next call may write there
@@ -160,6 +200,7 @@ class EagerBench:
         self.sources = {"candidate": candidate, "baseline": against}
         self.loop: PairLoop | None = None
         self.flush: timing.Flush | None = None
+        self.clock: EagerClock | None = None
 
     def setup(self) -> None:
         problem, device, rule = self.problem, self.device, self.settings.rule
@@ -176,7 +217,7 @@ class EagerBench:
         self.flush = timing.make_flush(device, self.settings.flush)
         picker = Picker(len(self.cases), rule.min_pairs) if self.settings.rechecks else None
         self.draws = Draws(self.seed, [case.key for case in self.cases], first=self.settings.first_draw)
-        clock = EagerClock(problem, self.cases, sides, self.draws, self.flush, device, picker)
+        self.clock = clock = EagerClock(problem, self.cases, sides, self.draws, self.flush, device, picker)
         self.loop = PairLoop(clock, len(self.cases), case_load_matrix(self.cases, self.loads), self.settings,
                              self.progress, self.log)
 
@@ -194,7 +235,11 @@ class EagerBench:
 
     def report(self, summary: dict) -> dict:
         line = note(self.settings.flush, eager_why(self.settings), self.problem.eager_gap)
-        return {"reason": line, "notes": [line], "flush": self.flush.describe(), "clock": CLOCK}
+        tails = {side: round(float(np.median(done)), 2) for side, done in self.clock.tails.items() if done}
+        report = {"reason": line, "notes": [line], "flush": self.flush.describe(), "clock": CLOCK,
+                  "after_call_tail_us": tails}  # median µs from a call's end event to the device idle, per side
+        hidden = stream_guard(self.clock.tails, self.clock.times)
+        return {**report, "invalid_reason": hidden} if hidden else report
 
 
 def run_eager(problem: Problem, candidate: Path, against: Path, *, device: torch.device, seed: int, settings,
