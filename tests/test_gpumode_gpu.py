@@ -128,7 +128,7 @@ def test_a_call_that_leaves_its_work_on_another_stream_is_invalid_not_free(tmp_p
     # nearly free, its re-checked outputs all right (GPU MODE's eval.py has the same hole; a graph capture has not)
     root = gpumode_lab(tmp_path, monkeypatch, FOLDERS / "vectoradd")
     (root / "candidates" / "002_side_stream.py").write_text(SIDE_STREAM)
-    done = runner.invoke(app, ["bench", "002", "--max-pairs", "48", "--target", "0.05"])
+    done = runner.invoke(app, ["bench", "002", "--min-pairs", "24", "--max-pairs", "48", "--target", "0.05"])
     result = last_result(root, "bench")
     assert result["status"] == "invalid", (result.get("reason"), result.get("after_call_tail_us"))
     assert "the candidate's calls leave work running after they return" in result["reason"], result["reason"]
@@ -136,7 +136,7 @@ def test_a_call_that_leaves_its_work_on_another_stream_is_invalid_not_free(tmp_p
     assert tails["candidate"] > tails["baseline"] + 50, tails
     assert done.exit_code != 0, done.output
     # the folder's own submission, on the same clock, is not: its tail is the other side's
-    done = runner.invoke(app, ["bench", "001", "--max-pairs", "48", "--target", "0.05", "--no-figure"])
+    done = runner.invoke(app, ["bench", "001", "--min-pairs", "24", "--max-pairs", "48", "--target", "0.05", "--no-figure"])
     result = last_result(root, "bench")
     assert result["status"] == "ok", result.get("reason")
     assert abs(result["after_call_tail_us"]["candidate"] - result["after_call_tail_us"]["baseline"]) < 20
