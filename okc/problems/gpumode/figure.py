@@ -117,7 +117,7 @@ def with_errs(against: dict, candidate: dict) -> list[float] | None:
     """The figure's 95% range: every (against, candidate) pairing of runs' speedup, widened by those two runs' own
     relative errs (exp(+-1.96 sqrt(ra^2 + rc^2)): a ratio's range, never below 0). The runs' spread alone reads a
     noisy eval.py (pmpp's stops at 1% err after 3 calls) as precise: on an H100, two such runs a side read one file
-    against itself 0.91-0.96 (NOTES 2026-12-06, fifth session). None without errs."""
+    against itself 0.91-0.99 over five benches (NOTES 2026-12-06, fifth session). None without errs."""
     pairs = [(a, ra, c, rc) for a, ra in zip(against["runs"], against.get("rel_errs") or ())
              for c, rc in zip(candidate["runs"], candidate.get("rel_errs") or ())]
     if not pairs or any(ra is None or rc is None for _, ra, _, rc in pairs):
