@@ -238,6 +238,7 @@ def test_the_figure_says_its_order_and_the_gpus_clocks_around_each_sides_eval_py
     # readings became a list a run; it calls this now)
     said = figure.runs_line(stat)
     assert "SM MHz against 1980->1755, against 1620->1610, candidate 1700->1650" in said and "runs' speedups" in said
+    assert f"({stat['with_errs'][0]:.4f}-{stat['with_errs'][1]:.4f} with their own errs)" in said
 
 
 SPINS = """

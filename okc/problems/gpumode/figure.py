@@ -187,9 +187,10 @@ def runs_line(figure: dict) -> str | None:
     clocks = [f"{side} {mhz(run.get('before'))}->{mhz(run.get('after'))}" for side in ("against", "candidate")
               for run in (figure.get(side) or {}).get("gpu_readings") or [] if run]
     parts = [f"SM MHz {', '.join(clocks)}"] if clocks else []
-    spread = (figure.get("between_runs") or {}).get("speedup")
+    spread, errs = (figure.get("between_runs") or {}).get("speedup"), figure.get("with_errs")
     if spread:
-        parts.append(f"runs' speedups {spread[0]:.4f}-{spread[1]:.4f}")
+        parts.append(f"runs' speedups {spread[0]:.4f}-{spread[1]:.4f}"
+                     + (f" ({errs[0]:.4f}-{errs[1]:.4f} with their own errs)" if errs else ""))
     return "; ".join(parts) or None
 
 
