@@ -219,3 +219,19 @@ def test_a_gpumode_lab_whose_task_yml_broke_still_shows_its_ledger_by_its_eval_p
     assert judge_clock(lab) == "graph"
     (folder / "eval.py").unlink()
     assert judge_clock(lab) == "eager"
+
+
+def test_the_judges_clock_is_read_from_the_eval_py_task_yml_lists_and_only_that_file(tmp_path, monkeypatch):
+    # judge_clock read every file of the folder (okc bench asked twice, okc ledger and okc report once each)
+    import shutil
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    shutil.copytree(GPUMODE_FOLDERS / "histogram", tmp_path / "set" / "histogram")  # lists eval.py from ../eval.py
+    (tmp_path / "set" / "eval.py").write_text("g = torch.cuda.CUDAGraph()\ng.replay()\n")
+    lab = SimpleNamespace(problem="gpumode:set/histogram", root=tmp_path)
+    read = []
+    real = Path.read_bytes
+    monkeypatch.setattr(Path, "read_bytes", lambda self: read.append(self.name) or real(self))
+    assert judge_clock(lab) == "graph"
+    assert read == ["eval.py"]  # not reference.py, task.py, submission.py ...

@@ -60,9 +60,7 @@ def flat_files(folder: Path) -> tuple[Task, dict[str, bytes]]:
     for entry in task.files:
         if entry.source == SUBMISSION:
             continue
-        source = folder / entry.source
-        if not source.is_file() and (folder / entry.name).is_file():
-            source = folder / entry.name  # a folder okc laid out flat already (a lab's copy, a job's)
+        source = _listed_source(folder, entry)
         try:
             files[entry.name] = source.read_bytes()
         except OSError as exc:
@@ -73,6 +71,15 @@ def flat_files(folder: Path) -> tuple[Task, dict[str, bytes]]:
             files[path.name] = path.read_bytes()
     files[TASK_JSON] = (json.dumps(task.to_json(), indent=2) + "\n").encode()
     return task, files
+
+
+def _listed_source(folder: Path, entry) -> Path:
+    """Where a file task.yml lists comes from: its source, or, in a folder okc laid out flat already (a lab's copy,
+    a job's), the file of its name."""
+    source = folder / entry.source
+    if not source.is_file() and (folder / entry.name).is_file():
+        source = folder / entry.name
+    return source
 
 
 def problem_folder(lab) -> Path:
@@ -93,14 +100,16 @@ def judge_clock(lab) -> str:
     cannot be read (a broken task.yml: okc ledger still shows the lab) is read as eval.py's own file, else "eager"."""
     if not gpumode.is_gpumode(lab.problem):
         return "graph"
-    try:
-        source = flat_files(problem_folder(lab))[1].get(EVAL_FILE)
+    folder = problem_folder(lab)
+    path = folder / EVAL_FILE  # the folder's own, where task.yml does not list it (as flat_files takes it)
+    try:  # only eval.py is read: okc bench, okc ledger and okc report each ask
+        path = next((_listed_source(folder, entry) for entry in read_task(folder).files if entry.name == EVAL_FILE), path)
     except ConfigError:
-        try:
-            source = (problem_folder(lab) / EVAL_FILE).read_bytes()
-        except OSError:
-            source = None
-    return eval_clock(source)
+        pass
+    try:
+        return eval_clock(path.read_bytes())
+    except OSError:
+        return eval_clock(None)
 
 
 def copy_into_job(lab, job_dir: Path) -> None:

@@ -237,6 +237,19 @@ def floor_document(result: JobResult, recorded: bool) -> Document:
     return Document(tables=(sizes,), fields=fields, lines=(f"{stored}; job {result.job_id}",))
 
 
+def _clock_words(protocol: dict) -> str:
+    """What a GPU bench's clock adds to its protocol line (okc.judge.protocol.eager_clock: the judge's, asked for,
+    or a fallback; or okc bench --clock graph in a GPU MODE lab)."""
+    if protocol.get("clock") == "eager":
+        judge = ("(GPU MODE's eval.py times eager calls, but not on okc's timer: see the eager timing line)"
+                 if protocol.get("judge_times_otherwise") else "(as GPU MODE's eval.py times them)")
+        return "; eager calls, not graph replays " + {"asked": "(okc bench --clock eager)", "judge": judge}.get(
+            protocol.get("eager_why"), "(a side cannot be captured)")
+    if protocol.get("judge_clock") == "eager":
+        return "; graph replays, not the eager calls the folder's eval.py times (okc bench --clock graph)"
+    return ""
+
+
 def protocol_line(result: JobResult) -> str:
     """Which protocol produced the number, and what its re-checks found (issues 21, 22)."""
     protocol = result.protocol or {}
@@ -244,15 +257,8 @@ def protocol_line(result: JobResult) -> str:
     text = {"solo": "solo: each side timed alone, in blocks of its own replays",
             "runs": "runs: a case's four pairs of a quad back to back, ABBA"}.get(
         layout, "paired: the sides alternate case by case, ABBA over each quad")
-    if result.device == "cpu":  # the CPU clock times eager calls whichever clock was asked
-        pass
-    elif protocol.get("clock") == "eager":  # okc.judge.protocol.eager_clock: the judge's, asked for, or a fallback
-        judge = ("(GPU MODE's eval.py times eager calls, but not on okc's timer: see the eager timing line)"
-                 if protocol.get("judge_times_otherwise") else "(as GPU MODE's eval.py times them)")
-        text += "; eager calls, not graph replays " + {"asked": "(okc bench --clock eager)", "judge": judge}.get(
-            protocol.get("eager_why"), "(a side cannot be captured)")
-    elif protocol.get("judge_clock") == "eager":  # okc bench --clock graph in a GPU MODE lab
-        text += "; graph replays, not the eager calls the folder's eval.py times (okc bench --clock graph)"
+    if result.device != "cpu":  # the CPU clock times eager calls whichever clock was asked: nothing to say
+        text += _clock_words(protocol)
     flush = protocol.get("flush")
     if flush and result.device != "cpu":
         text += f"; {flush} flush"

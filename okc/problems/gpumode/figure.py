@@ -235,12 +235,19 @@ def disagreement(figure: dict, verdict: str | None, floor: float, clock: str = "
     disputed = verdict is not None and figure.get("source") == EVAL_FILE and ours != theirs
     which = (f"they differ on which side is faster (okc's ranked speedup: {ours}; the folder's eval.py: {theirs}); "
              if disputed else "")
-    how = (f"both time eager calls, but the folder's eval.py not as okc does: {gap}" if clock == "eager" and gap
-           else "both time eager calls, so the difference is elsewhere (the inputs, memory, the process)" if clock == "eager"
-           else "okc times CUDA graph replays (the GPU's time alone), the folder's eval.py eager calls (the host's "
-                "launch time counts where the GPU waits on it): okc bench without --clock graph times them as it does")
     return (f"okc's paired speedup {speedup:.4f} and the folder's figure {figure['speedup']:.4f} disagree beyond "
-            f"both spreads: {which}{how}; the leaderboard ranks the folder's figure"), disputed
+            f"both spreads: {which}{_how_they_time(clock, gap)}; the leaderboard ranks the folder's figure"), disputed
+
+
+def _how_they_time(clock: str, gap: str | None) -> str:
+    """Why okc's clock and the folder's eval.py may part: okc's graph replays, or how the eval.py's eager timing
+    differs from okc's (``gap``: okc.problems.gpumode.taskfile.eager_gap)."""
+    if clock != "eager":
+        return ("okc times CUDA graph replays (the GPU's time alone), the folder's eval.py eager calls (the host's "
+                "launch time counts where the GPU waits on it): okc bench without --clock graph times them as it does")
+    if gap:
+        return f"both time eager calls, but the folder's eval.py not as okc does: {gap}"
+    return "both time eager calls, so the difference is elsewhere (the inputs, memory, the process)"
 
 
 def add_figure(problem, result: dict, candidate: Path, against: Path, *, device, seed: int, log,

@@ -8,6 +8,7 @@ GPU MODE adds keys over time. A malformed task is one ValueError naming the file
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from dataclasses import asdict, dataclass, field
@@ -58,6 +59,7 @@ def eager_gap(eval_source: bytes | None) -> str | None:
     return "; ".join(gaps) or None
 
 
+@functools.lru_cache(maxsize=4)  # eval_clock and eager_gap read one eval.py each time a problem is made
 def _code_of(source: bytes) -> bytes:
     """``source``'s names, operators and numbers, run together (no comments, strings or spaces); the source itself
     where Python cannot tokenize it."""
