@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -124,11 +125,8 @@ def _connect(path: Path, read_only: bool = False) -> tuple[sqlite3.Connection, s
 
 
 def _into_wal(conn: sqlite3.Connection) -> None:
-    """Put the ledger in WAL mode. SQLite does not call its busy handler for this pragma: on a fresh file that
-    another process is switching at the same moment it says "database is locked" at once (3 processes opening
-    one new ledger together: 54 of 450 opens refused). So the wait is here, as long as any other lock's."""
-    import time
-
+    """Put the ledger in WAL mode, waiting as for any lock: SQLite calls no busy handler for this pragma (3 processes
+    opening one new ledger together: 54 of 450 opens refused "database is locked" at once)."""
     deadline = time.monotonic() + BUSY_TIMEOUT_S
     while True:
         try:
