@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from okc.podfiles import is_numeric
@@ -22,9 +23,12 @@ MAX_PAIRS = 2000
 MAX_PAIRS_LIMIT = 100_000  # the most any job may ask for: a pair table holds max_pairs rows per side
 TARGET_HALF_WIDTH = 0.005  # relative: the score's CI is score * (1 +- 0.5%)
 # how a side's call is timed: "graph", CUDA graph replays (GPU time alone: okc's problems' judge); "eager", one eager
-# call between CUDA events, as a GPU MODE folder's eval.py times it (the host's launch time counts where the GPU
-# waits). A bench's default is its judge's (okc.judge.problem.Problem.default_clock, okc.lab.gpumode.judge_clock).
+# call at a time, as a GPU MODE folder's eval.py times it (the host's launch time counts where the GPU waits). A
+# bench's default is its judge's (okc.judge.problem.Problem.default_clock, okc.lab.gpumode.judge_clock).
 CLOCKS = ("graph", "eager")
+# how the eager clock (okc.judge.protocol.eager_clock) reads one call's time: "events", CUDA events on the current
+# stream around it; "host", the host's clock around it and a device synchronisation (GPU MODE's first pmpp set).
+TIMERS = ("events", "host")
 LAYOUTS = ("paired", "solo", "runs")  # the order of a bench's replays (okc.judge.protocol.pairs); paired: the default
 QUAD = 4  # pairs per quad, the unit of every statistic (okc.judge.protocol.stats)
 # The smallest sample whose extreme order statistics bracket the median with 95%
@@ -57,6 +61,20 @@ def off_defaults(settings: dict[str, Any]) -> dict[str, Any]:
     """The protocol settings among ``settings`` that are not the default protocol's (a job.json ``bench`` object,
     or a bench's own settings by name): what makes its score another protocol's."""
     return {name: settings[name] for name in PROTOCOL_DEFAULTS if name in settings and settings[name] != PROTOCOL_DEFAULTS[name]}
+
+
+@dataclass(frozen=True)
+class EagerTiming:
+    """How a problem's judge times one eager call: its timer (TIMERS) and whether it clears L2 before the call. The
+    default is okc's own, and pmpp_v2's and linalg's eval.py: CUDA events after an L2 clear. A GPU MODE folder's is
+    read from its eval.py (okc.problems.gpumode.taskfile.eager_timing)."""
+
+    timer: str = "events"
+    clears_l2: bool = True
+
+    def __post_init__(self) -> None:
+        if self.timer not in TIMERS:
+            raise ValueError(f"an eager timer is one of {', '.join(TIMERS)}, got {self.timer!r}")
 
 
 def integer(name: str, value: Any) -> int:

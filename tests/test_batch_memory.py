@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from simgpu import SimulatedGPU, settings, simulated_runner
 
+from okc.benchrules import EagerTiming
 from okc.judge.protocol import gpu_clock, loop, pairs
 from okc.judge.protocol.loop import PairLoop
 from okc.judge.protocol.recheck import Recheck
@@ -117,6 +118,7 @@ class _Fills:
     """A problem stand-in whose input is drawn in place; a call writes a fresh 1 MiB output."""
 
     input_variants = ("normal",)
+    eager_timing = EagerTiming()  # okc's own: CUDA events (the test stands in for them and for the timing)
 
     def fill_input(self, buffer, case, seed, variant) -> bool:
         buffer[0] = seed % 251

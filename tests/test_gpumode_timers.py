@@ -13,15 +13,19 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from conftest import GPUMODE_FOLDERS, REPO, gpumode_problem
 
+from okc.benchrules import EagerTiming
+from okc.judge.problem import Problem
 from okc.judge.protocol import eager_clock
 from okc.problems.gpumode import figure
-from okc.problems.gpumode.taskfile import eager_gap, eval_clock
+from okc.problems.gpumode.taskfile import eager_timing, eval_clock
 
 # the tests' own eval.py times as pmpp_v2's does (CUDA events after an L2 clear); without its clear, as princeton's
 EVENTS_AND_CLEAR = (GPUMODE_FOLDERS / "eval.py").read_bytes()
 EVENTS_NO_CLEAR = EVENTS_AND_CLEAR.replace(b"clear_l2_cache", b"settle")
+FIRSTSET = GPUMODE_FOLDERS / "firstset" / "strcheck"
 HOST_CLOCK = b"""
 import time
 import torch
@@ -37,40 +41,68 @@ def timed(kernel, data):
 
 
 def test_each_eval_py_is_read_for_its_timer_and_its_l2_clear_from_its_code_not_its_comments(tmp_path):
-    # main: every GPU MODE folder whose eval.py times eager calls was said to be timed as okc's eager clock times
-    assert eager_gap(EVENTS_AND_CLEAR) is None  # pmpp_v2's and linalg's: okc's clock
-    assert eager_gap(None) is None  # no eval.py: okc's figure is its own loop, on events
-    host = eager_gap(HOST_CLOCK)  # pmpp's: the words in its comment do not count
-    assert "host's clock around a call and a device synchronisation" in host and "clears no L2" in host
-    no_clear = eager_gap(EVENTS_NO_CLEAR)  # princeton's
-    assert "clears no L2" in no_clear and "host's clock" not in no_clear
+    # main: only words for the gap (eager_gap); okc timed every folder's eager calls on events after a read flush
+    assert eager_timing(EVENTS_AND_CLEAR) == EagerTiming("events", clears_l2=True)  # pmpp_v2's and linalg's
+    assert eager_timing(None) == EagerTiming("events", clears_l2=True)  # no eval.py: okc's own loop, on events
+    assert eager_timing(HOST_CLOCK) == EagerTiming("host", clears_l2=False)  # pmpp's: its comment's words do not count
+    assert eager_timing(EVENTS_NO_CLEAR) == EagerTiming("events", clears_l2=False)  # princeton's, bioml/trimul's
+    assert eager_timing(HOST_CLOCK.replace(b"return out", b"clear_l2_cache()\n    return out")) == EagerTiming("host", True)
     assert eval_clock(HOST_CLOCK) == eval_clock(EVENTS_AND_CLEAR) == "eager"  # eager calls all the same
-    # the first set's conventions, as tests/gpumode/firstset holds them: its problem says so
-    first = gpumode_problem(tmp_path, GPUMODE_FOLDERS / "firstset" / "strcheck")
-    assert first.eager_gap is not None and "host's clock" in first.eager_gap
+    # the first set's conventions, as tests/gpumode/firstset holds them: its problem times so; a folder without
+    # eval.py, and okc's own problems, as okc does
+    for name, folder, timed in (("first", FIRSTSET, EagerTiming("host", clears_l2=False)),
+                                ("plain", GPUMODE_FOLDERS / "vectoradd", EagerTiming())):
+        (tmp_path / name).mkdir()
+        assert gpumode_problem(tmp_path / name, folder).eager_timing == timed
+    assert Problem.eager_timing == EagerTiming("events", clears_l2=True)
+    with pytest.raises(ValueError, match="an eager timer is one of events, host"):
+        EagerTiming("wall")
 
 
-def test_the_eager_protocol_line_says_how_the_folders_eval_py_times_otherwise():
-    plain = eager_clock.note("read", "judge")
-    assert "every call is timed as GPU MODE's eager eval.py times it" in plain
-    gap = eager_gap(HOST_CLOCK)
-    said = eager_clock.note("read", "judge", gap)
-    assert "timed as GPU MODE's eager eval.py times it" not in said  # main claimed it for pmpp's eval.py too
-    assert "Not as this folder's eval.py times a call: " + gap in said and "CUDA events around one call" in said
-    assert "the folder's figure beside okc's is the judge's number" in said
+@pytest.mark.parametrize("timer, clears, said", [
+    ("events", True, "CUDA events around one call, the device synchronised after it, as GPU MODE's eval.py times it, "
+                     "after the read flush"),
+    ("events", False, "CUDA events around one call, the device synchronised after it, as this folder's eval.py times "
+                      "it, no L2 flush (its eval.py clears none)"),
+    ("host", False, "the host's clock around one call and a device synchronisation (work the call leaves on any "
+                    "stream counts), as this folder's eval.py times it, no L2 flush (its eval.py clears none)"),
+    ("host", True, "the host's clock around one call and a device synchronisation (work the call leaves on any stream "
+                   "counts), as this folder's eval.py times it, after the read flush"),
+])
+def test_the_eager_protocol_line_says_how_okc_times_each_call_as_the_folders_eval_py_does(timer, clears, said):
+    # main: the line said CUDA events after the flush for every folder, and how the eval.py timed otherwise beside it
+    line = eager_clock.note("read", "judge", EagerTiming(timer, clears))
+    assert line == (f"eager timing: {eager_clock.WHY['judge']}: {said}; the sides still alternate, and timed outputs "
+                    "are re-checked")
 
 
-def test_the_protocol_line_of_a_bench_says_the_judge_times_on_another_timer():
+def test_an_eager_benchs_protocol_says_its_timer_and_whether_l2_was_cleared():
+    from types import SimpleNamespace
+
+    judge = SimpleNamespace(clock="eager", judge_clock="eager")
+    assert eager_clock.protocol_fields(judge, EagerTiming()) == {
+        "clock": "eager", "eager_why": "judge", "timer": "events", "l2_cleared": True}  # the flush asked for stays
+    assert eager_clock.protocol_fields(judge, EagerTiming("host", False)) == {
+        "clock": "eager", "eager_why": "judge", "timer": "host", "l2_cleared": False, "flush": None}
+
+
+def test_the_protocol_line_of_a_bench_says_its_timer_and_its_flush():
     from okc.reports.views import protocol_line
 
     class Result:
         device, rechecks = "cuda", None
-        protocol = {"clock": "eager", "eager_why": "judge", "flush": "read"}
+        protocol = {"clock": "eager", "eager_why": "judge", "flush": "read", "timer": "events", "l2_cleared": True}
 
-    assert "(as GPU MODE's eval.py times them)" in protocol_line(Result())
-    Result.protocol = {**Result.protocol, "judge_times_otherwise": eager_gap(HOST_CLOCK)}
     line = protocol_line(Result())
-    assert "as GPU MODE's eval.py times them" not in line and "not on okc's timer" in line
+    assert "eager calls, not graph replays (as GPU MODE's eval.py times them); read flush" in line, line
+    Result.protocol = {**Result.protocol, "timer": "host", "l2_cleared": False, "flush": None}
+    line = protocol_line(Result())
+    assert "eager calls on the host's clock, not graph replays (as GPU MODE's eval.py times them)" in line, line
+    assert "; no L2 flush (the folder's eval.py clears none)" in line and "read flush" not in line, line
+    # a result of okc before the host's clock: events after a flush, and words where the eval.py timed otherwise
+    Result.protocol = {"clock": "eager", "eager_why": "judge", "flush": "read", "judge_times_otherwise": "it reads ..."}
+    line = protocol_line(Result())
+    assert "not on okc's timer" in line and "host's clock" not in line and "read flush" in line, line
 
 
 def test_a_runs_own_err_is_its_scores():
@@ -107,10 +139,8 @@ def test_a_noisy_eval_py_is_not_read_as_a_precise_dispute():
             "between_runs": {"speedup": [0.9619, 0.9660]}, "source": "eval.py",
             "with_errs": figure.with_errs({"runs": [4664.0, 4670.0], "rel_errs": [0.001, 0.001]},
                                           {"runs": [4840.0, 4845.0], "rel_errs": [0.001, 0.001]})}
-    said, disputed = figure.disagreement(sort, "faster", 0.0, clock="eager", gap=None)
+    said, disputed = figure.disagreement(sort, "faster", 0.0, clock="eager")
     assert disputed and "both time eager calls, so the difference is elsewhere" in said
-    said, _ = figure.disagreement(sort, "faster", 0.0, clock="eager", gap=eager_gap(HOST_CLOCK))
-    assert "not as okc does: it reads the host's clock" in said
     # a run that reports no err leaves the runs' spread as it was
     assert figure.with_errs({"runs": [1.0], "rel_errs": [None]}, {"runs": [1.0], "rel_errs": [0.01]}) is None
 
@@ -173,3 +203,65 @@ def test_a_bench_that_finds_hidden_work_is_invalid_with_no_score():
                      settings=BenchSettings(rule=stats.StoppingRule(min_pairs=24, max_pairs=24), judge_overhead_us=0.0),
                      log=lambda line: None)
     assert benchcases.run_paired(bench, names=("c", "b"), aa=False, verifier=None, log=lines.append)["status"] == "ok"
+
+
+# -- the eager clock on the host's clock, as the first pmpp set's eval.py times a call ------------------------------
+
+
+@pytest.mark.parametrize("flush", [False, True])
+def test_the_host_clock_times_one_call_and_a_device_synchronisation_and_no_flush_inside(monkeypatch, flush):
+    # main: every eager call was timed by CUDA events on the current stream, whatever the folder's eval.py read
+    from types import SimpleNamespace
+
+    said: list[str] = []
+    ticks = iter([1_000_000, 1_250_000])
+    monkeypatch.setattr(eager_clock, "_device_synchronize", lambda: said.append("synchronise"))
+    monkeypatch.setattr(eager_clock, "_perf_counter_ns", lambda: said.append("clock") or next(ticks))
+    monkeypatch.setattr(eager_clock, "_event_new", lambda *args, **kwargs: pytest.fail("a CUDA event was made"))
+    problem = SimpleNamespace(eager_timing=EagerTiming("host", clears_l2=flush), input_variants=("normal",))
+    runs = SimpleNamespace(run=lambda: said.append("flush")) if flush else None
+    clock = eager_clock.EagerClock(problem, [], {}, None, runs, None)
+    us, tail, out = clock._timed(lambda: said.append("call") or "out")
+    assert (us, tail, out) == (250.0, 0.0, "out")  # the clock stops once the whole device is idle: no tail after it
+    # pmpp's eval.py: synchronise, clock, the call, synchronise, clock; a flush (none in pmpp's) ends before the clock
+    assert said == ["synchronise"] + ["flush", "synchronise"] * flush + ["clock", "call", "synchronise", "clock"]
+
+
+def test_the_events_timer_without_an_l2_clear_runs_no_flush_and_still_times_the_tail(monkeypatch):
+    # princeton's eval.py: events around the call, no L2 clear; the stream guard's tail stays
+    from types import SimpleNamespace
+
+    said: list[str] = []
+    monkeypatch.setattr(eager_clock, "_device_synchronize", lambda: said.append("synchronise"))
+    monkeypatch.setattr(eager_clock, "_event_new", lambda cls, **kwargs: SimpleNamespace(name=None))
+    names = iter(["start", "end", "idle"])
+    monkeypatch.setattr(eager_clock, "_record", lambda event, stream: said.append(event.name or next(names)))
+    monkeypatch.setattr(eager_clock, "_current_stream", lambda: None)
+    monkeypatch.setattr(eager_clock, "_elapsed_ms", lambda start, end: 0.5 if said[-1] == "synchronise" else 0.0)
+    problem = SimpleNamespace(eager_timing=EagerTiming("events", clears_l2=False), input_variants=("normal",))
+    clock = eager_clock.EagerClock(problem, [], {}, None, None, None)
+    us, tail, out = clock._timed(lambda: said.append("call") or "out")
+    assert said == ["synchronise", "start", "call", "end", "synchronise", "idle", "synchronise"]
+    assert (us, tail, out) == (500.0, 500.0, "out")
+
+
+def test_a_host_clock_folder_is_benched_on_the_host_with_no_flush_and_says_so(tmp_path, monkeypatch):
+    # main: the first set's folder was benched on CUDA events after a read flush, its line saying its eval.py did not
+    from okc.judge.protocol import timing
+    from okc.judge.protocol.settings import BenchSettings
+    from okc.problems.gpumode.judging import FolderVerifier
+
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(eager_clock, "_device_synchronize", lambda: None)  # no CUDA here
+    monkeypatch.setattr(timing, "make_flush", lambda *args, **kwargs: pytest.fail("a flush was made"))
+    problem = gpumode_problem(tmp_path, FIRSTSET)
+    settings = BenchSettings.from_options({"min_pairs": 24, "max_pairs": 24, "overhead_us": 0.0}, problem)
+    result = eager_clock.run_eager(problem, FIRSTSET / "submission.py", REPO / "okc/problems/gpumode/baseline.py",
+                                   device=cpu, seed=7, settings=settings, names=("001", "baseline"), aa=False,
+                                   verifier=FolderVerifier(problem, 7, cpu), log=lambda line: None)
+    assert result["status"] == "ok", result["reason"]
+    protocol = result["protocol"]
+    assert (protocol["clock"], protocol["timer"], protocol["l2_cleared"], protocol["flush"]) == ("eager", "host", False, None)
+    assert result["flush"] is None and result["after_call_tail_us"] == {"candidate": 0.0, "baseline": 0.0}
+    assert "the host's clock around one call and a device synchronisation" in result["reason"]
+    assert "no L2 flush (its eval.py clears none)" in result["reason"] and result["rechecks"]["passed"]

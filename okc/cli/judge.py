@@ -113,8 +113,9 @@ def bench(
                                          "alternate case by case), solo (= --solo) or runs (a case's four pairs back "
                                          "to back, ABBA)."),
     clock: Optional[str] = typer.Option(None, "--clock", help="graph (CUDA graph replays, the GPU's time alone) or "
-                                        "eager (a GPU MODE lab: one eager call between CUDA events, the host's launch "
-                                        "time counted). Default: the judge's (eager where the folder's eval.py is)."),
+                                        "eager (a GPU MODE lab: one eager call at a time, timed as its eval.py times "
+                                        "it, the host's launch time counted). Default: the judge's (eager where the "
+                                        "folder's eval.py is)."),
     device: str = typer.Option("auto", help="auto, cuda or cpu (local target)."),
     seed: Optional[int] = typer.Option(None, help="Reuse a recorded seed (inputs and weights) instead of a fresh one."),
     cases: Optional[str] = typer.Option(None, help="Only these scored cases, comma-separated (e.g. router/m=8,o/m=1; "

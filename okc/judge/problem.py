@@ -14,7 +14,7 @@ from types import ModuleType
 
 import torch
 
-from okc.benchrules import H200_PEAK_BYTES_PER_S, H200_PEAK_FLOPS
+from okc.benchrules import H200_PEAK_BYTES_PER_S, H200_PEAK_FLOPS, EagerTiming
 
 
 @dataclass(frozen=True)
@@ -234,9 +234,10 @@ class Problem(abc.ABC):
     # The clock (okc.benchrules.CLOCKS) the bench times a call on when job.json names none: the judge's. "graph"
     # (CUDA graph replays) for okc's problems; a GPU MODE folder's is its eval.py's (okc.problems.gpumode.eval_clock).
     default_clock: str = "graph"
-    # How the judge times an eager call unlike okc's eager clock, in words (None: as okc does; see
-    # okc.problems.gpumode.taskfile.eager_gap): the eager bench's protocol line says it.
-    eager_gap: str | None = None
+    # How the judge times one eager call, and so the eager clock (okc.judge.protocol.eager_clock): its timer and
+    # whether L2 is cleared first. okc's own: CUDA events after an L2 flush; a GPU MODE folder's is its eval.py's
+    # (okc.problems.gpumode.taskfile.eager_timing).
+    eager_timing: EagerTiming = EagerTiming()
 
     def bench_eagerly(self, candidate: Path, against: Path, *, device: torch.device, seed: int, settings,
                       names: tuple[str, str], aa: bool, log, cases: list[str] | None = None, explain=None,

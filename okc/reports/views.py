@@ -239,11 +239,13 @@ def floor_document(result: JobResult, recorded: bool) -> Document:
 
 def _clock_words(protocol: dict) -> str:
     """What a GPU bench's clock adds to its protocol line (okc.judge.protocol.eager_clock: the judge's, asked for,
-    or a fallback; or okc bench --clock graph in a GPU MODE lab)."""
+    or a fallback, and its timer; or okc bench --clock graph in a GPU MODE lab)."""
     if protocol.get("clock") == "eager":
+        # okc before the host's clock timed every eager call on events, and said where the eval.py did otherwise
         judge = ("(GPU MODE's eval.py times eager calls, but not on okc's timer: see the eager timing line)"
                  if protocol.get("judge_times_otherwise") else "(as GPU MODE's eval.py times them)")
-        return "; eager calls, not graph replays " + {"asked": "(okc bench --clock eager)", "judge": judge}.get(
+        timer = " on the host's clock" if protocol.get("timer") == "host" else ""
+        return f"; eager calls{timer}, not graph replays " + {"asked": "(okc bench --clock eager)", "judge": judge}.get(
             protocol.get("eager_why"), "(a side cannot be captured)")
     if protocol.get("judge_clock") == "eager":
         return "; graph replays, not the eager calls the folder's eval.py times (okc bench --clock graph)"
@@ -262,6 +264,8 @@ def protocol_line(result: JobResult) -> str:
     flush = protocol.get("flush")
     if flush and result.device != "cpu":
         text += f"; {flush} flush"
+    elif protocol.get("l2_cleared") is False and result.device != "cpu":
+        text += "; no L2 flush (the folder's eval.py clears none)"
     if protocol.get("inputs"):
         text += f"; {protocol['inputs']}"
     checks = result.rechecks

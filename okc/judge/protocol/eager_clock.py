@@ -2,31 +2,37 @@
 
 A call that waits on the host (``torch.bincount`` sizes its output from the data) cannot be
 captured into a CUDA graph (nor, at times, one through torch.compile's own graphs), and GPU MODE's
-eager eval.py times it anyway, with CUDA events around one call. So does this clock, for a problem
-that allows it (a GPU MODE folder): per side, a fresh input of its own drawn into its buffer
-(okc.judge.protocol.recheck.Draws), the device synchronised, the flush, an event,
-one eager call, an event, the device synchronised again. There is no hold kernel: the host must
-be free to answer the call's own synchronisation, and a queue held behind a spin kernel would
-deadlock it; each call is timed alone, as their eval.py times it. What the loop owns stays: the
-sides alternate case by case (ABBA over each quad), the stopping rule, and the re-checks (after
+eager eval.py times it anyway, one call at a time. So does this clock, for a problem that allows
+it (a GPU MODE folder), and as the problem's judge does (Problem.eager_timing, read from the
+folder's eval.py): per side, a fresh input of its own drawn into its buffer
+(okc.judge.protocol.recheck.Draws), the device synchronised, the flush where the judge clears L2
+(pmpp_v2's and linalg's eval.py do; pmpp's, princeton's and bioml/trimul's do not), then one eager
+call timed by the judge's timer: CUDA events around it (``events``), the device synchronised after;
+or the host's clock around it and a device synchronisation (``host``: pmpp's eval.py), the device
+synchronised once more before the clock starts where a flush ran. There is no hold kernel: the
+host must be free to answer the call's own synchronisation, and a queue held behind a spin kernel
+would deadlock it; each call is timed alone, as their eval.py times it. What the loop owns stays:
+the sides alternate case by case (ABBA over each quad), the stopping rule, and the re-checks (after
 each call returns, okc.judge.protocol.recheck.Picker says whether a clone of what it returned is
 judged after the run by the problem's verifier).
 
 What an eager time holds that a replay's does not: the call's launch cost on the host, for both
-sides alike. Events, the synchronisation and the flush are bound at import (the worker imports
-this before any candidate).
+sides alike (and, on the host's clock, the synchronisation's). Events, the synchronisation, the
+host's clock and the flush are bound at import (the worker imports this before any candidate).
 
-What it would leave out: work a call leaves running on a stream of its own. The events are the
-current stream's, so a call that launches its kernels on another stream and returns reads as
-almost free, and its output is right once the device is synchronised (GPU MODE's eval.py has the
+What CUDA events would leave out: work a call leaves running on a stream of its own. The events are
+the current stream's, so a call that launches its kernels on another stream and returns reads as
+almost free, and its output is right once the device is synchronised (an eval.py on events has the
 same hole; a graph capture has not: it must join every stream). So each call's tail is timed too:
 from its end event to an event recorded once the whole device is idle. A side whose median tail
 exceeds the other's by more than :func:`stream_guard` allows is ``invalid``: its time leaves out
-work of its own.
+work of its own. The host's clock stops only once the whole device is idle: such work is in the
+call's time, and its tail is 0.
 """
 
 from __future__ import annotations
 
+import time
 from array import array
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -34,6 +40,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from okc.benchrules import EagerTiming
 from okc.judge.problem import Problem, copy_data
 from okc.judge.protocol import pairs, timing
 from okc.judge.protocol.benchcases import (
@@ -57,6 +64,7 @@ _Event = torch.cuda.Event
 _record = getattr(torch._C._CudaEventBase, "record", None)
 _elapsed_ms = getattr(torch._C._CudaEventBase, "elapsed_time", None)
 _device_synchronize = getattr(torch._C, "_cuda_synchronize", None)
+_perf_counter_ns = time.perf_counter_ns
 _current_stream = torch.cuda.current_stream
 _clone = torch._C.TensorBase.clone
 _Tensor = torch.Tensor
@@ -88,8 +96,8 @@ def stream_guard(tails: dict[str, Sequence[float]], times: dict[str, Sequence[fl
             return (f"invalid: {who} calls leave work running after they return: the device is idle a median "
                     f"{tail[side]:.1f} µs after their end event, {tail[other]:.1f} µs after the other side's, and their "
                     f"timed median is {own:.1f} µs. Work on a stream of its own that a call does not wait for is not in "
-                    "CUDA events on the current stream (GPU MODE's eval.py would leave it out too): join every stream "
-                    "before returning")
+                    "CUDA events on the current stream (an eval.py timing on them would leave it out too): join every "
+                    "stream before returning")
     return None
 
 
@@ -111,19 +119,36 @@ def eager_why(settings) -> str:
     return "judge" if settings.judge_clock == CLOCK else "asked"
 
 
-def note(flush: str, why: str, gap: str | None = None) -> str:
-    """The protocol line of an eager bench; ``gap``: how the folder's eval.py times a call otherwise (the problem's
-    ``eager_gap``), said rather than claiming okc times as it does."""
-    how = (f"CUDA events around one call after the {flush} flush, the device synchronised after each; the sides still "
-           "alternate, and timed outputs are re-checked")
-    if gap is None:
-        return f"eager timing: {WHY[why]}, so every call is timed as GPU MODE's eager eval.py times it: {how}"
-    return (f"eager timing: {WHY[why]}: {how}. Not as this folder's eval.py times a call: {gap}; where that moves a "
-            "score, the folder's figure beside okc's is the judge's number")
+def how_timed(flush: str, eager_timing: EagerTiming) -> str:
+    """How each call is timed under the judge's ``eager_timing`` (Problem.eager_timing), ``flush`` the kind where it
+    clears L2. Any timing but okc's own default was read from the folder's eval.py."""
+    if eager_timing.timer == "host":
+        timer = ("the host's clock around one call and a device synchronisation (work the call leaves on any stream "
+                 "counts)")
+    else:
+        timer = "CUDA events around one call, the device synchronised after it"
+    judge = "GPU MODE's eval.py" if eager_timing == EagerTiming() else "this folder's eval.py"
+    l2 = f"after the {flush} flush" if eager_timing.clears_l2 else "no L2 flush (its eval.py clears none)"
+    return f"{timer}, as {judge} times it, {l2}"
+
+
+def note(flush: str, why: str, eager_timing: EagerTiming) -> str:
+    """The protocol line of an eager bench: why its calls are eager, and how each is timed."""
+    return (f"eager timing: {WHY[why]}: {how_timed(flush, eager_timing)}; the sides still alternate, and timed "
+            "outputs are re-checked")
+
+
+def protocol_fields(settings, eager_timing: EagerTiming) -> dict:
+    """What an eager bench adds to result.json's ``protocol``: why its calls are eager, the timer, whether L2 was
+    cleared before each call (``flush`` None where it was not)."""
+    cleared = eager_timing.clears_l2
+    return {"clock": CLOCK, "eager_why": eager_why(settings), "timer": eager_timing.timer, "l2_cleared": cleared,
+            **({} if cleared else {"flush": None})}
 
 
 class EagerClock:
-    """Per side and case: refill its buffer, synchronise, flush, event, one eager call, event, synchronise."""
+    """Per side and case: refill its buffer, synchronise, flush (where the judge clears L2), one eager call timed by
+    the judge's timer (events, or the host's clock), synchronise."""
 
     in_flight = 1  # a batch runs as it is submitted: nothing is queued behind a hold
     slots = 1
@@ -133,20 +158,31 @@ class EagerClock:
     ops_cap = pairs.OPS_PER_CASE
     cap_reason = ""
 
-    def __init__(self, problem: Problem, cases: list, sides: dict[str, CpuSide], draws: Draws, flush: timing.Flush,
-                 device: torch.device, picker: Picker | None = None) -> None:
+    def __init__(self, problem: Problem, cases: list, sides: dict[str, CpuSide], draws: Draws,
+                 flush: timing.Flush | None, device: torch.device, picker: Picker | None = None) -> None:
+        # flush None: the judge clears no L2 before a call
         self.problem, self.cases, self.sides, self.draws, self.flush = problem, cases, sides, draws, flush
         self.device, self.picker, self.variant = device, picker, problem.input_variants[0]
-        self.start, self.end, self.idle = (_event_new(_Event, enable_timing=True) for _ in range(3))
+        self.on_host = problem.eager_timing.timer == "host"
+        if not self.on_host:
+            self.start, self.end, self.idle = (_event_new(_Event, enable_timing=True) for _ in range(3))
         # per side, every call's µs from its end event to the device idle, and between its events: 8 bytes a call
         # (a bench may run 100,000 pairs of 11 cases)
         self.tails: dict[str, array] = {name: array("d") for name in sides}
         self.times: dict[str, array] = {name: array("d") for name in sides}
 
     def _timed(self, call: Callable[[], object]) -> tuple[float, float, object]:
-        """(the call's µs between its events, µs from its end event to the whole device idle, what it returned)."""
+        """(the call's µs, µs from the end of its timed span to the whole device idle, what it returned)."""
         _device_synchronize()
-        self.flush.run()
+        if self.flush is not None:
+            self.flush.run()
+        if self.on_host:
+            if self.flush is not None:
+                _device_synchronize()  # the flush ends before the clock starts
+            begun = _perf_counter_ns()
+            out = call()
+            _device_synchronize()  # every stream's: what the call left on one of its own is in its time
+            return (_perf_counter_ns() - begun) / 1e3, 0.0, out
         stream = _current_stream()
         _record(self.start, stream)
         out = call()
@@ -177,7 +213,7 @@ class EagerClock:
     def submit(self, units: list[Unit], number: int, final: bool = False):
         times, kept = [], []
         for unit in units:
-            if unit.case is None:  # the events' own cost: nothing between them
+            if unit.case is None:  # the timer's own cost: nothing inside it
                 times.append(self._timed(lambda: None)[0])
                 continue
             times.extend(self._side(name, unit, final, kept) for name in unit.sides)
@@ -217,7 +253,9 @@ class EagerBench:
             side.prepare(problem, weights)
             side.inputs = make_inputs(problem, self.cases, self.seed, "capture", 1, device)[0]  # its own buffers
             sides[name] = side
-        self.flush = timing.make_flush(device, self.settings.flush)
+        # the judge's eval.py decides whether a call finds L2 cleared; where it does, by the flush asked for
+        clears = problem.eager_timing.clears_l2
+        self.flush = timing.make_flush(device, self.settings.flush) if clears else None
         picker = Picker(len(self.cases), rule.min_pairs) if self.settings.rechecks else None
         self.draws = Draws(self.seed, [case.key for case in self.cases], first=self.settings.first_draw)
         self.clock = clock = EagerClock(problem, self.cases, sides, self.draws, self.flush, device, picker)
@@ -225,7 +263,7 @@ class EagerBench:
                              self.progress, self.log)
 
     def describe(self) -> str:
-        return note(self.settings.flush, eager_why(self.settings), self.problem.eager_gap)
+        return note(self.settings.flush, eager_why(self.settings), self.problem.eager_timing)
 
     def measure(self):
         self.loop.warm_up()
@@ -237,10 +275,11 @@ class EagerBench:
         return bench_summary(table, self.shape_rows, self.loads, self.settings.judge_overhead_us)
 
     def report(self, summary: dict) -> dict:
-        line = note(self.settings.flush, eager_why(self.settings), self.problem.eager_gap)
+        line = note(self.settings.flush, eager_why(self.settings), self.problem.eager_timing)
         tails = {side: round(float(np.median(done)), 2) for side, done in self.clock.tails.items() if done}
-        report = {"reason": line, "notes": [line], "flush": self.flush.describe(), "clock": CLOCK,
-                  "after_call_tail_us": tails}  # median µs from a call's end event to the device idle, per side
+        flush = None if self.flush is None else self.flush.describe()  # None: the judge clears no L2
+        # median µs from a call's end event to the device idle, per side (0 on the host's clock: it stops at idle)
+        report = {"reason": line, "notes": [line], "flush": flush, "clock": CLOCK, "after_call_tail_us": tails}
         hidden = stream_guard(self.clock.tails, self.clock.times)
         return {**report, "invalid_reason": hidden} if hidden else report
 
@@ -256,5 +295,4 @@ def run_eager(problem: Problem, candidate: Path, against: Path, *, device: torch
     if explain is not None:
         explain(bench)
     result = run_paired(bench, names=names, aa=aa, verifier=verifier, log=log)
-    return {**result, "protocol": {**result.get("protocol", {}), "clock": CLOCK, "eager_why": eager_why(settings),
-                                   "judge_times_otherwise": problem.eager_gap}}
+    return {**result, "protocol": {**result.get("protocol", {}), **protocol_fields(settings, problem.eager_timing)}}

@@ -11,9 +11,10 @@ finite value, and no output tensor sharing memory with an input unless the refer
 or the input is an output place (an uninitialised buffer shaped as the output:
 okc.problems.gpumode.places, which also leaves such buffers out of the written-input rule).
 The baseline is ``ref_kernel`` itself. A bench whose calls cannot be captured (they wait on the
-host) is timed on the eager clock (okc.judge.protocol.eager_clock), as GPU MODE's eager eval.py
-times them. The folder's own figure (its eval.py's, or okc's stand-in where it has none:
-okc.problems.gpumode.figure) is added to every bench.
+host) is timed on the eager clock (okc.judge.protocol.eager_clock), as the folder's eval.py
+times them (its timer and L2 clear: okc.problems.gpumode.taskfile.eager_timing). The folder's
+own figure (its eval.py's, or okc's stand-in where it has none: okc.problems.gpumode.figure) is
+added to every bench.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from okc.judge.verdict.rules import NONFINITE, Verdict, fail
 # (okc.judge.protocol.gpumode_timing).
 from okc.problems.gpumode.figure import add_figure
 from okc.problems.gpumode.places import clear_unwritten, filled_empty, output_places, signature, written_positions
-from okc.problems.gpumode.taskfile import EVAL_FILE, Task, as_kwargs, eager_gap, eval_clock, read_json
+from okc.problems.gpumode.taskfile import EVAL_FILE, Task, as_kwargs, eager_timing, eval_clock, read_json
 
 CHECK = "check_implementation"  # the rule name of a failure the folder's own check found
 ALIASED = "aliased"  # an output tensor shares memory with an input tensor (the reference's does not)
@@ -107,7 +108,7 @@ class GpuModeProblem(Problem):
         self._last: tuple | None = None  # (an input, its reference output, inputs the reference writes, shares)
         eval_py = self.folder / EVAL_FILE
         source = eval_py.read_bytes() if eval_py.is_file() else None
-        self.default_clock, self.eager_gap = eval_clock(source), eager_gap(source)
+        self.default_clock, self.eager_timing = eval_clock(source), eager_timing(source)
 
     @classmethod
     def from_folder(cls, folder: Path) -> GpuModeProblem:

@@ -214,8 +214,7 @@ def _direction(low: float, high: float, floor: float) -> str:
     return "faster" if low > 1.0 + floor else "slower" if high < 1.0 - floor else "same"
 
 
-def disagreement(figure: dict, verdict: str | None, floor: float, clock: str = "graph",
-                 gap: str | None = None) -> tuple[str | None, bool]:
+def disagreement(figure: dict, verdict: str | None, floor: float, clock: str = "graph") -> tuple[str | None, bool]:
     """(what to say, whether the verdict is disputed) where okc's ranked paired speedup and the figure part: okc's
     CI (its point where it has none) and the figure's runs' speedups, each widened by its runs' own errs
     (``with_errs``), do not meet. Disputed: a bench with a verdict
@@ -236,17 +235,15 @@ def disagreement(figure: dict, verdict: str | None, floor: float, clock: str = "
     which = (f"they differ on which side is faster (okc's ranked speedup: {ours}; the folder's eval.py: {theirs}); "
              if disputed else "")
     return (f"okc's paired speedup {speedup:.4f} and the folder's figure {figure['speedup']:.4f} disagree beyond "
-            f"both spreads: {which}{_how_they_time(clock, gap)}; the leaderboard ranks the folder's figure"), disputed
+            f"both spreads: {which}{_how_they_time(clock)}; the leaderboard ranks the folder's figure"), disputed
 
 
-def _how_they_time(clock: str, gap: str | None) -> str:
-    """Why okc's clock and the folder's eval.py may part: okc's graph replays, or how the eval.py's eager timing
-    differs from okc's (``gap``: okc.problems.gpumode.taskfile.eager_gap)."""
+def _how_they_time(clock: str) -> str:
+    """Why okc's clock and the folder's eval.py may part: okc's graph replays; on eager calls, okc times each as the
+    eval.py does (its timer and its L2 clear: okc.problems.gpumode.taskfile.eager_timing)."""
     if clock != "eager":
         return ("okc times CUDA graph replays (the GPU's time alone), the folder's eval.py eager calls (the host's "
                 "launch time counts where the GPU waits on it): okc bench without --clock graph times them as it does")
-    if gap:
-        return f"both time eager calls, but the folder's eval.py not as okc does: {gap}"
     return "both time eager calls, so the difference is elsewhere (the inputs, memory, the process)"
 
 
@@ -274,8 +271,7 @@ def add_figure(problem, result: dict, candidate: Path, against: Path, *, device,
     line = summary_line(figure)
     log(line)
     protocol = result.get("protocol") or {}
-    said, disputed = disagreement(figure, result.get("verdict"), floor, protocol.get("clock", "graph"),
-                                  protocol.get("judge_times_otherwise"))
+    said, disputed = disagreement(figure, result.get("verdict"), floor, protocol.get("clock", "graph"))
     lines = [line] + ([said] if said else [])
     if said:
         log(said)

@@ -14,6 +14,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from okc.benchrules import EagerTiming
+
 TASK_YML = "task.yml"
 TASK_JSON = "task.json"
 SUBMISSION = "@SUBMISSION@"  # task.yml's placeholder for the competitor's file
@@ -25,14 +27,14 @@ DEFAULT_RANKING = "last"  # what GPU MODE ranks by when a task does not say
 EVAL_FILE = "eval.py"  # the folder's own harness (kernelbot runs it; okc's figure does too: okc.problems.gpumode.figure)
 # What an eval.py that replays CUDA graphs says; none of GPU MODE's eval.py files seen (pmpp, pmpp_v2, linalg,
 # princeton; gpu-mode/reference-kernels, 2026-12) does: each times eager calls, pmpp_v2's and linalg's between CUDA
-# events after an L2 clear (okc's eager clock), pmpp's by the host's clock around a call and a synchronisation.
+# events after an L2 clear, pmpp's by the host's clock around a call and a synchronisation (eager_timing).
 GRAPH_MARKS = (b"CUDAGraph", b"cuda.graph(", b"make_graphed_callables", b".replay()")
 
 
 def eval_clock(eval_source: bytes | None) -> str:
     """The clock (okc.benchrules.CLOCKS) a folder's eval.py times a call on, and so okc's for its bench by default:
     "graph" where its code replays CUDA graphs (not a comment or a string that names them), else "eager" (one call
-    between CUDA events, its host time counting where the GPU waits on it). A folder without eval.py is "eager"
+    at a time, on its timer: eager_timing; its host time counts where the GPU waits on it). A folder without eval.py is "eager"
     too: okc's figure for it is its own eager loop."""
     if eval_source is None:
         return "eager"
@@ -40,26 +42,21 @@ def eval_clock(eval_source: bytes | None) -> str:
     return "graph" if any(mark in code for mark in GRAPH_MARKS) else "eager"
 
 
-def eager_gap(eval_source: bytes | None) -> str | None:
-    """How a folder's eval.py times an eager call unlike okc's eager clock (CUDA events around one call after an L2
-    flush, okc.judge.protocol.eager_clock), in words for the bench's protocol line; None where it times as okc does,
-    or has no eval.py (okc's figure is then its own loop, on events). Read from its code, not its comments: events
-    where it reads ``elapsed_time``, else the host's clock where it reads ``perf_counter``; an L2 clear where it
-    calls a ``clear_l2...`` function. On pmpp's eval.py (the host's clock, no clear) the call's launch and the
-    synchronisation count, and a call finds what the last one left in L2: okc's score leaves both out."""
+def eager_timing(eval_source: bytes | None) -> EagerTiming:
+    """How a folder's eval.py times an eager call, and so okc's eager clock for its bench (okc.judge.protocol.
+    eager_clock), read from its code, not its comments: on CUDA events where it reads ``elapsed_time``, else on the
+    host's clock where it reads ``perf_counter`` (pmpp's: around a call and a synchronisation), else events; L2
+    cleared before a call where it calls a ``clear_l2...`` function (pmpp_v2's and linalg's do; pmpp's, princeton's
+    and bioml/trimul's do not). A folder without eval.py gets okc's own (events after an L2 clear): okc's figure for
+    it is its own loop, timed so."""
     if eval_source is None:
-        return None
+        return EagerTiming()
     code = _code_of(eval_source)
-    gaps = []
-    if b"elapsed_time" not in code and b"perf_counter" in code:
-        gaps.append("it reads the host's clock around a call and a device synchronisation (the call's launch and the "
-                    "synchronisation count there; they do not in okc's CUDA events)")
-    if b"clear_l2" not in code:
-        gaps.append("it clears no L2 before a call (a call finds what the last one left there; okc's flushes it)")
-    return "; ".join(gaps) or None
+    timer = "host" if b"elapsed_time" not in code and b"perf_counter" in code else "events"
+    return EagerTiming(timer, clears_l2=b"clear_l2" in code)
 
 
-@functools.lru_cache(maxsize=4)  # eval_clock and eager_gap read one eval.py each time a problem is made
+@functools.lru_cache(maxsize=4)  # eval_clock and eager_timing read one eval.py each time a problem is made
 def _code_of(source: bytes) -> bytes:
     """``source``'s names, operators and numbers, run together (no comments, strings or spaces); the source itself
     where Python cannot tokenize it."""
