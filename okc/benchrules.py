@@ -76,6 +76,18 @@ class EagerTiming:
         if self.timer not in TIMERS:
             raise ValueError(f"an eager timer is one of {', '.join(TIMERS)}, got {self.timer!r}")
 
+    @property
+    def clock_key(self) -> str:
+        """The ledger's name for an eager bench timed so (its runs' ``clock`` column): "eager" for okc's own timing
+        (every eager bench before the timer followed the eval.py), the others apart ("eager/host/no-clear"): a score
+        or an A/A floor of one timing is not one of another."""
+        return "/".join(["eager", *(["host"] if self.timer == "host" else []), *([] if self.clears_l2 else ["no-clear"])])
+
+
+def clock_key(clock: str, timing: EagerTiming) -> str:
+    """The ledger's name for a bench on ``clock`` (CLOCKS) of a problem whose judge times an eager call as ``timing``."""
+    return timing.clock_key if clock == "eager" else clock
+
 
 def integer(name: str, value: Any) -> int:
     if not is_numeric(value, int):

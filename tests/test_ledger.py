@@ -249,5 +249,5 @@ def test_the_aa_floor_is_the_benchs_clocks(tmp_path):
     assert runner.with_aa_floor(conn, "local", {}, "eager")["aa_floor"] == 0.01
     assert runner.with_aa_floor(conn, "local", {})["aa_floor"] == 0.002  # a built-in lab's: the graph one
     record_run(conn, run(**aa, score=1.0, ci_lo=0.997, ci_hi=1.003, clock="graph", scope="clock graph"))
-    assert runner.with_aa_floor(conn, "local", {"clock": "graph"}, "eager")["aa_floor"] == 0.003  # asked for
+    assert runner.with_aa_floor(conn, "local", {"clock": "graph"}, "graph")["aa_floor"] == 0.003  # asked for
     assert runner.with_aa_floor(conn, "local", {}, "eager")["aa_floor"] == 0.01

@@ -16,7 +16,7 @@ from okc.jobs import folder as job_folder
 from okc.lab import ledger, records
 from okc.lab.candidates import resolve
 from okc.lab.config import find_lab
-from okc.lab.gpumode import judge_clock
+from okc.lab.gpumode import judge_clock, ledger_clock
 from okc.lab.ledger import Run, open_ledger, record_run, runs
 from okc.lab.status import SCAN, against_baseline, scope_for, statuses
 from okc.reports.calibration import calibrate
@@ -137,6 +137,14 @@ def finished(tmp_path, kind="bench", protocol=None, checked=None) -> records.Fin
     ({"layout": "paired"}, "graph"),  # written by an older okc: its bench timed CUDA graphs
     (None, "graph"),
     ({"clock": "warp\x1b[31m"}, "warp\\x1b[31m"),  # from a pod: escaped, and never a judge's clock
+    # an eager bench says its timer and L2 clear (as the folder's eval.py times a call): one of pmpp's eval.py is
+    # not one of an older okc's, which timed every eager call on events after a flush
+    ({"clock": "eager", "timer": "host", "l2_cleared": False}, "eager/host/no-clear"),
+    ({"clock": "eager", "timer": "events", "l2_cleared": False}, "eager/no-clear"),
+    ({"clock": "eager", "timer": "host", "l2_cleared": True}, "eager/host"),
+    ({"clock": "eager", "timer": "events", "l2_cleared": True}, "eager"),
+    ({"clock": "eager", "timer": "sundial\x1b[31m"}, "eager/sundial\\x1b[31m/True"),  # from a pod: escaped
+    ({"clock": "eager", "timer": "host", "l2_cleared": "no"}, "eager/host/no"),
 ])
 def test_a_bench_row_records_the_clock_its_result_says(tmp_path, protocol, clock):
     (run,) = records.runs_for(finished(tmp_path, protocol=protocol))
@@ -192,6 +200,30 @@ def test_a_gpumode_labs_ledger_and_report_show_the_old_graph_bench_as_scoped(tmp
     assert json.loads(invoke("report", "--job", graph, "--json").output)["scope"] == "clock graph"
     done = invoke("report", "--job", graph)
     assert "scope: clock graph; not the judge's whole run" in " ".join(done.output.split()), done.output
+
+
+def test_in_a_host_clock_lab_an_eager_bench_timed_on_events_is_not_the_best_nor_its_aa_the_floor(tmp_path, monkeypatch):
+    # The first pmpp set's eval.py times a call on the host's clock and clears no L2; an okc before the eager clock
+    # followed it timed that lab's benches on CUDA events after a flush (prefixsum: 3.07 there, 3.00 as eval.py times)
+    from okc.jobs import runner
+
+    gpumode_lab(tmp_path, monkeypatch, GPUMODE_FOLDERS / "firstset" / "strcheck")
+    lab = find_lab()
+    assert (judge_clock(lab), ledger_clock(lab), ledger_clock(lab, "graph")) == ("eager", "eager/host/no-clear", "graph")
+    old = write_bench(lab, {"layout": "paired", "clock": "eager"})  # no timer: events after a flush
+    (shown,) = [r for r in json.loads(invoke("ledger", "--json").output) if r["number"] == 1]
+    assert shown["bench_score"] is None
+    assert json.loads(invoke("report", "--job", old, "--json").output)["scope"] == "clock eager"
+    new = write_bench(lab, {"layout": "paired", "clock": "eager", "timer": "host", "l2_cleared": False})
+    (shown,) = [r for r in json.loads(invoke("ledger", "--json").output) if r["number"] == 1]
+    assert shown["bench_job_id"] == new != old
+    assert json.loads(invoke("report", "--job", new, "--json").output)["scope"] is None
+    with open_ledger(lab.ledger_path) as conn:  # an A/A on events is no floor for a bench on the host's clock
+        aa = dict(candidate_number=0, candidate_name="000_baseline", target="local", against=f"000_baseline{ledger.AA_MARK}")
+        record_run(conn, bench(1.0, "eager", job_id="aa-old", **aa, ci_lo=0.99, ci_hi=1.01))
+        assert "aa_floor" not in runner.with_aa_floor(conn, "local", {}, ledger_clock(lab))
+        record_run(conn, bench(1.0, "eager/host/no-clear", job_id="aa-new", **aa, ci_lo=0.996, ci_hi=1.004))
+        assert runner.with_aa_floor(conn, "local", {}, ledger_clock(lab))["aa_floor"] == 0.004
 
 
 def test_a_built_in_labs_old_bench_is_its_best_and_an_eager_one_reads_clock_eager(lab):

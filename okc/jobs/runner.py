@@ -35,7 +35,7 @@ from okc.jobs.follow import FollowHooks, JobDetached, follow
 from okc.jobs.target import LocalTarget, Target
 from okc.lab.candidates import Candidate
 from okc.lab.config import Lab
-from okc.lab.gpumode import judge_clock
+from okc.lab.gpumode import ledger_clock
 from okc.lab.ledger import latest_aa, ledger, recorded_job_ids
 from okc.lab.records import is_home, record_job, recordable, settled
 from okc.lab.recovery import record_pending
@@ -199,12 +199,12 @@ def run_on(lab: Lab, pod, gpu: int | None, job_dir: Path, cancel: threading.Even
             raise
 
 
-def with_aa_floor(conn, target: str, settings: dict[str, Any], judge_clock: str = "graph") -> dict[str, Any]:
-    """Bench settings whose verdict uses the target's measured A/A floor on the bench's clock (the one asked for,
-    else the judge's: okc.lab.gpumode.judge_clock), when the ledger has one."""
+def with_aa_floor(conn, target: str, settings: dict[str, Any], clock: str = "graph") -> dict[str, Any]:
+    """Bench settings whose verdict uses the target's measured A/A floor on the bench's ``clock`` (the ledger's name
+    for the one asked for, else the judge's: okc.lab.gpumode.ledger_clock), when the ledger has one."""
     if "aa_floor" in settings:
         return settings
-    aa = latest_aa(conn, target, settings.get("clock", judge_clock))
+    aa = latest_aa(conn, target, clock)
     if aa is not None:
         settings["aa_floor"] = round(aa_floor((aa.ci_lo, aa.ci_hi)), 6)
     return settings
@@ -231,7 +231,8 @@ def submit(lab: Lab, kind: str, candidate: Candidate | None, *, on: str | None =
             if target.remote:
                 costs.note_rate(lab, target.pod, conn)
             if kind in ("bench", "try") and not options.get("aa"):
-                options["bench"] = with_aa_floor(conn, target.name, dict(options.get("bench") or {}), judge_clock(lab))
+                bench = dict(options.get("bench") or {})
+                options["bench"] = with_aa_floor(conn, target.name, bench, ledger_clock(lab, bench.get("clock")))
             record_pending(lab, conn)
         target.prepare()
         job_dir = create_job(lab, kind, candidate, against=against, target=target.name, **options)

@@ -13,9 +13,19 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from okc.benchrules import clock_key
 from okc.errors import ConfigError
 from okc.problems import gpumode
-from okc.problems.gpumode.taskfile import EVAL_FILE, SUBMISSION, TASK_JSON, TASK_YML, Task, eval_clock, parse
+from okc.problems.gpumode.taskfile import (
+    EVAL_FILE,
+    SUBMISSION,
+    TASK_JSON,
+    TASK_YML,
+    Task,
+    eager_timing,
+    eval_clock,
+    parse,
+)
 
 PROBE_MODULE = "okc.problems.gpumode.probe"  # run, never imported here: it needs torch
 PROBE_NEEDS_CUDA = 3  # = okc.problems.gpumode.probe.NEEDS_CUDA_EXIT (a test holds them equal)
@@ -100,16 +110,32 @@ def judge_clock(lab) -> str:
     cannot be read (a broken task.yml: okc ledger still shows the lab) is read as eval.py's own file, else "eager"."""
     if not gpumode.is_gpumode(lab.problem):
         return "graph"
+    return eval_clock(_eval_source(lab))
+
+
+def ledger_clock(lab, clock: str | None = None) -> str:
+    """The ledger's name (its runs' ``clock`` column) for a bench of the lab on ``clock`` (okc bench --clock), else on
+    the judge's: an eager one says its eval.py's timer and L2 clear (okc.benchrules.EagerTiming.clock_key), so that a
+    bench timed otherwise (by an okc before the eager clock followed the eval.py) is never the lab's best."""
+    if not gpumode.is_gpumode(lab.problem):
+        return clock or "graph"
+    source = _eval_source(lab)
+    return clock_key(clock or eval_clock(source), eager_timing(source))
+
+
+def _eval_source(lab) -> bytes | None:
+    """The lab's eval.py, None where it has none. A folder that cannot be read (a broken task.yml: okc ledger still
+    shows the lab) is read as eval.py's own file. Only eval.py is read: okc bench, okc ledger and okc report each ask."""
     folder = problem_folder(lab)
     path = folder / EVAL_FILE  # the folder's own, where task.yml does not list it (as flat_files takes it)
-    try:  # only eval.py is read: okc bench, okc ledger and okc report each ask
+    try:
         path = next((_listed_source(folder, entry) for entry in read_task(folder).files if entry.name == EVAL_FILE), path)
     except ConfigError:
         pass
     try:
-        return eval_clock(path.read_bytes())
+        return path.read_bytes()
     except OSError:
-        return eval_clock(None)
+        return None
 
 
 def copy_into_job(lab, job_dir: Path) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from okc import incoming, podfiles
-from okc.benchrules import CLOCKS, off_defaults
+from okc.benchrules import CLOCKS, TIMERS, EagerTiming, off_defaults
 from okc.contract import ENV_FILE, EXIT_FILE, RESULT_FILE, BadJob, ContractError, JobResult, JobSpec, is_job_id, parse_result, read_job, read_json
 from okc.errors import JudgeError
 from okc.lab.costs import record_job_cost
@@ -149,12 +149,22 @@ def scope_of(spec: JobSpec, kind: str) -> str | None:
 
 def clock_of(kind: str, result: JobResult) -> str | None:
     """The clock a bench step timed its calls on, as its result's protocol says ("graph" where it names none: okc's
-    only default clock before results said which); None for a check. A clock okc does not know is kept escaped (a
-    pod wrote it): it is never the judge's (okc.lab.status.scope_for)."""
+    only default clock before results said which), an eager one with its timer and L2 clear
+    (okc.benchrules.EagerTiming.clock_key; events after a clear where it names neither: okc's only eager timing
+    before results said which); None for a check. A clock or timer okc does not know is kept escaped (a pod wrote
+    it): it is never the judge's (okc.lab.status.scope_for)."""
     if kind != "bench":
         return None
-    clock = (result.protocol or {}).get("clock", DEFAULT_CLOCK)
-    return clock if clock in CLOCKS else _said(clock)
+    protocol = result.protocol or {}
+    clock = protocol.get("clock", DEFAULT_CLOCK)
+    if clock not in CLOCKS:
+        return _said(clock)
+    if clock != "eager":
+        return clock
+    timer, cleared = protocol.get("timer", "events"), protocol.get("l2_cleared", True)
+    if timer not in TIMERS or not isinstance(cleared, bool):
+        return _said(f"eager/{timer}/{cleared}")
+    return EagerTiming(timer, cleared).clock_key
 
 
 def _said(value: Any) -> str:

@@ -6,8 +6,9 @@ kept as "stale" (the source changed since) and is never shown as the current sta
 part of the judge's run (a run's scope: some cases, a quick check, another bench protocol) is
 kept and listed, but its score is never the best bench, nor its pass the check (a part failing
 is the whole failing: that is still shown). So is a bench timed on another clock than the lab's judge
-(okc.lab.gpumode.judge_clock: "eager" for a GPU MODE folder, "graph" for okc's own problems): the two
-clocks disagree beyond their CIs, so a lab's best bench is always of its judge's clock (:func:`scope_for`).
+(okc.lab.gpumode.ledger_clock: "eager", or "eager/host/no-clear" where the eval.py times a call so, for a GPU
+MODE folder, "graph" for okc's own problems): two clocks or timers disagree beyond their CIs, so a lab's best
+bench is always of its judge's (:func:`scope_for`).
 
 One pass over a few columns of every run picks, per candidate and kind, the row that
 matters of the current source and of the older ones (the latest check or official result,

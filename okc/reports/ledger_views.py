@@ -11,7 +11,7 @@ from typing import Any
 from okc.errors import CandidateError
 from okc.lab import candidates
 from okc.lab.config import Lab
-from okc.lab.gpumode import judge_clock
+from okc.lab.gpumode import ledger_clock
 from okc.lab.ledger import DEFAULT_CLOCK, Run, ledger, runs
 from okc.lab.status import Status, scope_for, statuses
 from okc.reports.views import fmt_score, rounded, rounded_pair
@@ -127,7 +127,7 @@ def ledger_document(lab: Lab) -> Document:
     current = {c.number: (c.name, c.sha256()) for c in scan.candidates}
     from okc.lab.recovery import record_pending
 
-    clock = judge_clock(lab)  # the judge's: a bench of another clock is never a best (okc.lab.status.scope_for)
+    clock = ledger_clock(lab)  # the judge's: a bench of another clock is never a best (okc.lab.status.scope_for)
     with ledger(lab.ledger_path) as conn:
         pending = record_pending(lab, conn)  # jobs a broken ledger refused, now that it takes them
         found = statuses(conn, current, baseline_number(lab), clock)
@@ -204,7 +204,7 @@ def calibration_document(lab: Lab) -> Document:
     from okc.lab.official import timing_tables
     from okc.reports.calibration import BAND_SIGMAS, calibrate, per_load_rows
 
-    clock = judge_clock(lab)  # a local score is of the judge's clock: the one the official judge times on
+    clock = ledger_clock(lab)  # a local score is of the judge's clock: the one the official judge times on
     with ledger(lab.ledger_path) as conn:
         history = runs(conn)
         tables = list(timing_tables(conn).values())

@@ -145,12 +145,12 @@ def draw_shapes(report: Report, title: str, path: Path) -> Path:
 
 def plot_history(lab: Lab) -> Plotted:
     """results/plots/score_history.png from the whole ledger."""
-    from okc.lab.gpumode import judge_clock
+    from okc.lab.gpumode import ledger_clock
     from okc.lab.status import against_baseline, stale_why
     from okc.reports.ledger_views import baseline_number
     from okc.reports.report import current_sources
 
-    clock = judge_clock(lab)
+    clock = ledger_clock(lab)
     with ledger(lab.ledger_path) as conn:
         history = runs(conn)
     # A score is a speedup over the baseline: a bench against another candidate, an A/A run, or a scoped one (some of

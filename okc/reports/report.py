@@ -18,7 +18,7 @@ from okc.contract import JobResult, ShapeResult
 from okc.errors import ConfigError
 from okc.lab import candidates
 from okc.lab.config import Lab
-from okc.lab.gpumode import judge_clock
+from okc.lab.gpumode import ledger_clock
 from okc.lab.ledger import Floor, latest_floor, ledger, runs
 from okc.lab.profiles import ProfileRow, latest_profile
 from okc.lab.records import gpu_name, gpu_uuid, load_result, load_spec, read_finished, runs_for, scope_of
@@ -161,7 +161,7 @@ def build_report(lab: Lab, ref: str | None, job: str | None = None) -> Report:
         raise ConfigError("name a candidate (okc report 036) or a job (okc report --job JOB)")
     if job is not None and (not job or Path(job).name != job):
         raise ConfigError(f"--job takes a job id (a folder name under {lab.results}), got {job!r}")
-    clock = judge_clock(lab)
+    clock = ledger_clock(lab)
     with ledger(lab.ledger_path) as conn:
         folder = job or latest_bench(conn, candidate_number(lab, ref), lab.candidates)
         job_dir = lab.results / folder
