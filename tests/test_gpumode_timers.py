@@ -265,3 +265,28 @@ def test_a_host_clock_folder_is_benched_on_the_host_with_no_flush_and_says_so(tm
     assert result["flush"] is None and result["after_call_tail_us"] == {"candidate": 0.0, "baseline": 0.0}
     assert "the host's clock around one call and a device synchronisation" in result["reason"]
     assert "no L2 flush (its eval.py clears none)" in result["reason"] and result["rechecks"]["passed"]
+
+
+def test_which_side_takes_the_first_place_in_memory_is_a_coin_per_bench_not_always_the_candidate(tmp_path, monkeypatch):
+    # main: the candidate's side imported, prepared and allocated its one input buffer first in every eager bench
+    from okc.judge.protocol.cpu_clock import CpuSide
+    from okc.judge.protocol.settings import BenchSettings
+
+    cpu, loaded, real = torch.device("cpu"), [], CpuSide.load
+    monkeypatch.setattr(eager_clock, "_device_synchronize", lambda: None)  # no CUDA here
+    monkeypatch.setattr(CpuSide, "load", lambda side: loaded.append(side.name) or real(side))
+    problem = gpumode_problem(tmp_path, FIRSTSET)
+    settings = BenchSettings.from_options({"overhead_us": 0.0}, problem)
+    firsts = []
+    for seed in range(12):
+        loaded.clear()
+        bench = eager_clock.EagerBench(problem, FIRSTSET / "submission.py", REPO / "okc/problems/gpumode/baseline.py",
+                                       device=cpu, seed=seed, settings=settings, log=lambda line: None)
+        bench.setup()
+        assert sorted(loaded) == ["against", "candidate"] and set(bench.clock.sides) == {"candidate", "baseline"}
+        assert bench.clock.sides["candidate"].source.name == "submission.py"  # each side still times its own file
+        firsts.append(loaded[0])
+    assert firsts.count("candidate") in range(3, 10), firsts  # each first in about half of the benches
+    assert firsts == [{"candidate": "candidate", "baseline": "against"}[eager_clock.placing_order(seed)[0]]
+                      for seed in range(12)]
+    assert eager_clock.placing_order(5) == eager_clock.placing_order(5)  # a bench's seed decides it: reproducible

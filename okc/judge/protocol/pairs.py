@@ -100,13 +100,17 @@ def slot_block(seed: int, block: int, slots: int) -> dict[str, tuple[int, ...]]:
 def placement_order(seed: int, stream: int, count: int) -> list[tuple[str, str]]:
     """For each of ``count`` allocations made for both sides, which side allocates first.
 
-    A seeded draw with each side first in half of them (one more for the candidate when
-    ``count`` is odd): neither side owns a fixed position in memory, so whatever luck comes
+    A seeded draw with each side first in half of them (the odd one out of an odd ``count`` to a
+    seeded coin: it went to the candidate, so with one copy the candidate allocated first in
+    every run): neither side owns a fixed position in memory, so whatever luck comes
     with a position differs from run to run instead of favouring one side every time.
     ``stream`` keeps the draws for different things (copies, each case's captures) apart.
     """
+    rng = np.random.default_rng([seed, stream, 2**32 - 1])
     firsts = np.arange(count) % 2
-    np.random.default_rng([seed, stream, 2**32 - 1]).shuffle(firsts)
+    if count % 2:
+        firsts[-1] = rng.integers(2)
+    rng.shuffle(firsts)
     return [SIDES if first == 0 else SIDES[::-1] for first in firsts]
 
 
