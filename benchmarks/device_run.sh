@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on a GPU machine of the device tool: set up what the image lacks, run the GPU tests
 # and the benchmark scripts, and leave every log under $OUT (at most 8 files come back).
-# Usage there: bash benchmarks/device_run.sh [stage ...]   (stages: tests check bench floor ssh cli aa setup scaling screen loop ab abmore abnext bisect alone recheck vcost vprof profile vecdiag ctx gpumode pmpp survey)
+# Usage there: bash benchmarks/device_run.sh [stage ...]   (stages: tests check bench floor ssh cli aa setup scaling screen loop ab abmore abnext bisect alone recheck vcost vprof profile vecdiag ctx eageraa gpumode pmpp survey)
 # A stage's seconds are capped where it says ${OKC_T_<stage>:-N}: the call's 600 s must hold them all.
 set -uo pipefail
 export OUT=${OUT:-/tmp/okc-out}
@@ -67,6 +67,8 @@ for s in $stages; do
         ctx) stage ranked_context timeout ${OKC_T_ctx:-560} bash -c 'set -e; R=$PWD; rm -rf /tmp/rc
                   okc init /tmp/rc --gpumode .refk/pmpp_v2/${OKC_CTX_PROBLEM:-histogram_py} >/dev/null
                   cd /tmp/rc && python3 "$R/benchmarks/ranked_context.py" --runs ${OKC_CTX_RUNS:-5}' ;;
+        eageraa) stage eager_aa timeout ${OKC_T_eageraa:-540} python3 benchmarks/eager_aa.py \
+                     ${OKC_EAA_FOLDERS:-.refk/pmpp/matmul_py .refk/pmpp/histogram_py} --runs ${OKC_EAA_RUNS:-6} ${OKC_EAA_ARGS:-} ;;
         gpumode) stage gpumode_bench timeout ${OKC_T_gpumode:-60} python3 benchmarks/gpumode_bench.py --runs ${OKC_GPUMODE_RUNS:-2} ;;
         check) stage check_walltime python3 benchmarks/check_walltime.py ;;
         bench) stage bench_harness python3 benchmarks/bench_harness.py ;;

@@ -263,6 +263,7 @@ def test_a_host_clock_folder_is_benched_on_the_host_with_no_flush_and_says_so(tm
     protocol = result["protocol"]
     assert (protocol["clock"], protocol["timer"], protocol["l2_cleared"], protocol["flush"]) == ("eager", "host", False, None)
     assert result["flush"] is None and result["after_call_tail_us"] == {"candidate": 0.0, "baseline": 0.0}
+    assert protocol["placed_first"] == eager_clock.placing_order(7)[0]  # seed 7's coin, said
     assert "the host's clock around one call and a device synchronisation" in result["reason"]
     assert "no L2 flush (its eval.py clears none)" in result["reason"] and result["rechecks"]["passed"]
 

@@ -250,6 +250,7 @@ class EagerBench:
         self.loop: PairLoop | None = None
         self.flush: timing.Flush | None = None
         self.clock: EagerClock | None = None
+        self.placed: tuple[str, str] | None = None  # the sides in the order they were set up (placing_order)
 
     def setup(self) -> None:
         problem, device, rule = self.problem, self.device, self.settings.rule
@@ -257,7 +258,8 @@ class EagerBench:
         first = make_inputs(problem, self.cases, self.seed, "capture", 1, device)[0]
         self.shape_rows = shape_rows(problem, self.cases, first)
         sides = {}
-        for name in placing_order(self.seed):  # which side takes the first place in memory: a coin per bench
+        self.placed = placing_order(self.seed)  # which side takes the first place in memory: a coin per bench
+        for name in self.placed:
             side = CpuSide("against" if name == "baseline" else name, self.sources[name])
             side.load()
             side.prepare(problem, weights)
@@ -305,4 +307,6 @@ def run_eager(problem: Problem, candidate: Path, against: Path, *, device: torch
     if explain is not None:
         explain(bench)
     result = run_paired(bench, names=names, aa=aa, verifier=verifier, log=log)
-    return {**result, "protocol": {**result.get("protocol", {}), **protocol_fields(settings, problem.eager_timing)}}
+    placed = {"placed_first": bench.placed[0]} if bench.placed else {}
+    return {**result, "protocol": {**result.get("protocol", {}), **protocol_fields(settings, problem.eager_timing),
+                                   **placed}}
