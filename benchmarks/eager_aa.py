@@ -27,17 +27,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from ranked_context import ranked_case  # this folder is on sys.path: the script's own
+
 CALL_TIMEOUT_S = 240
 
 
 def okc(lab: Path, *args: str, timeout: float = CALL_TIMEOUT_S) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "okc", *args], cwd=lab, capture_output=True, text=True,
                           timeout=timeout, check=False)
-
-
-def ranked_case(lab: Path) -> str:
-    (task,) = sorted(lab.glob("gpumode/*/task.json"))
-    return f"benchmark.{len(json.loads(task.read_text())['benchmarks']) - 1}"
 
 
 def one_run(lab: Path, extra: list[str]) -> dict:
@@ -49,7 +46,7 @@ def one_run(lab: Path, extra: list[str]) -> dict:
     except json.JSONDecodeError:
         return {"error": ((done.stderr or done.stdout).strip().splitlines() or ["no output"])[-1], "seconds": seconds}
     if result.get("status") != "ok":
-        return {"error": str(result.get("reason"))[:160], "seconds": seconds}
+        return {"error": str(result.get("reason") or result.get("error"))[:160], "seconds": seconds}
     lo, hi = result["ci"]
     protocol = result.get("protocol") or {}
     return {"score": result["score"], "ci": (lo, hi), "excludes_1": not lo <= 1.0 <= hi, "pairs": result["pairs"],

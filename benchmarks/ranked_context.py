@@ -23,6 +23,7 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 
 def bench(candidate: str, cases: str | None, max_pairs: int, target: float) -> dict:
@@ -43,11 +44,10 @@ def bench(candidate: str, cases: str | None, max_pairs: int, target: float) -> d
             "pairs": result["pairs"], "seconds": seconds}
 
 
-def ranked_case() -> str:
-    """The lab's last benchmark (``benchmark.N``), from a one-pair bench's loads would cost a bench: read task.json."""
-    from pathlib import Path
-
-    tasks = sorted(Path("gpumode").glob("*/task.json"))
+def ranked_case(lab: Path = Path(".")) -> str:
+    """The last benchmark (``benchmark.N``) of the lab at ``lab``, from its task.json (a one-pair bench's loads would
+    cost a bench)."""
+    tasks = sorted((lab / "gpumode").glob("*/task.json"))
     if not tasks:
         raise SystemExit("not a GPU MODE lab: no gpumode/*/task.json here (okc init DIR --gpumode FOLDER)")
     count = len(json.loads(tasks[0].read_text())["benchmarks"])

@@ -86,7 +86,7 @@ def stream_guard(tails: dict[str, Sequence[float]], times: dict[str, Sequence[fl
     """Why a side's eager times leave out work it left running on another stream, or None. ``tails``: per side
     (pairs.SIDES), each timed call's µs from its end event to the device idle; ``times``: each call's event time.
     An A/A's sides are one file: their tails agree."""
-    sides = ("candidate", "baseline")
+    sides = pairs.SIDES
     if not all(tails.get(side) and times.get(side) for side in sides):
         return None
     tail = {side: float(np.median(tails[side])) for side in sides}
