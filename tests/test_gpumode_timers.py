@@ -169,11 +169,12 @@ def test_a_side_whose_calls_leave_work_running_is_named_and_an_honest_pair_is_no
     # the candidate's kernel runs on a stream the call does not wait for: its events close at its launch
     hidden = {**honest, "candidate": list(rng.normal(420.0, 10.0, 400))}
     said = stream_guard(hidden, {**times, "candidate": list(rng.normal(12.0, 1.0, 400))})
-    assert said.startswith("invalid: the candidate's calls leave work running after they return")
-    assert "join every stream before returning" in said
+    assert said.side == "candidate"
+    assert said.reason.startswith("invalid: the candidate's calls leave work running after they return")
+    assert "join every stream before returning" in said.reason
     # the side benched against (another candidate, --against) is named as such
     said = stream_guard({"candidate": honest["candidate"], "baseline": hidden["candidate"]}, times)
-    assert said.startswith("invalid: the side benched against's calls")
+    assert said.side == "baseline" and said.reason.startswith("invalid: the side benched against's calls")
     # a tail a little longer than the other side's is jitter, not hidden work: under the floor, and under 2% of a
     # long call
     assert stream_guard({**honest, "candidate": [t + TAIL_FLOOR_US - 1 for t in honest["candidate"]]}, times) is None
@@ -203,6 +204,19 @@ def test_a_bench_that_finds_hidden_work_is_invalid_with_no_score():
                      settings=BenchSettings(rule=stats.StoppingRule(min_pairs=24, max_pairs=24), judge_overhead_us=0.0),
                      log=lambda line: None)
     assert benchcases.run_paired(bench, names=("c", "b"), aa=False, verifier=None, log=lines.append)["status"] == "ok"
+    # found on the side benched against: that file's fault, a usage error that names it and files nothing; in an A/A
+    # both sides are the candidate's file
+    for aa, status, kind in ((False, "error", "usage"), (True, "invalid", "candidate")):
+        bench = CpuBench(TINY, Path(TINY.baseline_source), Path(TINY.baseline_source), seed=3,
+                         settings=BenchSettings(rule=stats.StoppingRule(min_pairs=24, max_pairs=24),
+                                                judge_overhead_us=0.0), log=lambda line: None)
+        report = bench.report
+        bench.report = lambda summary, report=report: {**report(summary), "invalid_reason": "invalid: theirs",
+                                                       "invalid_side": "baseline"}
+        result = benchcases.run_paired(bench, names=("c", "b"), aa=aa, verifier=None, log=lines.append)
+        assert (result["status"], result["error_kind"]) == (status, kind) and "score" not in result
+        assert "invalid_side" not in result and "invalid: theirs" in result["reason"]
+        assert ("side benched against (b)" in result["reason"]) is not aa
 
 
 # -- the eager clock on the host's clock, as the first pmpp set's eval.py times a call ------------------------------

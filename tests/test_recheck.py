@@ -276,6 +276,44 @@ def test_a_candidate_correct_only_when_checked_passes_check_and_gets_no_score(ti
     assert first["rule"] in ("whole", "row", "probe", "stale", "nonfinite")
 
 
+def test_a_cheat_benched_against_is_blamed_itself_not_the_candidate_benched(tiny_lab):
+    """okc bench 001 --against 002, where 002 is right only when checked: 002's re-checks fail. Before, 001 was filed
+    `invalid` (error_kind candidate) in the ledger for 002's cheat; now the bench is a usage error naming 002."""
+    from okc.lab.ledger import ledger
+
+    honest = _candidate(tiny_lab, SOLUTIONS / "correct" / "matmul.py", "001")
+    cheat = _candidate(tiny_lab, SOLUTIONS / "timed_only" / "counts_calls.py", "002")
+    benched = runner.submit(tiny_lab, "bench", honest, against=cheat, bench=QUICK)
+    result = json.loads((benched.job_dir / "result.json").read_text())
+    assert {failure["side"] for failure in result["rechecks"]["failures"]} == {"baseline"}
+    assert result["status"] == "error" and result["error_kind"] == "usage", result["reason"]
+    assert result.get("score") is None and result.get("verdict") is None
+    assert "002_counts_calls" in result["reason"] and "benched against" in result["reason"]
+    assert "re-check" in result["reason"]
+    assert not benched.result.recorded
+    with ledger(tiny_lab.ledger_path) as conn:
+        filed = conn.execute("SELECT status FROM runs WHERE candidate_number = 1").fetchall()
+    assert ("invalid",) not in filed
+    # the cheat benched as the candidate is still its own finding: invalid, filed against it
+    benched = runner.submit(tiny_lab, "bench", cheat, against=honest, bench=QUICK)
+    result = json.loads((benched.job_dir / "result.json").read_text())
+    assert result["status"] == "invalid" and result["error_kind"] == "candidate", result["reason"]
+
+
+def test_whose_re_check_failed_decides_who_is_blamed_and_an_aa_always_blames_the_candidate():
+    from okc.judge.protocol.recheck import Outcome
+
+    def failure(side):
+        return {"side": side, "case": "c", "pair": 3, "rule": "whole", "message": "wrong"}
+
+    assert Outcome(failures=[failure("baseline")]).blamed(aa=False) == "baseline"
+    assert Outcome(failures=[failure("baseline"), failure("candidate")]).blamed(aa=False) == "candidate"
+    assert Outcome(failures=[failure("baseline")]).blamed(aa=True) == "candidate"  # one file on both sides
+    # the reason quotes a failure of the side blamed, not merely the first
+    said = Outcome(failures=[failure("baseline"), {**failure("candidate"), "case": "mine"}]).reason()
+    assert "candidate mine" in said
+
+
 def test_rechecks_can_be_turned_off_and_then_a_cheat_is_scored(tiny_lab):
     """What the re-checks are for: without them the counting candidate gets a score."""
     candidate = _candidate(tiny_lab, SOLUTIONS / "timed_only" / "counts_calls.py", "003")

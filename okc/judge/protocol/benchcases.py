@@ -118,19 +118,24 @@ def run_paired(bench, *, names: tuple[str, str], aa: bool, verifier, log) -> dic
             "rechecks": outcome.report() if outcome is not None else None,
             "timed_inputs": {"drawn": bench.draws.total, "fresh": True},
             "verifier_ready_s": None if waited is None else round(waited, 3)}
-    invalid = extra.pop("invalid_reason", None)  # the bench's own finding (the eager clock's hidden work)
+    # the bench's own finding (the eager clock's hidden work), and the side it found it on (pairs.SIDES)
+    invalid, blamed = extra.pop("invalid_reason", None), extra.pop("invalid_side", "candidate")
     if outcome is not None:
         sides = ", ".join(f"{count} {side}" for side, count in sorted(outcome.per_side.items()))
         log(f"re-checks: {outcome.judged} timed outputs judged ({sides}) in {outcome.seconds:.2f} s "
             f"({outcome.handing_s:.2f} s handing them over), "
             f"{'all passed' if outcome.passed else f'{len(outcome.failures)} failed'}")
         if not outcome.passed:  # no score: what was timed is not what the check passed
-            invalid = outcome.reason()
+            invalid, blamed = outcome.reason(), outcome.blamed(aa)
     if invalid is not None:
         log(invalid)
-        return {"kind": "bench", **identity, "pairs": summary["pairs"], **extra, **tail, "status": "invalid",
-                "reason": invalid, "error_kind": "candidate", "verdict": "invalid",
-                "duration_s": round(time.monotonic() - started, 3)}
+        found = {"kind": "bench", **identity, "pairs": summary["pairs"], **extra, **tail,
+                 "duration_s": round(time.monotonic() - started, 3)}
+        if blamed == "baseline" and not aa:  # the other file's finding says nothing of the candidate: not filed
+            return {**found, "status": "error", "error_kind": "usage",
+                    "reason": f"no score: the side benched against ({names[1]}) did not do each timed call's work, so "
+                              f"there is nothing to measure against; bench against a file that does. {invalid}"}
+        return {**found, "status": "invalid", "reason": invalid, "error_kind": "candidate", "verdict": "invalid"}
     result = {"kind": "bench", "status": "ok", "reason": None, **identity, **summary, **extra, **tail}
     if aa:
         result["aa_floor"] = stats.aa_floor(summary["score_ci"])

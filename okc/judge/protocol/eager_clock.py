@@ -36,6 +36,7 @@ import time
 from array import array
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -82,9 +83,16 @@ HOST_SYNC_MARKER = "host synchronisation inside kernel_fn"
 CAPTURE_MARKERS = (HOST_SYNC_MARKER, "raised during CUDA graph capture")
 
 
-def stream_guard(tails: dict[str, Sequence[float]], times: dict[str, Sequence[float]]) -> str | None:
-    """Why a side's eager times leave out work it left running on another stream, or None. ``tails``: per side
-    (pairs.SIDES), each timed call's µs from its end event to the device idle; ``times``: each call's event time.
+class Hidden(NamedTuple):
+    """What :func:`stream_guard` found: the side (pairs.SIDES) whose calls leave work running, and why it says so."""
+
+    side: str
+    reason: str
+
+
+def stream_guard(tails: dict[str, Sequence[float]], times: dict[str, Sequence[float]]) -> Hidden | None:
+    """Which side's eager times leave out work it left running on another stream, and why; or None. ``tails``: per
+    side (pairs.SIDES), each timed call's µs from its end event to the device idle; ``times``: each call's event time.
     An A/A's sides are one file: their tails agree."""
     sides = pairs.SIDES
     if not all(tails.get(side) and times.get(side) for side in sides):
@@ -94,11 +102,11 @@ def stream_guard(tails: dict[str, Sequence[float]], times: dict[str, Sequence[fl
         own = float(np.median(times[side]))
         if tail[side] - tail[other] > max(TAIL_FLOOR_US, TAIL_SHARE * own):
             who = "the candidate's" if side == "candidate" else "the side benched against's"
-            return (f"invalid: {who} calls leave work running after they return: the device is idle a median "
-                    f"{tail[side]:.1f} µs after their end event, {tail[other]:.1f} µs after the other side's, and their "
-                    f"timed median is {own:.1f} µs. Work on a stream of its own that a call does not wait for is not in "
-                    "CUDA events on the current stream (an eval.py timing on them would leave it out too): join every "
-                    "stream before returning")
+            return Hidden(side, f"invalid: {who} calls leave work running after they return: the device is idle a "
+                          f"median {tail[side]:.1f} µs after their end event, {tail[other]:.1f} µs after the other side's, "
+                          f"and their timed median is {own:.1f} µs. Work on a stream of its own that a call does not wait "
+                          "for is not in CUDA events on the current stream (an eval.py timing on them would leave it out "
+                          "too): join every stream before returning")
     return None
 
 
@@ -293,7 +301,7 @@ class EagerBench:
         # median µs from a call's end event to the device idle, per side (0 on the host's clock: it stops at idle)
         report = {"reason": line, "notes": [line], "flush": flush, "clock": CLOCK, "after_call_tail_us": tails}
         hidden = stream_guard(self.clock.tails, self.clock.times)
-        return {**report, "invalid_reason": hidden} if hidden else report
+        return {**report, "invalid_reason": hidden.reason, "invalid_side": hidden.side} if hidden else report
 
 
 def run_eager(problem: Problem, candidate: Path, against: Path, *, device: torch.device, seed: int, settings,

@@ -162,8 +162,14 @@ class Outcome:
                 "failures": self.failures[:8], "seconds": round(self.seconds, 3), "handing_s": round(self.handing_s, 3),
                 "waiting_s": round(self.seconds - self.handing_s, 3)}
 
+    def blamed(self, aa: bool) -> str:
+        """Whose fault the failures are (pairs.SIDES): the candidate's where any of its outputs failed, or in an A/A
+        (one file on both sides); else the side benched against's alone."""
+        return "candidate" if aa or any(failure["side"] == "candidate" for failure in self.failures) else "baseline"
+
     def reason(self) -> str:
-        first = self.failures[0]
+        """The first failure of the side :meth:`blamed` (where the candidate failed, its own failure is quoted)."""
+        first = next((failure for failure in self.failures if failure["side"] == "candidate"), self.failures[0])
         where = "after the last pair" if first["pair"] is None else f"in pair {first['pair']}"
         return (f"invalid: a timed replay's output failed its re-check: {first['side']} {first['case']} {where} "
                 f"({first['rule']}: {first['message']})")
