@@ -8,9 +8,17 @@ the kernel is compiled for that target and written to the cache, nothing runs. E
 ``kernel_fn`` is called on CPU tensors of every case of the job, so it asks for exactly the
 specialisations the GPU worker will ask for; the worker then finds them in the cache.
 
-Several of these processes share a job: each claims the next unclaimed point and leaves its
+Several compile processes share a job: each claims the next unclaimed point and leaves its
 marker when done (okc.judge.protocol.ahead). A point that takes over the job's point deadline
 here is skipped and its process exits; the others go on.
+
+``python -m okc.ahead JOB_DIR TARGET PROCESSES`` is how the worker starts them: one process makes
+ready what every compiler needs (torch, Triton, the problem, its CPU weights and inputs) once, then
+forks PROCESSES compilers that share it copy-on-write, and reaps each as it ends; it exits once all
+have. Before, each of a screen's 12 compilers imported torch and drew the problem's weights itself,
+side by side on the pod's cores, and the first point's kernels waited on that (benchmarks/NOTES.md,
+issue 35). A compiler that crashes on a point (a candidate's import, say) ends alone; the fork
+server never imports a candidate. Without PROCESSES the process is one compiler itself.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ import signal
 import sys
 import threading
 import time
+import traceback
 from pathlib import Path
 
 from okc.judge.protocol.ahead import claim, write_marker
@@ -103,8 +112,9 @@ class Compiler:
         self.spec = read_spec(self.job)
         self.problem = None
 
-    def _ready(self) -> None:
-        """Torch, Triton, the problem and CPU weights: only once this process has claimed a point."""
+    def ready(self) -> None:
+        """Torch, Triton, the problem and CPU weights (the fork server's, before it forks; else once this process has
+        claimed a point)."""
         if self.problem is not None:
             return
         import torch
@@ -124,7 +134,7 @@ class Compiler:
     def run(self) -> None:
         for point in self.spec.points:
             if claim(self.job_dir, point.id):
-                self._ready()
+                self.ready()
                 write_marker(self.job_dir, point.id, self.compile_point(point))
 
     def compile_point(self, point) -> dict:
@@ -176,14 +186,46 @@ class Compiler:
         os._exit(1)
 
 
+def serve(compiler: Compiler, processes: int) -> int:
+    """Make ``compiler`` ready, fork ``processes`` compilers from it, reap each as it ends; how many ended badly."""
+    compiler.ready()
+    sys.stdout.flush()
+    children = set()
+    for _ in range(processes):
+        pid = os.fork()
+        if pid == 0:  # a compiler: it dies with this server, which dies with the worker
+            die_with_parent()
+            code = 0
+            try:
+                compiler.run()
+            except BaseException:  # noqa: BLE001 - said in the job's ahead/log.txt; the worker compiles the point itself
+                traceback.print_exc()
+                code = 1
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+        children.add(pid)
+    failed = 0
+    while children:  # reaped as each ends: a dead compiler's pid never lingers as a zombie the worker takes for alive
+        pid, status = os.wait()
+        children.discard(pid)
+        failed += os.waitstatus_to_exitcode(status) != 0
+    return failed
+
+
 def main(argv: list[str]) -> None:
-    if len(argv) != 2:
-        print("usage: python -m okc.ahead JOB_DIR TARGET_JSON", file=sys.stderr)
+    if len(argv) not in (2, 3) or (len(argv) == 3 and not argv[2].isdigit()):
+        print("usage: python -m okc.ahead JOB_DIR TARGET_JSON [PROCESSES]", file=sys.stderr)
         sys.exit(2)
     die_with_parent()
-    Compiler(Path(argv[0]), json.loads(argv[1])).run()
+    compiler = Compiler(Path(argv[0]), json.loads(argv[1]))
+    if len(argv) == 3:
+        failed = serve(compiler, int(argv[2]))
+    else:
+        compiler.run()
+        failed = 0
     sys.stdout.flush()
-    os._exit(0)  # no interpreter teardown: torch's and Triton's atexit work is not needed here
+    os._exit(1 if failed else 0)  # no interpreter teardown: torch's and Triton's atexit work is not needed here
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ triton = pytest.importorskip("triton")
 HOPPER_TARGET = ["cuda", 90, 32]
 
 
-def test_two_compile_processes_share_the_points_and_report_a_compile_error(tmp_path):
+def _job(tmp_path, compilers: int = 2):
     job_dir = tmp_path / "job"
     (job_dir / "points").mkdir(parents=True)
     (job_dir / AHEAD_DIR).mkdir()
@@ -33,8 +33,13 @@ def test_two_compile_processes_share_the_points_and_report_a_compile_error(tmp_p
     job = {"schema_version": 1, "job_id": "j", "kind": "screen", "problem": "tiny_matvec",
            "against": {"source": "points/right.py"}, "cases": ["proj/m=1", "gate/m=8"], "bench": {"pairs": 3},
            "points": [{"id": name, "source": f"points/{name}.py"} for name in points],
-           "screen": {"point_timeout_s": 120, "compilers": 2}}
+           "screen": {"point_timeout_s": 120, "compilers": compilers}}
     (job_dir / "job.json").write_text(json.dumps(job))
+    return job_dir, points
+
+
+def test_two_compile_processes_share_the_points_and_report_a_compile_error(tmp_path):
+    job_dir, points = _job(tmp_path)
     cache = tmp_path / "triton-cache"
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "TRITON_CACHE_DIR": str(cache),
            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
@@ -52,3 +57,20 @@ def test_two_compile_processes_share_the_points_and_report_a_compile_error(tmp_p
     assert {marker["pid"] for marker in markers.values()} <= {proc.pid for proc in procs}
     assert sorted(p.name for p in (job_dir / AHEAD_DIR).glob("*.claim")) == sorted(f"{n}.claim" for n in points)
     assert any(cache.rglob("*.cubin")), "nothing was compiled into the cache"
+
+
+def test_the_workers_pool_forks_its_compilers_from_one_server_and_each_point_is_compiled_once(tmp_path, monkeypatch):
+    from okc.judge.protocol.ahead import AheadPool
+
+    job_dir, points = _job(tmp_path, compilers=2)
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-cache"))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    pool = AheadPool(job_dir, 2, HOPPER_TARGET)
+    try:
+        markers = {name: pool.wait(name) for name in points}
+    finally:
+        pool.stop()
+    assert markers["right"]["status"] == markers["small"]["status"] == "compiled", markers
+    assert markers["nocompile"]["status"] == "compile_failed"
+    assert pool.server.pid not in {marker["pid"] for marker in markers.values()}  # forked compilers did the work
+    assert pool.server.returncode == 0, (job_dir / AHEAD_DIR / "log.txt").read_text()

@@ -60,8 +60,27 @@ def write_marker(job_dir: Path, point: str, data: dict) -> None:
 WAIT_POLL_S = 0.01
 
 
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs (a zombie, ended but not yet reaped, does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no /proc: os.kill's answer stands
+    return stat[stat.rfind(")") + 2:][:1] not in ("Z", "X")
+
+
 class AheadPool:
-    """The compile processes of one screen job, started by its worker, and the wait for a point's marker."""
+    """The compile processes of one screen job, started by its worker, and the wait for a point's marker.
+
+    One fork server (okc.ahead) makes torch, Triton and the problem ready once and forks ``processes``
+    compilers from it; it ends once they all have.
+    """
 
     def __init__(self, job_dir: Path, processes: int, target: list) -> None:
         import subprocess
@@ -71,18 +90,15 @@ class AheadPool:
         # No GPU for the compilers: they never touch the device the worker is timing on.
         env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
         with open(job_dir / AHEAD_DIR / "log.txt", "ab") as log:
-            self.procs = {
-                proc.pid: proc for proc in (
-                    subprocess.Popen([sys.executable, "-m", AHEAD_MODULE, str(job_dir), json.dumps(target)],
-                                     cwd=job_dir, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
-                    for _ in range(processes))
-            }
+            self.server = subprocess.Popen(
+                [sys.executable, "-m", AHEAD_MODULE, str(job_dir), json.dumps(target), str(processes)],
+                cwd=job_dir, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
 
     def _running(self, pid: int | None = None) -> bool:
-        if pid is not None:
-            proc = self.procs.get(pid)
-            return proc is not None and proc.poll() is None
-        return any(proc.poll() is None for proc in self.procs.values())
+        """The fork server still runs (so some compiler may yet write a marker); with ``pid``: that compiler too."""
+        if self.server.poll() is not None:
+            return False  # every compiler has ended: the server reaps them all before it exits
+        return pid is None or alive(pid)
 
     def _owner(self, point: str) -> int | None:
         try:
@@ -96,17 +112,14 @@ class AheadPool:
             marker = read_marker(self.job_dir, point)
             if marker is not None:
                 return marker
-            if claimed(self.job_dir, point):
-                owner = self._owner(point)
-                if owner is not None and not self._running(owner) and read_marker(self.job_dir, point) is None:
-                    return None  # its compiler died on it
-            elif not self._running():
+            # claimed: its compiler may have died on it; not yet claimed: some compiler may still take it
+            owner = self._owner(point) if claimed(self.job_dir, point) else None
+            if not self._running(owner) and read_marker(self.job_dir, point) is None:
                 return None
             time.sleep(WAIT_POLL_S)
 
     def stop(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.kill()
-        for proc in self.procs.values():
-            proc.wait()
+        """End the server and its compilers (each dies with the server: okc.ahead.die_with_parent)."""
+        if self.server.poll() is None:
+            self.server.kill()
+        self.server.wait()
