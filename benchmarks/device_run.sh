@@ -79,7 +79,7 @@ for s in $stages; do
         aa) stage aa_bias timeout ${OKC_T_aa:-200} python3 benchmarks/aa_bias.py --cli-only --runs ${OKC_AA_RUNS:-5} --half-width ${OKC_AA_HALF_WIDTH:-0.002} ;;
         setup) stage setup_profile python3 benchmarks/setup_profile.py
                stage setup_cprofile python3 benchmarks/setup_profile.py --one now --profile ;;
-        scaling) stage scaling_12 python3 benchmarks/sweep_scaling.py --points 12 ;;
+        scaling) stage scaling_${OKC_SCALING_POINTS:-12} python3 benchmarks/sweep_scaling.py --points ${OKC_SCALING_POINTS:-12} ;;
         screen) stage screen_tests python3 -m pytest -q -p no:cacheprovider tests/test_screen_gpu.py tests/test_ahead.py
                 stage scaling_12 python3 benchmarks/sweep_scaling.py --points 12
                 stage scaling_36 python3 benchmarks/sweep_scaling.py --points 36

@@ -18,6 +18,7 @@ import argparse
 import dataclasses
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -50,7 +51,8 @@ def screen(lab, experiment, gpus: int) -> tuple[float, int, int, Path]:
 def time_split(run_path: Path, wall: float, gpus: int) -> str:
     """Where the pass's GPU-seconds went, summed over its screen jobs' per-point lines."""
     jobs = [d for d in sorted((run_path / "jobs").iterdir()) if _kind(d) == "screen"]
-    lines = [line for job in jobs for line in read_lines(job)]
+    by_job = [read_lines(job) for job in jobs]
+    lines = [line for job_lines in by_job for line in job_lines]
     spent = {}
     for line in lines:
         for step, seconds in (line.get("seconds") or {}).items():
@@ -63,7 +65,7 @@ def time_split(run_path: Path, wall: float, gpus: int) -> str:
     worker_s = sum(result.get("duration_s") or 0.0 for result in results)
     setup_s = sum(result.get("setup_s") or 0.0 for result in results)
     prepare = spent.get("load", 0.0) + spent.get("prepare", 0.0) + spent.get("capture", 0.0)
-    timing = spent.get("time", 0.0)
+    timing = spent.get("stage", 0.0) + spent.get("warm", 0.0) + spent.get("time", 0.0)
     gpu_s = wall * gpus
     return "\n".join([
         f"  {len(jobs)} screen job(s); GPU-seconds {gpu_s:.2f} ({gpus} GPU x {wall:.2f} s wall), of which:",
@@ -73,12 +75,29 @@ def time_split(run_path: Path, wall: float, gpus: int) -> str:
         f"  worker start (python, torch, CUDA) and baseline ready: {worker_s - sum(spent.values()):.2f} s "
         f"(baseline setup {setup_s:.2f} s)",
         f"  prepare+capture (import, prepare, {len(lines)} points' graphs): {prepare:.2f} s",
-        f"  timing (warm-up and screen pairs): {timing:.2f} s",
-        f"  release and context check: {spent.get('release', 0.0) + spent.get('check', 0.0):.2f} s",
+        f"  timing (warm-up and screen pairs): {timing:.2f} s (laying out {spent.get('stage', 0.0):.2f}, "
+        f"warm-up {spent.get('warm', 0.0):.2f}, pairs {spent.get('time', 0.0):.2f})",
+        f"  release and context check: {spent.get('release', 0.0) + spent.get('free', 0.0) + spent.get('check', 0.0):.2f} s "
+        f"(dropping and collecting {spent.get('release', 0.0):.2f}, handing memory back {spent.get('free', 0.0):.2f}, "
+        f"the context check {spent.get('check', 0.0):.2f})",
         f"  launcher (process start, job files, between jobs): {gpu_s - worker_s:.2f} s",
         f"  idle GPU (all but prepare+capture and timing): {gpu_s - prepare - timing:.2f} s "
         f"({(gpu_s - prepare - timing) / gpu_s:.0%})",
+        per_point(by_job),
     ])
+
+
+def per_point(by_job: list[list[dict]]) -> str:
+    """A point's steps in ms, the median over the points after each job's first, and what each first one waited."""
+    firsts = [lines[0] for lines in by_job if lines]
+    rest = [line for lines in by_job for line in lines[1:]]
+    if not rest:
+        return "  too few points for a per-point median"
+    steps = sorted({step for line in rest for step in (line.get("seconds") or {})})
+    median = {step: statistics.median((line.get("seconds") or {}).get(step, 0.0) for line in rest) for step in steps}
+    waited = ", ".join(f"{(line.get('seconds') or {}).get('wait_compile', 0.0):.2f}" for line in firsts)
+    return ("  per point after the first, median ms: " + ", ".join(f"{step} {median[step] * 1000:.1f}" for step in steps)
+            + f"; the first point of each job waited {waited} s for its compile")
 
 
 def _kind(folder) -> str | None:

@@ -157,7 +157,7 @@ class Screen:
         if lost is None:
             seconds("release")
             try:
-                self.screener.release()
+                self.screener.release(seconds)
             except RuntimeError as exc:
                 if not (self.on_cuda and is_cuda_error(exc)):
                     raise

@@ -210,11 +210,14 @@ def _translate(exc: BaseException) -> CaptureError:
     return CaptureError(f"kernel_fn raised during CUDA graph capture: {detail}", host_sync=False)
 
 
-def release_memory() -> bool:
+def release_memory(step: Callable[[str], None] | None = None) -> bool:
     """Hand what was dropped (graphs, their pools, tensors) back to the driver; cuBLAS forgets the workspaces its
     captures made (one inside a freed graph's pool must not be used again). False, having done nothing more, where
-    CUDA never started or its context is lost (a candidate's illegal access: the first sync raises)."""
+    CUDA never started or its context is lost (a candidate's illegal access: the first sync raises). ``step`` is told
+    "free" once Python's garbage is collected and the driver's part begins (a screen point's accounting)."""
     gc.collect()
+    if step is not None:
+        step("free")
     if not torch.cuda.is_initialized():
         return False
     try:

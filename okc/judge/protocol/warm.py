@@ -160,20 +160,23 @@ class CudaScreener:
         """The point's per-case rows and its pairs. BenchFailed, TimingError or a CUDA error when it fails."""
         self.side = side = Side("candidate", source)
         self._make_ready(side, step)
-        step("time")
+        step("stage")  # the clock's timed batches laid out
         sides = Sides(side, self.baseline, copies=self.copies, captures=self.settings.captures,
                       seed=self.slot_seed)
         sides.inputs = self.inputs
         clock = GpuClock(self.protocol, sides, self.overhead[0], self.problem, self.cases, self.draws, self.settings)
         clock.stage()
         loop = PairLoop(clock, len(self.cases), self.matrix, self.settings, lambda state: None, self.log)
+        step("warm")
         loop.warm_up()
+        step("time")
         table, _ = loop.run()
         rows = case_rows(table, self.cases, self.settings.judge_overhead_us)
         return rows, table.complete
 
-    def release(self) -> None:
-        """Free the point's graphs and memory; cuBLAS forgets the workspaces its captures made."""
+    def release(self, step: Step = lambda name: None) -> None:
+        """Free the point's graphs and memory; cuBLAS forgets the workspaces its captures made (``step``: "free" once
+        Python's side is dropped and collected)."""
         side, self.side = self.side, None
         if side is not None:
             for module in side.modules:
@@ -181,7 +184,7 @@ class CudaScreener:
             side.captured.clear()
             side.modules.clear()
         del side
-        release_memory()
+        release_memory(step)
 
     def healthy(self) -> str | None:
         """None while the CUDA context still works; else the error that says it is lost."""
@@ -228,7 +231,7 @@ class CpuScreener:
         rows = case_rows(table, self.cases, self.settings.judge_overhead_us)
         return rows, table.complete
 
-    def release(self) -> None:
+    def release(self, step: Step = lambda name: None) -> None:
         side, self.side = self.side, None
         if side is not None:
             _forget(side.module)
