@@ -84,7 +84,20 @@ def time_split(run_path: Path, wall: float, gpus: int) -> str:
         f"  idle GPU (all but prepare+capture and timing): {gpu_s - prepare - timing:.2f} s "
         f"({(gpu_s - prepare - timing) / gpu_s:.0%})",
         per_point(by_job),
+        *(compilers_start(job) for job in jobs),
     ])
+
+
+def compilers_start(job: Path) -> str:
+    """When the job's compilers were ready (their first claim) and their first point compiled (its marker), in
+    seconds after the job's folder was written (job.json), from the files' times."""
+    written = (job / "job.json").stat().st_mtime
+    claims = sorted(path.stat().st_mtime - written for path in (job / AHEAD_DIR).glob("*.claim"))
+    markers = sorted(path.stat().st_mtime - written for path in (job / AHEAD_DIR).glob("*.json"))
+    if not claims or not markers:
+        return f"  {job.name}: no compiler claimed a point"
+    return (f"  {job.name}: compilers' first claim +{claims[0]:.2f} s, first marker +{markers[0]:.2f} s, "
+            f"last marker +{markers[-1]:.2f} s after job.json")
 
 
 def per_point(by_job: list[list[dict]]) -> str:
