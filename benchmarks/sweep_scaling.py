@@ -2,11 +2,14 @@
 
 Run from the lab root on a machine with GPUs (the repository itself is a muse_bf16_proj lab):
 
-    python benchmarks/sweep_scaling.py [--sweep gemv_decode] [--points 12]
+    python benchmarks/sweep_scaling.py [--sweep gemv_decode] [--points 12] [--protocol-cached]
 
 Each pass starts a new run of the sweep's screen stage (every point timed on every shape)
 with its own empty Triton cache, so neither pass inherits the other's compiled kernels; one
-point is screened first and thrown away, so both passes start with warm file caches. Prints
+point is screened first and thrown away, so both passes start with warm file caches. With
+``--protocol-cached`` each pass's cache starts with okc's own kernels (the protocol's, from that
+first screen) and none of the template's: a competitor's sweep in a lab okc has run in before,
+where only the points are new. Prints
 points/s per pass and their ratio (target: >= 1.9 on two GPUs), and where each pass's time
 went (from its screen jobs' lines: compile, prepare+capture, timing, idle GPU); with $OUT
 set, the report is also written to $OUT/sweep_scaling.txt.
@@ -18,6 +21,8 @@ import argparse
 import dataclasses
 import json
 import os
+import re
+import shutil
 import statistics
 import sys
 import tempfile
@@ -35,10 +40,19 @@ from okc.sweeps.funnel import Sweep, open_run
 TRITON_CACHE = "TRITON_CACHE_DIR"
 
 
-def screen(lab, experiment, gpus: int) -> tuple[float, int, int, Path]:
-    """Screen every point on ``gpus`` GPUs in a new run; (seconds, points, failed points, run folder)."""
-    with tempfile.TemporaryDirectory(prefix="okc-triton-") as cache:
-        os.environ[TRITON_CACHE] = cache  # the workers inherit it: nothing compiled by an earlier pass
+def screen(lab, experiment, gpus: int, seed_cache: Path | None = None,
+           keep_cache: Path | None = None) -> tuple[float, int, int, Path]:
+    """Screen every point on ``gpus`` GPUs in a new run; (seconds, points, failed points, run folder). ``seed_cache``:
+    a Triton cache whose entries that hold none of the template's kernels go into the pass's cache first;
+    ``keep_cache``: the pass's cache is this folder, kept (else a temporary one)."""
+    with tempfile.TemporaryDirectory(prefix="okc-triton-") as temporary:
+        cache = keep_cache or Path(temporary)
+        os.environ[TRITON_CACHE] = str(cache)  # the workers inherit it: nothing compiled by an earlier pass
+        if seed_cache is not None:
+            template = template_kernels(experiment.template)
+            for entry in seed_cache.iterdir():
+                if entry.is_dir() and not any(path.stem in template for path in entry.iterdir()):
+                    shutil.copytree(entry, cache / entry.name)
         run, _ = open_run(lab, experiment, new=True)
         sweep = Sweep(lab, experiment, run, slots_for(lab, "local", gpus))
         started = time.monotonic()
@@ -46,6 +60,11 @@ def screen(lab, experiment, gpus: int) -> tuple[float, int, int, Path]:
         seconds = time.monotonic() - started
     failed = {row["point"] for row in run.rows if row["status"] != "ok"}
     return seconds, len(experiment.points), len(failed), run.path
+
+
+def template_kernels(template: Path) -> set[str]:
+    """The names of the template's Triton kernels (the functions under a ``@triton.jit``)."""
+    return set(re.findall(r"@triton\.(?:jit|autotune)[^\n]*\n(?:@[^\n]*\n)*def (\w+)", template.read_text()))
 
 
 def time_split(run_path: Path, wall: float, gpus: int) -> str:
@@ -124,6 +143,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sweep", default="gemv_decode")
     parser.add_argument("--points", type=int, default=12, help="the first N points of the sweep")
+    parser.add_argument("--protocol-cached", action="store_true",
+                        help="each pass's Triton cache starts with okc's own kernels (not the template's)")
     args = parser.parse_args()
     lab = find_lab()
     gpus = local_gpu_count()
@@ -131,12 +152,14 @@ def main() -> None:
         sys.exit("sweep_scaling needs CUDA GPUs; this machine has none")
     experiment = load_experiment(lab.experiments, args.sweep)
     experiment = dataclasses.replace(experiment, points=experiment.points[: args.points])
-    screen(lab, dataclasses.replace(experiment, points=experiment.points[:1]), 1)  # warm the file caches
+    # the first screen's cache, kept with --protocol-cached: okc's kernels, and the first point's (left out)
+    seed_cache = Path(tempfile.mkdtemp(prefix="okc-triton-seed-")) if args.protocol_cached else None
+    screen(lab, dataclasses.replace(experiment, points=experiment.points[:1]), 1, keep_cache=seed_cache)
     lines = [f"sweep {experiment.name}: {len(experiment.points)} points x {len(experiment.shapes)} shapes, "
              f"screen of {experiment.funnel.screen_pairs} pairs"]
     rates = {}
     for count in sorted({1, gpus}):
-        seconds, points, failed, run_path = screen(lab, experiment, count)
+        seconds, points, failed, run_path = screen(lab, experiment, count, seed_cache)
         rates[count] = points / seconds
         lines.append(f"{count} GPU(s): {points} points in {seconds:.1f} s = {rates[count]:.3f} points/s "
                      f"({failed} failed)")
