@@ -192,11 +192,13 @@ def serve(compiler: Compiler, processes: int) -> int:
     """Make ``compiler`` ready, fork ``processes`` compilers from it, reap each as it ends; how many ended badly."""
     compiler.ready()
     sys.stdout.flush()
-    children = set()
+    children, server = set(), os.getpid()
     for _ in range(processes):
         pid = os.fork()
         if pid == 0:  # a compiler: it dies with this server, which dies with the worker
             die_with_parent()
+            if os.getppid() != server:  # the server died before the line above: nobody would reap or stop us
+                os._exit(1)
             code = 0
             try:
                 compiler.run()
