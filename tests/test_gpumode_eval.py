@@ -143,13 +143,25 @@ def test_a_task_ranked_by_geom_gives_eval_py_every_benchmark_and_okcs_score_besi
 
 def test_the_folders_eval_py_failing_the_candidate_is_a_bench_error(tmp_path, monkeypatch):
     root = gpumode_lab(tmp_path, monkeypatch, OUTPLACE)
-    (root / "candidates" / "002_cached.py").write_bytes((OUTPLACE / "wrong" / "cached.py").read_bytes())
+    (root / "candidates" / "002_only_under_eval.py").write_bytes((OUTPLACE / "wrong" / "only_under_eval.py").read_bytes())
     done = runner.invoke(app, ["bench", "002", "--min-pairs", "40", "--max-pairs", "40"])
     assert done.exit_code == 1, done.output
     result = last_result(root, "bench")
     assert result["status"] == "error" and result["error_kind"] == "candidate"
     assert result["reason"].startswith("the folder's eval.py failed the candidate: eval.py leaderboard mode says "
                                        "benchmark.0.error:")
+
+
+def test_a_cached_answer_is_caught_by_okcs_own_re_checks_on_the_cpu_before_the_folders_eval_py(tmp_path, monkeypatch):
+    # main until 2026-12-06: a GPU MODE bench on the CPU re-checked nothing, so a cached answer got a score and only
+    # the folder's eval.py (the figure, not with --no-figure) failed it
+    root = gpumode_lab(tmp_path, monkeypatch, OUTPLACE)
+    (root / "candidates" / "002_cached.py").write_bytes((OUTPLACE / "wrong" / "cached.py").read_bytes())
+    done = runner.invoke(app, ["bench", "002", "--min-pairs", "40", "--max-pairs", "40", "--no-figure"])
+    assert done.exit_code == 1, done.output
+    result = last_result(root, "bench")
+    assert result["status"] == "invalid" and result["error_kind"] == "candidate", result["reason"]
+    assert result["rechecks"]["failures"][0]["side"] == "candidate" and "score" not in result
 
 
 def test_okcs_paired_score_is_ranked_as_the_task_ranks():

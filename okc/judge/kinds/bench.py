@@ -181,7 +181,10 @@ def run_kind(job, job_dir: Path, problem: Problem, *, device: torch.device, seed
         scored_cases(problem, job.cases)
     except ValueError as exc:
         raise BadJob(str(exc)) from None
-    if not problem.verifier_rechecks:  # its outputs are judged by its own code (GPU MODE: check_implementation)
+    # A problem that judges its outputs with its own code (GPU MODE: check_implementation) re-checks them with its
+    # own verifier on its eager clock and on the CPU's; its graph replays are not re-checked.
+    own_rechecks = problem.own_judge and on_cpu
+    if not problem.verifier_rechecks and not own_rechecks:
         settings = dataclasses.replace(settings, rechecks=False)
     if settings.clock == "eager" and problem.requires_capture:
         raise BadJob(f"--clock eager times eager calls, as a GPU MODE folder's eval.py does; {problem.name} is not a "
@@ -207,7 +210,10 @@ def run_kind(job, job_dir: Path, problem: Problem, *, device: torch.device, seed
     explain(bench)
     # The verifier starts before either side's module is imported: nothing a candidate does reaches it.
     runnable = on_cpu or (device.type == "cuda" and torch.cuda.is_available())
-    verifier = Verifier.start(problem.name, seed, device, job_dir, warm=True) if settings.rechecks and runnable else None
+    verifier = None
+    if settings.rechecks and runnable:
+        verifier = problem.own_verifier(seed, device) if own_rechecks else \
+            Verifier.start(problem.name, seed, device, job_dir, warm=True)
     names = (job.candidate.name, against_name)
 
     def eagerly() -> dict:
