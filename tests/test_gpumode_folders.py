@@ -258,3 +258,51 @@ def test_a_call_that_cannot_be_captured_falls_back_to_eager_calls_in_the_worker_
     assert asked["cases"] == ["benchmark.1"]  # --cases holds for the eager calls too (the H200's grayscale survey)
     assert any("cannot be captured into a CUDA graph: timing eager calls instead" in line for line in lines), lines
     assert json.loads((job_dir / PROGRESS_FILE).read_text())["pairs"] == 24
+
+
+# -- a folder of another convention ----------------------------------------------------------------------------------
+
+PRINCETON_LIKE = b'''import torch
+
+
+def reference_forward(logits, targets):
+    return torch.nn.functional.cross_entropy(logits.float(), targets, reduction="none")
+
+
+def generate_inputs(batch_size, vocab_size, seed=42):
+    return torch.randn(batch_size, vocab_size), torch.randint(vocab_size, (batch_size,))
+'''
+
+
+def test_a_folder_whose_reference_defines_none_of_the_conventions_functions_is_refused_at_init(tmp_path):
+    # main: gpu-mode/reference-kernels' princeton/cross_entropy_py made a lab, then every check ended in
+    # "ERROR 000_reference: bad job: .../reference.py has no function ref_kernel"
+    import shutil
+
+    folder = tmp_path / "cross_entropy_py"
+    shutil.copytree(FOLDERS / "vectoradd", folder)
+    shutil.copy(FOLDERS / "utils.py", tmp_path / "utils.py")
+    (folder / "reference.py").write_bytes(PRINCETON_LIKE)
+    done = runner.invoke(app, ["init", str(tmp_path / "new_lab"), "--gpumode", str(folder)])
+    assert done.exit_code == 2, done.output
+    said = " ".join(done.output.split())
+    assert "reference.py defines no ref_kernel, generate_input, check_implementation" in said
+    assert not (tmp_path / "new_lab").exists()  # nothing written
+
+
+@pytest.mark.parametrize("source, missing", [
+    (b"def ref_kernel(d): pass\ndef generate_input(**k): pass\ncheck_implementation = make(ref_kernel)\n", []),
+    (b"from utils import make_match_reference as check_implementation, gen as generate_input\n"
+     b"ref_kernel = lambda d: d\n", []),
+    (b"try:\n    from fast import ref_kernel\nexcept ImportError:\n    def ref_kernel(d): pass\n"
+     b"if True:\n    def generate_input(): pass\n(check_implementation, other) = 1, 2\n", []),
+    (b"from utils import *\n", []),  # cannot tell from the code: its import will say
+    (b"def broken(:\n", []),  # does not parse: its import will say, with its traceback
+    (b"class Task:\n    def ref_kernel(self): pass\ndef generate_input(): pass\ndef check_implementation(): pass\n",
+     ["ref_kernel"]),  # a method is not the module's function
+    (b"def helper():\n    def check_implementation(): pass\n", ["ref_kernel", "generate_input", "check_implementation"]),
+])
+def test_the_conventions_functions_are_read_from_the_references_code(source, missing):
+    from okc.problems.gpumode.taskfile import undefined_functions
+
+    assert undefined_functions(source) == missing

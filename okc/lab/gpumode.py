@@ -18,6 +18,8 @@ from okc.errors import ConfigError
 from okc.problems import gpumode
 from okc.problems.gpumode.taskfile import (
     EVAL_FILE,
+    FUNCTIONS,
+    REFERENCE_FILE,
     SUBMISSION,
     TASK_JSON,
     TASK_YML,
@@ -25,6 +27,7 @@ from okc.problems.gpumode.taskfile import (
     eager_timing,
     eval_clock,
     parse,
+    undefined_functions,
 )
 
 PROBE_MODULE = "okc.problems.gpumode.probe"  # run, never imported here: it needs torch
@@ -79,6 +82,13 @@ def flat_files(folder: Path) -> tuple[Task, dict[str, bytes]]:
     for path in sorted(folder.iterdir()):
         if path.is_file() and path.name not in files and path.suffix in (".py", ".yml", ".yaml", ".md"):
             files[path.name] = path.read_bytes()
+    reference = files.get(REFERENCE_FILE)
+    missing = list(FUNCTIONS) if reference is None else undefined_functions(reference)
+    if missing:  # gpu-mode/reference-kernels' princeton set: a reference of its own, run by its own eval.py
+        where = f"has no {REFERENCE_FILE}" if reference is None else f"{REFERENCE_FILE} defines no {', '.join(missing)}"
+        raise ConfigError(f"{folder} {where}: okc runs folders whose {REFERENCE_FILE} defines {', '.join(FUNCTIONS)} "
+                          "(the convention of GPU MODE's reference-kernels problem sets) and whose submission defines "
+                          "custom_kernel; a folder whose eval.py calls other functions is not one of them")
     files[TASK_JSON] = (json.dumps(task.to_json(), indent=2) + "\n").encode()
     return task, files
 

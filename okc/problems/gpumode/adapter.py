@@ -38,12 +38,11 @@ from okc.judge.verdict.rules import NONFINITE, Verdict, fail
 # (okc.judge.protocol.gpumode_timing).
 from okc.problems.gpumode.figure import add_figure
 from okc.problems.gpumode.places import clear_unwritten, filled_empty, output_places, signature, written_positions
-from okc.problems.gpumode.taskfile import EVAL_FILE, Task, as_kwargs, eager_timing, eval_clock, read_json
+from okc.problems.gpumode.taskfile import EVAL_FILE, FUNCTIONS, Task, as_kwargs, eager_timing, eval_clock, read_json
 
 CHECK = "check_implementation"  # the rule name of a failure the folder's own check found
 ALIASED = "aliased"  # an output tensor shares memory with an input tensor (the reference's does not)
 MESSAGE_CHARS = 400  # of check_implementation's message, kept in a verdict
-FUNCTIONS = ("ref_kernel", "generate_input", "check_implementation")  # what reference.py must define
 SEED_RANGE = 2**31  # generate_input's seed is drawn below this (their code may do arithmetic on it)
 CAUSE_CHARS = 120  # of the exception that says a folder's inputs need CUDA, kept in the one-line refusal
 

@@ -29,6 +29,38 @@ EVAL_FILE = "eval.py"  # the folder's own harness (kernelbot runs it; okc's figu
 # princeton; gpu-mode/reference-kernels, 2026-12) does: each times eager calls, pmpp_v2's and linalg's between CUDA
 # events after an L2 clear, pmpp's by the host's clock around a call and a synchronisation (eager_timing).
 GRAPH_MARKS = (b"CUDAGraph", b"cuda.graph(", b"make_graphed_callables", b".replay()")
+REFERENCE_FILE = "reference.py"
+FUNCTIONS = ("ref_kernel", "generate_input", "check_implementation")  # what reference.py must define
+
+
+def undefined_functions(reference_source: bytes) -> list[str]:
+    """The FUNCTIONS that reference.py's top level (its ifs and trys included) neither defines, assigns nor imports.
+
+    Read from the code, not run: [] where a star import could bring them, or where the file does not parse (its
+    import then says why, with its traceback)."""
+    import ast
+
+    try:
+        tree = ast.parse(reference_source)
+    except (SyntaxError, ValueError):
+        return []
+    named: set[str] = set()
+    statements = list(tree.body)
+    while statements:
+        node = statements.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            named.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            if any(alias.name == "*" for alias in node.names):
+                return []
+            named.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            named.update(leaf.id for target in targets for leaf in ast.walk(target) if isinstance(leaf, ast.Name))
+        for block in ("body", "orelse", "finalbody", "handlers"):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                statements.extend(getattr(node, block, None) or [])
+    return [name for name in FUNCTIONS if name not in named]
 
 
 def eval_clock(eval_source: bytes | None) -> str:
