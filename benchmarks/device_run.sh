@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on a GPU machine of the device tool: set up what the image lacks, run the GPU tests
 # and the benchmark scripts, and leave every log under $OUT (at most 8 files come back).
-# Usage there: bash benchmarks/device_run.sh [stage ...]   (stages: tests check bench floor ssh cli aa setup scaling screen loop ab abmore abnext bisect alone recheck vcost vprof profile vecdiag ctx eageraa gpumode pmpp survey)
+# Usage there: bash benchmarks/device_run.sh [stage ...]   (stages: tests check bench floor ssh cli aa setup scaling keepcache protocached screen loop ab abmore abnext bisect alone recheck vcost vprof profile vecdiag ctx eageraa gpumode pmpp survey)
 # A stage's seconds are capped where it says ${OKC_T_<stage>:-N}: the call's 600 s must hold them all.
 set -uo pipefail
 export OUT=${OUT:-/tmp/okc-out}
@@ -80,6 +80,11 @@ for s in $stages; do
         setup) stage setup_profile python3 benchmarks/setup_profile.py
                stage setup_cprofile python3 benchmarks/setup_profile.py --one now --profile ;;
         scaling) stage scaling_${OKC_SCALING_POINTS:-12} python3 benchmarks/sweep_scaling.py --points ${OKC_SCALING_POINTS:-12} ;;
+        keepcache) python3 benchmarks/keep_cache_variant.py /tmp/okc-keepcache
+                   stage scaling_keepcache_${OKC_SCALING_POINTS:-36} env PYTHONPATH="/tmp/okc-keepcache:$PYTHONPATH" \
+                       python3 benchmarks/sweep_scaling.py --points ${OKC_SCALING_POINTS:-36} ;;
+        protocached) stage scaling_protocached_${OKC_SCALING_POINTS:-36} python3 benchmarks/sweep_scaling.py \
+                         --points ${OKC_SCALING_POINTS:-36} --protocol-cached ;;
         screen) stage screen_tests python3 -m pytest -q -p no:cacheprovider tests/test_screen_gpu.py tests/test_ahead.py
                 stage scaling_12 python3 benchmarks/sweep_scaling.py --points 12
                 stage scaling_36 python3 benchmarks/sweep_scaling.py --points 36
