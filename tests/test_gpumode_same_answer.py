@@ -34,3 +34,17 @@ def test_a_bench_re_checks_a_repeated_answer_without_calling_it_stale(tmp_path, 
     assert done.exit_code == 0 and result["status"] == "ok", result.get("reason")
     rechecks = json.loads((jobs_of_kind(root / "results", "bench")[0] / "result.json").read_text())["rechecks"]
     assert rechecks["passed"] and rechecks["judged"] > 12, rechecks
+
+
+def test_a_tuple_output_written_again_by_every_call_is_re_checked_as_it_was_returned(tmp_path, monkeypatch):
+    """The clocks kept a returned tensor as a copy, but a tuple by reference: a submission that writes each size's
+    output tensors again every call (right: GPU MODE's eval.py checks each call before the next) had its kept
+    outputs overwritten before their re-check, and was called invalid."""
+    folder = GPUMODE_FOLDERS / "tupleout"
+    assert cpu_check(gpumode_problem(tmp_path, folder), folder / "submission.py")["status"] == "pass"
+    root = gpumode_lab(tmp_path, monkeypatch, folder)
+    done = invoke("bench", "001", "--min-pairs", "40", "--max-pairs", "40", "--no-figure", "--json")
+    result = json.loads(done.output)
+    assert done.exit_code == 0 and result["status"] == "ok", result.get("reason")
+    rechecks = json.loads((jobs_of_kind(root / "results", "bench")[0] / "result.json").read_text())["rechecks"]
+    assert rechecks["passed"] and rechecks["judged"] > 8, rechecks

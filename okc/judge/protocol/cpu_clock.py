@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from okc.judge.loader import CandidateLoadError, load_candidate
-from okc.judge.problem import Case, Problem, clone_data, copy_data
+from okc.judge.problem import Case, Problem, clone_data, copy_data, copy_returned
 from okc.judge.protocol import pairs
 from okc.judge.protocol.benchcases import (
     BenchFailed,
@@ -52,8 +52,6 @@ from okc.judge.protocol.recheck import Draws, Picker, Recheck
 from okc.seeds import derive_seed
 
 _now = time.perf_counter_ns  # bound at import: see the module docstring
-_clone = torch._C.TensorBase.clone
-_Tensor = torch.Tensor
 CPU_NOTE = ("CPU timing: no CUDA graphs, no L2 flush (eager calls on one thread, timed with "
             "time.perf_counter_ns); the numbers are not judge-equivalent")
 CPU = torch.device("cpu")
@@ -153,7 +151,7 @@ class CpuClock:
             found[(index, name)], out = side.call(self.problem, case, side.inputs[unit.case])
             if final or (self.picker is not None and self.picker.pick(unit.pair)):
                 kept.append((Recheck(name, unit.case, None if final else unit.pair, numbers[name]),
-                             _clone(out) if type(out) is _Tensor else out))
+                             copy_returned(out)))  # a copy: the next call may write there
             del out  # freed after the clock stopped, as a graph's output is never freed inside its replay
 
     def submit(self, units: list[Unit], number: int, final: bool = False):

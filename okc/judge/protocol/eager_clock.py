@@ -42,7 +42,7 @@ import numpy as np
 import torch
 
 from okc.benchrules import EagerTiming
-from okc.judge.problem import Problem, copy_data
+from okc.judge.problem import Problem, copy_data, copy_returned
 from okc.judge.protocol import pairs, timing
 from okc.judge.protocol.benchcases import (
     BenchFailed,
@@ -67,8 +67,6 @@ _elapsed_ms = getattr(torch._C._CudaEventBase, "elapsed_time", None)
 _device_synchronize = getattr(torch._C, "_cuda_synchronize", None)
 _perf_counter_ns = time.perf_counter_ns
 _current_stream = torch.cuda.current_stream
-_clone = torch._C.TensorBase.clone
-_Tensor = torch.Tensor
 
 CLOCK = "eager"  # result.json's protocol.clock
 PLACING_STREAM = 2**20  # placing_order's draws, apart from those of the graph clock's copies and captures
@@ -225,7 +223,7 @@ class EagerClock:
         self.times[name].append(us)
         if final or (self.picker is not None and self.picker.pick(unit.pair)):  # decided after the call returned
             kept.append((Recheck(name, unit.case, None if final else unit.pair, number),
-                         _clone(out) if type(out) is _Tensor else out))  # a clone: the next call may write there
+                         copy_returned(out)))  # a copy: the next call may write there
         return us
 
     def submit(self, units: list[Unit], number: int, final: bool = False):
