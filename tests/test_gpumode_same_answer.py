@@ -27,12 +27,16 @@ def test_a_cached_answer_is_still_stale_where_the_answer_changed(tmp_path):
     assert any(check["rule"] == "stale" for check in failed), failed
 
 
-def test_a_bench_re_checks_a_repeated_answer_without_calling_it_stale(tmp_path, monkeypatch):
-    root = gpumode_lab(tmp_path, monkeypatch, FOLDER)
+def _bench_rechecks(root) -> dict:
+    """``okc bench 001`` of the lab at ``root`` on the CPU, which must end ok; what its re-checks found."""
     done = invoke("bench", "001", "--min-pairs", "40", "--max-pairs", "40", "--no-figure", "--json")
     result = json.loads(done.output)
     assert done.exit_code == 0 and result["status"] == "ok", result.get("reason")
-    rechecks = json.loads((jobs_of_kind(root / "results", "bench")[0] / "result.json").read_text())["rechecks"]
+    return json.loads((jobs_of_kind(root / "results", "bench")[0] / "result.json").read_text())["rechecks"]
+
+
+def test_a_bench_re_checks_a_repeated_answer_without_calling_it_stale(tmp_path, monkeypatch):
+    rechecks = _bench_rechecks(gpumode_lab(tmp_path, monkeypatch, FOLDER))
     assert rechecks["passed"] and rechecks["judged"] > 12, rechecks
 
 
@@ -42,9 +46,5 @@ def test_a_tuple_output_written_again_by_every_call_is_re_checked_as_it_was_retu
     outputs overwritten before their re-check, and was called invalid."""
     folder = GPUMODE_FOLDERS / "tupleout"
     assert cpu_check(gpumode_problem(tmp_path, folder), folder / "submission.py")["status"] == "pass"
-    root = gpumode_lab(tmp_path, monkeypatch, folder)
-    done = invoke("bench", "001", "--min-pairs", "40", "--max-pairs", "40", "--no-figure", "--json")
-    result = json.loads(done.output)
-    assert done.exit_code == 0 and result["status"] == "ok", result.get("reason")
-    rechecks = json.loads((jobs_of_kind(root / "results", "bench")[0] / "result.json").read_text())["rechecks"]
+    rechecks = _bench_rechecks(gpumode_lab(tmp_path, monkeypatch, folder))
     assert rechecks["passed"] and rechecks["judged"] > 8, rechecks
