@@ -87,8 +87,17 @@ def data_bytes(data: object) -> int:
     return sum(t.numel() * t.element_size() for t in tensors_of(data))
 
 
+_clone = torch._C.TensorBase.clone  # bound at okc's import, before any candidate: a patched clone changes nothing here
+_Tensor = torch.Tensor
+
+
 def clone_data(data: object) -> object:
-    """A copy of ``data`` whose tensors are clones (plain values are shared: they cannot be written)."""
+    """A copy of ``data`` whose tensors are clones (plain values are shared: they cannot be written). A torch.Tensor of
+    exactly that type is cloned by the clone bound above, so a timed call's output kept for its re-check is copied as
+    returned even where a candidate patched torch; the clocks keep every re-checked output so, tuples too (the next
+    call may write the same tensors again: right under GPU MODE's eval.py, which checks each call before the next)."""
+    if type(data) is _Tensor:
+        return _clone(data)
     if isinstance(data, torch.Tensor):
         return data.clone()
     if isinstance(data, dict):
@@ -97,25 +106,6 @@ def clone_data(data: object) -> object:
         items = [clone_data(item) for item in data]
         return type(data)(*items) if hasattr(data, "_fields") else type(data)(items)  # a namedtuple by field
     return data
-
-
-_clone = torch._C.TensorBase.clone  # bound at okc's import, before any candidate: a patched clone changes nothing here
-_Tensor = torch.Tensor
-
-
-def copy_returned(out: object) -> object:
-    """A timed call's output as it returned it, kept for a re-check after later calls, which may write the same tensors
-    again (right under GPU MODE's eval.py, which checks each call before the next). Every torch.Tensor (of exactly that
-    type) is copied with the clone bound above, inside tuples, lists and dicts too; anything else is kept as it is."""
-    if type(out) is _Tensor:
-        return _clone(out)
-    if type(out) is dict:
-        return {key: copy_returned(value) for key, value in out.items()}
-    if type(out) in (tuple, list):
-        return type(out)(copy_returned(item) for item in out)
-    if isinstance(out, tuple) and hasattr(out, "_fields"):  # a namedtuple, by field
-        return type(out)(*(copy_returned(item) for item in out))
-    return out
 
 
 def copy_pairs(dst: object, src: object) -> list[tuple[torch.Tensor, torch.Tensor]]:

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from okc.judge.loader import CandidateLoadError, load_candidate
-from okc.judge.problem import Case, Problem, clone_data, copy_data, copy_returned
+from okc.judge.problem import Case, Problem, clone_data, copy_data
 from okc.judge.protocol import pairs
 from okc.judge.protocol.benchcases import (
     BenchFailed,
@@ -151,7 +151,7 @@ class CpuClock:
             found[(index, name)], out = side.call(self.problem, case, side.inputs[unit.case])
             if final or (self.picker is not None and self.picker.pick(unit.pair)):
                 kept.append((Recheck(name, unit.case, None if final else unit.pair, numbers[name]),
-                             copy_returned(out)))  # a copy: the next call may write there
+                             clone_data(out)))  # a copy: the next call may write there
             del out  # freed after the clock stopped, as a graph's output is never freed inside its replay
 
     def submit(self, units: list[Unit], number: int, final: bool = False):

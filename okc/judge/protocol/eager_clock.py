@@ -42,7 +42,7 @@ import numpy as np
 import torch
 
 from okc.benchrules import EagerTiming
-from okc.judge.problem import Problem, copy_data, copy_returned
+from okc.judge.problem import Problem, clone_data, copy_data
 from okc.judge.protocol import pairs, timing
 from okc.judge.protocol.benchcases import (
     BenchFailed,
@@ -223,7 +223,7 @@ class EagerClock:
         self.times[name].append(us)
         if final or (self.picker is not None and self.picker.pick(unit.pair)):  # decided after the call returned
             kept.append((Recheck(name, unit.case, None if final else unit.pair, number),
-                         copy_returned(out)))  # a copy: the next call may write there
+                         clone_data(out)))  # a copy: the next call may write there
         return us
 
     def submit(self, units: list[Unit], number: int, final: bool = False):

@@ -49,17 +49,17 @@ def undefined_functions(reference_source: bytes) -> list[str]:
     while statements:
         node = statements.pop()
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            named.add(node.name)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            named.add(node.name)  # its body is not the module's
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
             if any(alias.name == "*" for alias in node.names):
                 return []
             named.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
         elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             named.update(leaf.id for target in targets for leaf in ast.walk(target) if isinstance(leaf, ast.Name))
-        for block in ("body", "orelse", "finalbody", "handlers"):
-            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                statements.extend(getattr(node, block, None) or [])
+        for block in ("body", "orelse", "finalbody", "handlers"):  # an if's, a try's, a with's, a loop's
+            statements.extend(getattr(node, block, None) or [])
     return [name for name in FUNCTIONS if name not in named]
 
 
