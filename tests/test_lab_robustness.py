@@ -337,21 +337,47 @@ def test_13_a_symlink_out_of_the_lab_is_refused_and_nothing_copied(tiny):
 # -- 14-18: interruptions and bookkeeping -------------------------------------------------
 
 
-def test_14_16_ctrl_c_is_one_line_the_job_cancelled_and_attach_records_nothing(tiny):
+LEFT_JOB_LIMIT_S = 30  # the time limit of a job signalled_check starts: one okc fails to stop ends this soon
+
+
+def working_in(folder: Path) -> list[int]:
+    """The processes whose working folder is ``folder``: a local job's launcher and worker work in its job folder."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and Path(os.readlink(entry / "cwd")) == folder:
+                found.append(int(entry.name))
+        except OSError:  # gone meanwhile, or another user's
+            continue
+    return found
+
+
+def signalled_check(lab: Path, sig: signal.Signals) -> tuple[subprocess.Popen, str, Path]:
+    """`okc check` of a candidate that hangs, run as a user runs it and sent ``sig`` once its worker
+    hangs: the process (ended), its stderr, and the job folder."""
     hang = REPO / "okc" / "problems" / "tiny_matvec" / "solutions" / "wrong" / "hang.py"
-    shutil.copy(hang, tiny / "candidates" / "006_hang.py")
-    proc = subprocess.Popen([sys.executable, "-m", "okc", "check", "006"], cwd=tiny, stdout=subprocess.PIPE,
+    shutil.copy(hang, lab / "candidates" / "006_hang.py")
+    settings = lab / "pyproject.toml"
+    settings.write_text(settings.read_text().replace("job_timeout_s = 600", f"job_timeout_s = {LEFT_JOB_LIMIT_S}"))
+    proc = subprocess.Popen([sys.executable, "-m", "okc", "check", "006"], cwd=lab, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not any((p / "pid.json").exists() for p in job_folders(tiny)):
+    while time.monotonic() < deadline and not any((p / "pid.json").exists() for p in job_folders(lab)):
         time.sleep(0.05)
     time.sleep(1.0)  # the worker is in the candidate's hang
-    proc.send_signal(signal.SIGINT)
+    (job_dir,) = job_folders(lab)
+    assert len(working_in(job_dir.resolve())) >= 2  # its launcher and its worker
+    proc.send_signal(sig)
     _, stderr = proc.communicate(timeout=60)
-    (job_dir,) = job_folders(tiny)
+    return proc, stderr, job_dir
+
+
+def test_14_16_ctrl_c_is_one_line_the_job_cancelled_and_attach_records_nothing(tiny):
+    proc, stderr, job_dir = signalled_check(tiny, signal.SIGINT)
     assert proc.returncode == 130
     assert stderr.strip().splitlines()[-1].startswith(f"error: cancelled: job {job_dir.name} was stopped")
     assert "Traceback" not in stderr
+    assert working_in(job_dir.resolve()) == []  # its launcher and worker are gone
     (listed,) = json.loads(invoke("jobs", "--on", "local", "--json").output)
     assert listed["state"] == "cancelled"
     one_line(invoke("attach", job_dir.name, "--on", "local"), 2, f"job {job_dir.name} was cancelled")
