@@ -4,11 +4,14 @@ The CLI turns any of them into one red line and the exit code below; nothing els
 in okc decides exit codes.
 """
 
+import signal
+
 EXIT_OK = 0
 EXIT_FAILED = 1  # the candidate failed: check failed, bench error, timeout
 EXIT_USAGE = 2  # usage or configuration error
 EXIT_UNREACHABLE = 3  # the target cannot be reached
-EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports it (128 + SIGINT)
+SIGNAL_EXIT_BASE = 128  # a shell reports a process a signal ended as 128 + the signal's number
+EXIT_INTERRUPTED = SIGNAL_EXIT_BASE + signal.SIGINT  # 130: Ctrl-C, as a shell reports it
 
 
 class OkcError(Exception):
@@ -56,6 +59,10 @@ class UnreachableError(PodError):
 
 
 class Interrupted(OkcError):
-    """Ctrl-C stopped a job here (or stopped bringing one home): one line says what became of it."""
+    """Ctrl-C (or SIGTERM, SIGHUP) stopped a job here (or stopped bringing one home): one line says what became of it."""
 
     exit_code = EXIT_INTERRUPTED
+
+    def __init__(self, message: str, signum: int = signal.SIGINT) -> None:
+        super().__init__(message)
+        self.exit_code = SIGNAL_EXIT_BASE + signum  # 130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP

@@ -20,7 +20,7 @@ from okc.cli import app
 from okc.contract import LOST_REASON
 from okc.errors import UnreachableError
 from okc.jobs import folder as job_folder
-from okc.jobs import runner
+from okc.jobs import follow, runner
 from okc.jobs.target import LocalTarget, local_locks
 from okc.lab import records
 from okc.lab.candidates import resolve
@@ -218,6 +218,23 @@ def test_ctrl_c_stops_a_local_job_and_leaves_no_ledger_row(lab):
     assert result.error_kind == "interrupted" and not result.recorded
     with ledger(lab.ledger_path) as conn:
         assert records.record_job(conn, job_dir) is False
+
+
+def test_sigterm_is_ctrl_c_only_while_a_local_job_is_followed_and_an_ignored_sighup_stays_ignored():
+    def before(signum, frame):
+        raise AssertionError("the handler from before the follow ran inside it")
+
+    saved = signal.signal(signal.SIGTERM, before), signal.signal(signal.SIGHUP, signal.SIG_IGN)  # SIGHUP: as nohup leaves it
+    try:
+        with pytest.raises(follow.Stopped) as stopped, follow.stop_signals_as_ctrl_c():
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the handler runs at once, in this (the main) thread
+        assert follow.signal_of(stopped.value) is signal.SIGTERM
+        assert signal.getsignal(signal.SIGTERM) is before and signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGTERM, saved[0])
+        signal.signal(signal.SIGHUP, saved[1])
 
 
 def test_a_run_on_an_unreachable_pod_leaves_no_folder(lab_root, sshd, tmp_path):

@@ -386,6 +386,26 @@ def test_14_16_ctrl_c_is_one_line_the_job_cancelled_and_attach_records_nothing(t
         assert runs(conn) == []
 
 
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=lambda sig: sig.name)
+def test_14_sigterm_or_a_closed_terminal_stops_a_local_job_as_ctrl_c_does_and_frees_the_slot(tiny, sig):
+    """`timeout 120 okc check ...`, a CI runner's kill, a terminal closed: the job must not run on detached, holding the slot."""
+    started = time.monotonic()
+    proc, stderr, job_dir = signalled_check(tiny, sig)
+    assert proc.returncode == 128 + sig, stderr
+    assert time.monotonic() - started < 10
+    assert stderr.strip().splitlines()[-1].startswith(f"error: cancelled by {sig.name}: job {job_dir.name} was stopped")
+    assert "Traceback" not in stderr
+    assert working_in(job_dir.resolve()) == []  # its launcher and worker are gone
+    assert json.loads((job_dir / "result.json").read_text())["error_kind"] == "interrupted"
+    (listed,) = json.loads(invoke("jobs", "--on", "local", "--json").output)
+    assert listed["state"] == "cancelled"
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "okc", "check", "000"], cwd=tiny, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=60)
+    assert done.returncode == 0 and "waiting for" not in done.stderr, done.stderr
+    assert time.monotonic() - started < 10  # the slot was free: it did not wait for the hung job's limit
+
+
 def test_15_a_detached_pod_job_says_attach_with_its_pod():
     from okc.jobs import runner
 

@@ -11,6 +11,7 @@ ledger; recording twice is impossible (the ledger's job id is unique).
 from __future__ import annotations
 
 import shutil
+import signal
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,7 +32,7 @@ from okc.errors import (
     UnsafeRemote,
 )
 from okc.jobs.folder import create_job, finish_job, job_spec
-from okc.jobs.follow import FollowHooks, JobDetached, follow
+from okc.jobs.follow import FollowHooks, JobDetached, follow, signal_of
 from okc.jobs.target import LocalTarget, Target
 from okc.lab.candidates import Candidate
 from okc.lab.config import Lab
@@ -153,16 +154,19 @@ def execute(target: Target, job_dir: Path, gpus: str | None = None, on_log: Call
 
 def run_job(lab: Lab, target: Target, job_dir: Path, on_log: Callable[[str], None] | None = None,
             on_progress: Callable[[dict], None] | None = None) -> Outcome:
-    """:func:`execute`, then record the job in the ledger; Ctrl-C is :class:`Interrupted`, saying what became of the job."""
+    """:func:`execute`, then record the job in the ledger; Ctrl-C (for a local job SIGTERM and SIGHUP too) is
+    :class:`Interrupted`, saying what became of the job."""
     try:
         result = execute(target, job_dir, on_log=on_log, on_progress=on_progress)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         job = job_dir.name
         if target.remote:  # Ctrl-C while its files came home: the job is over on the pod, and pull fetches it again
             raise Interrupted(f"interrupted while bringing job {job} home; okc pull --on {target.name} {job} "
                               "brings it and records it") from None
-        raise Interrupted(f"cancelled: job {job} was stopped and is not recorded (okc jobs shows it cancelled; "
-                          f"its log: okc logs {job} --on local)") from None
+        signum = signal_of(exc)  # Ctrl-C, or SIGTERM or SIGHUP, which stop a local job as it does
+        by = "" if signum == signal.SIGINT else f" by {signum.name}"
+        raise Interrupted(f"cancelled{by}: job {job} was stopped and is not recorded (okc jobs shows it cancelled; "
+                          f"its log: okc logs {job} --on local)", signum) from None
     try:
         with ledger(lab.ledger_path) as conn:
             recorded = record_job(conn, job_dir)
