@@ -352,21 +352,31 @@ def working_in(folder: Path) -> list[int]:
     return found
 
 
-def signalled_check(lab: Path, sig: signal.Signals) -> tuple[subprocess.Popen, str, Path]:
-    """`okc check` of a candidate that hangs, run as a user runs it and sent ``sig`` once its worker
-    hangs: the process (ended), its stderr, and the job folder."""
+def okc_process(lab: Path, *args: str) -> subprocess.Popen:
+    """``okc ARGS`` run as a user runs it, in its own process, its output piped as text."""
+    return subprocess.Popen([sys.executable, "-m", "okc", *args], cwd=lab, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+def hanging_check(lab: Path) -> tuple[subprocess.Popen, Path]:
+    """`okc check` of a candidate that hangs, once its worker hangs: the process and the job folder."""
     hang = REPO / "okc" / "problems" / "tiny_matvec" / "solutions" / "wrong" / "hang.py"
     shutil.copy(hang, lab / "candidates" / "006_hang.py")
     settings = lab / "pyproject.toml"
     settings.write_text(settings.read_text().replace("job_timeout_s = 600", f"job_timeout_s = {LEFT_JOB_LIMIT_S}"))
-    proc = subprocess.Popen([sys.executable, "-m", "okc", "check", "006"], cwd=lab, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    proc = okc_process(lab, "check", "006")
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not any((p / "pid.json").exists() for p in job_folders(lab)):
         time.sleep(0.05)
     time.sleep(1.0)  # the worker is in the candidate's hang
     (job_dir,) = job_folders(lab)
     assert len(working_in(job_dir.resolve())) >= 2  # its launcher and its worker
+    return proc, job_dir
+
+
+def signalled_check(lab: Path, sig: signal.Signals) -> tuple[subprocess.Popen, str, Path]:
+    """:func:`hanging_check` sent ``sig``: the process (ended), its stderr, and the job folder."""
+    proc, job_dir = hanging_check(lab)
     proc.send_signal(sig)
     _, stderr = proc.communicate(timeout=60)
     return proc, stderr, job_dir
@@ -404,6 +414,20 @@ def test_14_sigterm_or_a_closed_terminal_stops_a_local_job_as_ctrl_c_does_and_fr
                           env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=60)
     assert done.returncode == 0 and "waiting for" not in done.stderr, done.stderr
     assert time.monotonic() - started < 10  # the slot was free: it did not wait for the hung job's limit
+
+
+def test_14_sigterm_to_attach_stops_the_local_job_it_follows(tiny):
+    checking, job_dir = hanging_check(tiny)
+    checking.kill()  # SIGKILL: this okc cannot stop its job, which runs on until attach follows it
+    checking.communicate(timeout=60)
+    attached = okc_process(tiny, "attach", job_dir.name, "--on", "local")
+    assert attached.stderr.readline().startswith(f"okc: job {job_dir.name} running on")  # it follows the log
+    attached.send_signal(signal.SIGTERM)
+    _, stderr = attached.communicate(timeout=60)
+    assert attached.returncode == 143, stderr
+    assert stderr.strip().splitlines()[-1].startswith(f"error: cancelled by SIGTERM: job {job_dir.name} was stopped")
+    assert working_in(job_dir.resolve()) == []
+    assert json.loads((job_dir / "result.json").read_text())["error_kind"] == "interrupted"
 
 
 def test_15_a_detached_pod_job_says_attach_with_its_pod():

@@ -152,6 +152,14 @@ def execute(target: Target, job_dir: Path, gpus: str | None = None, on_log: Call
     return finish_job(job_dir)
 
 
+def _cancelled(job: str, interrupt: KeyboardInterrupt) -> Interrupted:
+    """What became of a local job that Ctrl-C (or SIGTERM, SIGHUP: okc.jobs.follow.Stopped) stopped, with the signal's exit code."""
+    signum = signal_of(interrupt)
+    by = "" if signum == signal.SIGINT else f" by {signum.name}"
+    return Interrupted(f"cancelled{by}: job {job} was stopped and is not recorded (okc jobs shows it cancelled; "
+                       f"its log: okc logs {job} --on local)", signum)
+
+
 def run_job(lab: Lab, target: Target, job_dir: Path, on_log: Callable[[str], None] | None = None,
             on_progress: Callable[[dict], None] | None = None) -> Outcome:
     """:func:`execute`, then record the job in the ledger; Ctrl-C (for a local job SIGTERM and SIGHUP too) is
@@ -163,10 +171,7 @@ def run_job(lab: Lab, target: Target, job_dir: Path, on_log: Callable[[str], Non
         if target.remote:  # Ctrl-C while its files came home: the job is over on the pod, and pull fetches it again
             raise Interrupted(f"interrupted while bringing job {job} home; okc pull --on {target.name} {job} "
                               "brings it and records it") from None
-        signum = signal_of(exc)  # Ctrl-C, or SIGTERM or SIGHUP, which stop a local job as it does
-        by = "" if signum == signal.SIGINT else f" by {signum.name}"
-        raise Interrupted(f"cancelled{by}: job {job} was stopped and is not recorded (okc jobs shows it cancelled; "
-                          f"its log: okc logs {job} --on local)", signum) from None
+        raise _cancelled(job, exc) from None
     try:
         with ledger(lab.ledger_path) as conn:
             recorded = record_job(conn, job_dir)
@@ -265,7 +270,12 @@ def attach(lab: Lab, target: Target, job_id: str, on_log=None, on_progress=None)
         raise PodError(f"job {job_id} was cancelled on {target.name!r}: nothing to follow or record "
                        f"(its log: okc logs {job_id} --on {target.name})")
     job_dir.mkdir(parents=True, exist_ok=True)
-    follow(target, job_dir, on_log, on_progress)
+    try:
+        follow(target, job_dir, on_log, on_progress)
+    except KeyboardInterrupt as exc:  # a local job, stopped (from a pod's job follow detaches: JobDetached)
+        if target.done(job_id):
+            finish_job(job_dir)
+        raise _cancelled(job_id, exc) from None
     with ledger(lab.ledger_path) as conn:
         recorded = bring_home(target, job_dir, conn)
     return Outcome(job_dir, finish_job(job_dir), recorded)
