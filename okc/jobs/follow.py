@@ -117,6 +117,12 @@ def follow(target: Target, job_dir: Path, on_log: Callable[[str], None] | None =
     With ``hooks.stop_on_cancel`` a set ``cancel`` stops the job wherever it runs, and this returns
     once it is over.
     """
+    with contextlib.nullcontext() if target.remote else stop_signals_as_ctrl_c():
+        _follow(target, job_dir, on_log, on_progress, cancel, hooks)
+
+
+def _follow(target: Target, job_dir: Path, on_log, on_progress, cancel: threading.Event | None,
+            hooks: FollowHooks | None) -> None:
     hooks = hooks or FollowHooks(on_log, on_progress)
     job_id = job_dir.name
     local_log = job_dir / LOG_FILE
@@ -124,46 +130,45 @@ def follow(target: Target, job_dir: Path, on_log: Callable[[str], None] | None =
     offsets = dict.fromkeys(hooks.grows, 0)
     decoder = codecs.getincrementaldecoder("utf-8")("replace")
     last_progress, last_state_check, stopping = None, time.monotonic(), None
-    with contextlib.nullcontext() if target.remote else stop_signals_as_ctrl_c():
-        try:
-            while True:
-                done = target.done(job_id)
-                while chunk := target.read(job_id, LOG_FILE, offset):
-                    offset += len(chunk)
-                    if target.remote:
-                        with open(local_log, "ab") as handle:
-                            handle.write(chunk)
-                    if hooks.on_log is not None:
-                        hooks.on_log(decoder.decode(chunk))
-                if target.remote:  # a local job writes its files here already
-                    offsets = {name: _copy_new(target, job_dir, name, at) for name, at in offsets.items()}
-                if hooks.on_poll is not None:
-                    hooks.on_poll()
-                if done:
-                    return
-                if hooks.on_progress is not None:
-                    progress = target.read(job_id, PROGRESS_FILE, 0)
-                    if progress and progress != last_progress and (parsed := _parse(progress)) is not None:
-                        last_progress = progress
-                        hooks.on_progress(parsed)
-                if cancel is not None and cancel.is_set():
-                    if not hooks.stop_on_cancel:
-                        raise KeyboardInterrupt
-                    if stopping is None:
-                        target.cancel(job_id)
-                        stopping = time.monotonic()
-                    elif time.monotonic() - stopping > CANCEL_WAIT_S:
-                        raise JudgeError(f"job {job_id} on {target.name!r} did not stop within {CANCEL_WAIT_S:g} s")
-                if time.monotonic() - last_state_check > STATE_EVERY_S:
-                    last_state_check = time.monotonic()
-                    target.state(job_id)  # a launcher gone without an exit code is declared lost here
-                time.sleep(target.poll_s)
-        except KeyboardInterrupt:
-            if target.remote:
-                raise JobDetached(f"detached: job {job_id} keeps running on pod {target.name!r}; "
-                                  f"resume with: okc attach {job_id} --on {target.name}") from None
-            target.cancel(job_id)
-            deadline = time.monotonic() + CANCEL_WAIT_S
-            while not target.done(job_id) and time.monotonic() < deadline:
-                time.sleep(target.poll_s)
-            raise
+    try:
+        while True:
+            done = target.done(job_id)
+            while chunk := target.read(job_id, LOG_FILE, offset):
+                offset += len(chunk)
+                if target.remote:
+                    with open(local_log, "ab") as handle:
+                        handle.write(chunk)
+                if hooks.on_log is not None:
+                    hooks.on_log(decoder.decode(chunk))
+            if target.remote:  # a local job writes its files here already
+                offsets = {name: _copy_new(target, job_dir, name, at) for name, at in offsets.items()}
+            if hooks.on_poll is not None:
+                hooks.on_poll()
+            if done:
+                return
+            if hooks.on_progress is not None:
+                progress = target.read(job_id, PROGRESS_FILE, 0)
+                if progress and progress != last_progress and (parsed := _parse(progress)) is not None:
+                    last_progress = progress
+                    hooks.on_progress(parsed)
+            if cancel is not None and cancel.is_set():
+                if not hooks.stop_on_cancel:
+                    raise KeyboardInterrupt
+                if stopping is None:
+                    target.cancel(job_id)
+                    stopping = time.monotonic()
+                elif time.monotonic() - stopping > CANCEL_WAIT_S:
+                    raise JudgeError(f"job {job_id} on {target.name!r} did not stop within {CANCEL_WAIT_S:g} s")
+            if time.monotonic() - last_state_check > STATE_EVERY_S:
+                last_state_check = time.monotonic()
+                target.state(job_id)  # a launcher gone without an exit code is declared lost here
+            time.sleep(target.poll_s)
+    except KeyboardInterrupt:
+        if target.remote:
+            raise JobDetached(f"detached: job {job_id} keeps running on pod {target.name!r}; "
+                              f"resume with: okc attach {job_id} --on {target.name}") from None
+        target.cancel(job_id)
+        deadline = time.monotonic() + CANCEL_WAIT_S
+        while not target.done(job_id) and time.monotonic() < deadline:
+            time.sleep(target.poll_s)
+        raise
