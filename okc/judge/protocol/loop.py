@@ -64,6 +64,13 @@ class Clock(Protocol):
     def discard(self, handle: object) -> None: ...
 
 
+def freeze_for_the_job() -> None:
+    """What lives now lives for the whole job (torch, Triton, a screen's baseline): frozen, so the collection
+    after each point, and each point's :func:`quiet_heap`, scan only what came after."""
+    gc.collect()
+    gc.freeze()
+
+
 @contextmanager
 def quiet_heap():
     """The collector frozen (what exists now is never scanned again) and paused, for the timed loop.

@@ -25,7 +25,7 @@ from okc.judge.protocol import timing
 from okc.judge.protocol.benchcases import case_load_matrix, make_inputs, scored_cases, scored_loads
 from okc.judge.protocol.capture import release_memory
 from okc.judge.protocol.gpu_clock import GpuClock
-from okc.judge.protocol.loop import PairLoop
+from okc.judge.protocol.loop import PairLoop, freeze_for_the_job
 from okc.judge.protocol.pairs import case_rows
 from okc.judge.protocol.recheck import Draws
 from okc.judge.protocol.settings import BenchSettings
@@ -151,10 +151,7 @@ class CudaScreener:
         self.protocol = timing.Protocol(device, self.flush)
         self.slot_seed = derive_seed(self.seed, "slots")
         self.compile_clock.take()
-        # What lives now (torch, Triton, the baseline) lives for the whole job: the collection
-        # after each point then scans only what that point made.
-        gc.collect()
-        gc.freeze()
+        freeze_for_the_job()
 
     def time_point(self, source: Path, step: Step) -> tuple[list[dict], int]:
         """The point's per-case rows and its pairs. BenchFailed, TimingError or a CUDA error when it fails."""
@@ -223,6 +220,7 @@ class CpuScreener:
         """What CpuBench.setup does, less the candidate: weights, inputs, the loop, the baseline. BenchFailed."""
         self.bench.setup_shared()
         self.bench.add_side("baseline", self.baseline)
+        freeze_for_the_job()
 
     def time_point(self, source: Path, step: Step) -> tuple[list[dict], int]:
         self.side = self.bench.add_side("candidate", source, step)
