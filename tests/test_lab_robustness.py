@@ -416,6 +416,36 @@ def test_14_sigterm_or_a_closed_terminal_stops_a_local_job_as_ctrl_c_does_and_fr
     assert time.monotonic() - started < 10  # the slot was free: it did not wait for the hung job's limit
 
 
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=lambda sig: sig.name)
+def test_14_a_signal_before_the_launcher_runs_leaves_no_launcher_behind(tiny, tmp_path, sig):
+    """Ctrl-C or a kill in the moment between the job's folder and the launcher's pid file: nothing runs on."""
+    slow = tmp_path / "slow"
+    slow.mkdir()  # the launcher's python is slow to start (a loaded machine), the window made wide
+    (slow / "sitecustomize.py").write_text("import sys, time\n"
+                                           "if 'okc.launch.agent' in sys.orig_argv:\n    time.sleep(4)\n")
+    proc = subprocess.Popen([sys.executable, "-m", "okc", "check", "000"], cwd=tiny, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join((str(REPO), str(slow)))})
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not job_folders(tiny):
+        time.sleep(0.02)
+    (job_dir,) = job_folders(tiny)
+    time.sleep(0.5)
+    launchers = working_in(job_dir.resolve())
+    assert len(launchers) == 1 and not (job_dir / "pid.json").exists()  # the launcher, still starting
+    proc.send_signal(sig)
+    _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 128 + sig, stderr
+    assert stderr.strip().splitlines()[-1] == f"error: cancelled{'' if sig == signal.SIGINT else ' by ' + sig.name} " \
+                                              f"before job {job_dir.name} started: nothing ran"
+    with pytest.raises(ProcessLookupError):
+        os.kill(launchers[0], 0)
+    assert not job_dir.exists()
+    done = subprocess.run([sys.executable, "-m", "okc", "check", "000"], cwd=tiny, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=60)
+    assert done.returncode == 0 and "waiting for" not in done.stderr, done.stderr
+
+
 def test_14_sigterm_to_attach_stops_the_local_job_it_follows(tiny):
     checking, job_dir = hanging_check(tiny)
     checking.kill()  # SIGKILL: this okc cannot stop its job, which runs on until attach follows it

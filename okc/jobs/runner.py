@@ -10,6 +10,7 @@ ledger; recording twice is impossible (the ledger's job id is unique).
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import signal
 import threading
@@ -32,7 +33,7 @@ from okc.errors import (
     UnsafeRemote,
 )
 from okc.jobs.folder import create_job, finish_job, job_spec
-from okc.jobs.follow import FollowHooks, JobDetached, follow, signal_of
+from okc.jobs.follow import FollowHooks, JobDetached, follow, signal_of, stop_signals_as_ctrl_c
 from okc.jobs.target import LocalTarget, Target
 from okc.lab.candidates import Candidate
 from okc.lab.config import Lab
@@ -154,10 +155,14 @@ def execute(target: Target, job_dir: Path, gpus: str | None = None, on_log: Call
 
 def _cancelled(job: str, interrupt: KeyboardInterrupt) -> Interrupted:
     """What became of a local job that Ctrl-C (or SIGTERM, SIGHUP: okc.jobs.follow.Stopped) stopped, with the signal's exit code."""
+    return Interrupted(f"cancelled{_by(interrupt)}: job {job} was stopped and is not recorded (okc jobs shows it cancelled; "
+                       f"its log: okc logs {job} --on local)", signal_of(interrupt))
+
+
+def _by(interrupt: KeyboardInterrupt) -> str:
+    """"" for Ctrl-C, else " by SIGTERM" (SIGHUP): how a message names what stopped a job."""
     signum = signal_of(interrupt)
-    by = "" if signum == signal.SIGINT else f" by {signum.name}"
-    return Interrupted(f"cancelled{by}: job {job} was stopped and is not recorded (okc jobs shows it cancelled; "
-                       f"its log: okc logs {job} --on local)", signum)
+    return "" if signum == signal.SIGINT else f" by {signum.name}"
 
 
 def run_job(lab: Lab, target: Target, job_dir: Path, on_log: Callable[[str], None] | None = None,
@@ -165,9 +170,13 @@ def run_job(lab: Lab, target: Target, job_dir: Path, on_log: Callable[[str], Non
     """:func:`execute`, then record the job in the ledger; Ctrl-C (for a local job SIGTERM and SIGHUP too) is
     :class:`Interrupted`, saying what became of the job."""
     try:
-        result = execute(target, job_dir, on_log=on_log, on_progress=on_progress)
+        # A local job's SIGTERM and SIGHUP are Ctrl-C from its start on (in follow too, which attach calls alone).
+        with contextlib.nullcontext() if target.remote else stop_signals_as_ctrl_c():
+            result = execute(target, job_dir, on_log=on_log, on_progress=on_progress)
     except KeyboardInterrupt as exc:
         job = job_dir.name
+        if not target.remote and not job_dir.exists():  # stopped before its launcher ran: execute removed it
+            raise Interrupted(f"cancelled{_by(exc)} before job {job} started: nothing ran", signal_of(exc)) from None
         if target.remote:  # Ctrl-C while its files came home: the job is over on the pod, and pull fetches it again
             raise Interrupted(f"interrupted while bringing job {job} home; okc pull --on {target.name} {job} "
                               "brings it and records it") from None

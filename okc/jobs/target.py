@@ -101,13 +101,18 @@ class LocalTarget:
                                 start_new_session=True, env=env, cwd=job_dir)
         self.processes[job_id] = proc
         deadline = time.monotonic() + START_WAIT_S
-        while not (job_dir / PID_FILE).exists():
-            if proc.poll() is not None:
-                message = proc.stderr.read().decode("utf-8", "replace").strip().splitlines()
-                raise JudgeError(f"job {job_id} did not start: {message[-1] if message else f'exit {proc.returncode}'}")
-            if time.monotonic() > deadline:
-                raise JudgeError(f"job {job_id} did not start within {START_WAIT_S:g} s")
-            time.sleep(START_POLL_S)
+        try:
+            while not (job_dir / PID_FILE).exists():
+                if proc.poll() is not None:
+                    message = proc.stderr.read().decode("utf-8", "replace").strip().splitlines()
+                    raise JudgeError(f"job {job_id} did not start: "
+                                     f"{message[-1] if message else f'exit {proc.returncode}'}")
+                if time.monotonic() > deadline:
+                    raise JudgeError(f"job {job_id} did not start within {START_WAIT_S:g} s")
+                time.sleep(START_POLL_S)
+        except BaseException:  # Ctrl-C (SIGTERM) before the launcher ran, or it never did: none is left behind
+            launcher.kill_group(proc)
+            raise
 
     def done(self, job_id: str) -> bool:
         return (self.results / job_id / EXIT_FILE).exists()
