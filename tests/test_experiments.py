@@ -16,6 +16,7 @@ import pytest
 import yaml
 from conftest import REPO, jobs_of_kind
 from outputschema import SCHEMA
+from processes import working_in
 from typer.testing import CliRunner
 
 from okc.cli.app import app
@@ -171,8 +172,9 @@ def test_the_shipped_sweeps_parse(name, points):
 # -- running ---------------------------------------------------------------------------
 
 
-def interrupt_after_first_rows(lab, name: str, *options: str) -> tuple[Path, list[dict], str]:
-    """Start `okc sweep NAME` as a process, Ctrl-C it once rows are in the table; (run folder, table, stderr)."""
+def interrupt_after_first_rows(lab, name: str, *options: str, sig=signal.SIGINT) -> tuple[Path, list[dict], str]:
+    """Start `okc sweep NAME` as a process, Ctrl-C it (or ``sig``) once rows are in the table; (run folder, table,
+    stderr, exit code)."""
     proc = subprocess.Popen([sys.executable, "-m", "okc", "sweep", name, *options], cwd=lab.root,
                             env={**os.environ, "OKC_LAB": str(lab.root), "COLUMNS": "300"},
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -180,18 +182,29 @@ def interrupt_after_first_rows(lab, name: str, *options: str) -> tuple[Path, lis
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not list(runs.glob(f"*/{TABLE_FILE}")):
         time.sleep(0.1)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     _, stderr = proc.communicate(timeout=30)
     assert proc.returncode != 0
     (run_dir,) = runs.iterdir()
     before = [json.loads(line) for line in (run_dir / TABLE_FILE).read_text().splitlines()]
-    return run_dir, before, stderr
+    return run_dir, before, stderr, proc.returncode
+
+
+def test_sigterm_stops_a_sweep_as_ctrl_c_does_and_leaves_no_job_running(probe_lab):
+    """`timeout 600 okc sweep ...`, a CI runner's kill: the sweep's job here must not run on without it."""
+    write_sweep(probe_lab, "demo", definition([FAST, SLOWEST]))
+    run_dir, _, stderr, code = interrupt_after_first_rows(probe_lab, "demo", sig=signal.SIGTERM)
+    assert code == 143, stderr
+    assert "stopped by SIGTERM" in stderr and "resume with: okc sweep demo" in " ".join(stderr.split())
+    (interrupted,) = (run_dir / "jobs").iterdir()
+    assert (interrupted / "result.json").is_file()  # stopped with the sweep, and its folder says so
+    assert working_in(interrupted.resolve()) == []
 
 
 def test_an_interrupted_sweep_resumes_funnels_to_the_winners_skips_failing_points_and_emits(probe_lab):
     # One sweep serves every stage of the story, because each job costs a process start and a torch import.
     write_sweep(probe_lab, "demo", definition([FAST, WRONG, BROKEN, SLOWEST]))
-    run_dir, before, stderr = interrupt_after_first_rows(probe_lab, "demo")
+    run_dir, before, stderr, _ = interrupt_after_first_rows(probe_lab, "demo")
     # The screen job in flight was stopped with the sweep, not left running: its folder says so.
     (interrupted,) = (run_dir / "jobs").iterdir()
     assert (interrupted / "result.json").is_file()
@@ -331,7 +344,7 @@ def test_ctrl_c_cancels_a_pod_sweeps_screen_job_there_and_keeps_the_points_it_fi
     slow = [{"MODE": "right", "DELAY_MS": 300 + i} for i in range(3)]  # seconds each: the Ctrl-C lands on them
     write_sweep(ssh_lab, "remote", definition([FAST, *slow], shapes=["gate/m=8"]))
     pod = next(iter(yaml.safe_load(ssh_lab.pod_file.read_text())["pods"]))
-    run_dir, before, stderr = interrupt_after_first_rows(ssh_lab, "remote", "--on", pod)
+    run_dir, before, stderr, _ = interrupt_after_first_rows(ssh_lab, "remote", "--on", pod)
     assert "resume with: okc sweep remote" in " ".join(stderr.split())
     (job,) = (run_dir / "jobs").iterdir()
     # The job was cancelled on the pod (its launcher says so there, and in the copy that came home),

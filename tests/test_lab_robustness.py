@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from conftest import invoke
+from processes import working_in
 from typer.testing import CliRunner
 
 from okc import benchrules
@@ -338,18 +339,6 @@ def test_13_a_symlink_out_of_the_lab_is_refused_and_nothing_copied(tiny):
 
 
 LEFT_JOB_LIMIT_S = 30  # the time limit of a job signalled_check starts: one okc fails to stop ends this soon
-
-
-def working_in(folder: Path) -> list[int]:
-    """The processes whose working folder is ``folder``: a local job's launcher and worker work in its job folder."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and Path(os.readlink(entry / "cwd")) == folder:
-                found.append(int(entry.name))
-        except OSError:  # gone meanwhile, or another user's
-            continue
-    return found
 
 
 def okc_process(lab: Path, *args: str) -> subprocess.Popen:

@@ -47,6 +47,12 @@ def signal_of(interrupt: KeyboardInterrupt) -> signal.Signals:
     return signal.Signals(interrupt.signum) if isinstance(interrupt, Stopped) else signal.SIGINT
 
 
+def named_by(interrupt: KeyboardInterrupt) -> str:
+    """How a message names what stopped a job: "" for Ctrl-C, else " by SIGTERM" (or SIGHUP)."""
+    signum = signal_of(interrupt)
+    return "" if signum == signal.SIGINT else f" by {signum.name}"
+
+
 @contextlib.contextmanager
 def stop_signals_as_ctrl_c():
     """While in the block, SIGTERM and SIGHUP raise :class:`Stopped` (as Ctrl-C raises KeyboardInterrupt);

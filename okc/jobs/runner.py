@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import signal
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,7 +32,7 @@ from okc.errors import (
     UnsafeRemote,
 )
 from okc.jobs.folder import create_job, finish_job, job_spec
-from okc.jobs.follow import FollowHooks, JobDetached, follow, signal_of, stop_signals_as_ctrl_c
+from okc.jobs.follow import FollowHooks, JobDetached, follow, named_by, signal_of, stop_signals_as_ctrl_c
 from okc.jobs.target import LocalTarget, Target
 from okc.lab.candidates import Candidate
 from okc.lab.config import Lab
@@ -155,14 +154,9 @@ def execute(target: Target, job_dir: Path, gpus: str | None = None, on_log: Call
 
 def _cancelled(job: str, interrupt: KeyboardInterrupt) -> Interrupted:
     """What became of a local job that Ctrl-C (or SIGTERM, SIGHUP: okc.jobs.follow.Stopped) stopped, with the signal's exit code."""
-    return Interrupted(f"cancelled{_by(interrupt)}: job {job} was stopped and is not recorded (okc jobs shows it cancelled; "
+    return Interrupted(f"cancelled{named_by(interrupt)}: job {job} was stopped and is not recorded (okc jobs shows it cancelled; "
                        f"its log: okc logs {job} --on local)", signal_of(interrupt))
 
-
-def _by(interrupt: KeyboardInterrupt) -> str:
-    """"" for Ctrl-C, else " by SIGTERM" (SIGHUP): how a message names what stopped a job."""
-    signum = signal_of(interrupt)
-    return "" if signum == signal.SIGINT else f" by {signum.name}"
 
 
 def run_job(lab: Lab, target: Target, job_dir: Path, on_log: Callable[[str], None] | None = None,
@@ -176,7 +170,7 @@ def run_job(lab: Lab, target: Target, job_dir: Path, on_log: Callable[[str], Non
     except KeyboardInterrupt as exc:
         job = job_dir.name
         if not target.remote and not job_dir.exists():  # stopped before its launcher ran: execute removed it
-            raise Interrupted(f"cancelled{_by(exc)} before job {job} started: nothing ran", signal_of(exc)) from None
+            raise Interrupted(f"cancelled{named_by(exc)} before job {job} started: nothing ran", signal_of(exc)) from None
         if target.remote:  # Ctrl-C while its files came home: the job is over on the pod, and pull fetches it again
             raise Interrupted(f"interrupted while bringing job {job} home; okc pull --on {target.name} {job} "
                               "brings it and records it") from None

@@ -33,8 +33,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from okc.contract import SWEEPS_DIR, JobResult, write_json
-from okc.errors import ConfigError, JudgeError
+from okc.errors import SIGNAL_EXIT_BASE, ConfigError, JudgeError
 from okc.jobs.folder import create_job
+from okc.jobs.follow import Stopped, named_by, stop_signals_as_ctrl_c
 from okc.lab.candidates import Candidate, resolve
 from okc.sweeps.experiments import Experiment, Point, emit_winners, load_experiment, materialise
 from okc.sweeps.fanout import Detached, Slot, run_on, run_tasks, slots_meeting
@@ -384,8 +385,12 @@ def _execute(sweep: Sweep, on_message: Callable[[str], None] | None) -> SweepRes
     sweep.on_interrupt = lambda: say("stopping the sweep's jobs (Ctrl-C again to stop waiting for them)")
     kept = f"the points finished so far are kept in {sweep.run.path}; resume with: okc sweep {sweep.experiment.name}"
     try:
-        return sweep.execute()
-    except KeyboardInterrupt:
-        raise SweepStopped(f"stopped: {kept}") from None
+        with stop_signals_as_ctrl_c():  # SIGTERM, SIGHUP: as Ctrl-C, no job runs on without its sweep
+            return sweep.execute()
+    except KeyboardInterrupt as exc:
+        stopped = SweepStopped(f"stopped{named_by(exc)}: {kept}")
+        if isinstance(exc, Stopped):  # SIGTERM, SIGHUP: the shell's code for it (Ctrl-C's stays JudgeError's)
+            stopped.exit_code = SIGNAL_EXIT_BASE + exc.signum
+        raise stopped from None
     except Detached:
         raise SweepStopped(f"stopped waiting for the sweep's jobs, which may still be ending; {kept}") from None
