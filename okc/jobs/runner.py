@@ -153,10 +153,10 @@ def execute(target: Target, job_dir: Path, gpus: str | None = None, on_log: Call
 
 
 def _cancelled(job: str, interrupt: KeyboardInterrupt) -> Interrupted:
-    """What became of a local job that Ctrl-C (or SIGTERM, SIGHUP: okc.jobs.follow.Stopped) stopped, with the signal's exit code."""
-    return Interrupted(f"cancelled{named_by(interrupt)}: job {job} was stopped and is not recorded (okc jobs shows it cancelled; "
-                       f"its log: okc logs {job} --on local)", signal_of(interrupt))
-
+    """What became of a local job that Ctrl-C (or SIGTERM, SIGHUP: okc.jobs.follow.Stopped) stopped, with the
+    signal's exit code."""
+    return Interrupted(f"cancelled{named_by(interrupt)}: job {job} was stopped and is not recorded "
+                       f"(okc jobs shows it cancelled; its log: okc logs {job} --on local)", signal_of(interrupt))
 
 
 def run_job(lab: Lab, target: Target, job_dir: Path, on_log: Callable[[str], None] | None = None,
@@ -170,7 +170,8 @@ def run_job(lab: Lab, target: Target, job_dir: Path, on_log: Callable[[str], Non
     except KeyboardInterrupt as exc:
         job = job_dir.name
         if not target.remote and not job_dir.exists():  # stopped before its launcher ran: execute removed it
-            raise Interrupted(f"cancelled{named_by(exc)} before job {job} started: nothing ran", signal_of(exc)) from None
+            raise Interrupted(f"cancelled{named_by(exc)} before job {job} started: nothing ran",
+                              signal_of(exc)) from None
         if target.remote:  # Ctrl-C while its files came home: the job is over on the pod, and pull fetches it again
             raise Interrupted(f"interrupted while bringing job {job} home; okc pull --on {target.name} {job} "
                               "brings it and records it") from None
