@@ -127,7 +127,7 @@ class Compiler:
         self.problem = load_problem(self.job.problem)
         self.cases = scored_cases(self.problem, self.job.cases)
         cpu = torch.device("cpu")
-        self.weights = self.problem.make_weights(0, cpu)
+        self.weights = self.problem.blank_weights(cpu)  # a compile reads no value: the draw is not on the GPU's path
         variant = self.problem.input_variants[0]
         self.inputs = [self.problem.make_input(case, 0, variant, cpu).x for case in self.cases]
 

@@ -53,3 +53,19 @@ def test_the_local_side_reads_the_data_without_torch():
              "assert 'torch' not in sys.modules, 'torch imported'")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("name", sorted(BUILT_IN))
+def test_blank_weights_have_the_drawn_weights_forms(name):
+    """okc.ahead compiles with blank weights: a Triton kernel's cache key sees shapes, dtypes, strides and
+    alignment, so a kernel compiled on them is the one the GPU worker looks up with the drawn weights."""
+    import torch
+
+    problem = load_problem(name)
+    drawn, blank = problem.make_weights(0, torch.device("cpu")), problem.blank_weights(torch.device("cpu"))
+    assert list(blank) == list(drawn)
+    for key, tensor in drawn.items():
+        other = blank[key]
+        assert (other.shape, other.dtype, other.stride(), other.is_contiguous()) == \
+            (tensor.shape, tensor.dtype, tensor.stride(), tensor.is_contiguous()), key
+        assert other.data_ptr() % 16 == 0

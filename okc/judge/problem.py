@@ -165,6 +165,12 @@ class Problem(abc.ABC):
     def make_weights(self, seed: int, device: torch.device) -> dict[str, torch.Tensor]:
         """The weights handed to ``prepare``, drawn from ``seed``."""
 
+    def blank_weights(self, device: torch.device) -> dict[str, torch.Tensor]:
+        """Weights of ``make_weights``' names, shapes, dtypes and layouts whose values mean nothing: what a compile
+        ahead of the GPU (okc.ahead) reads. By default ``make_weights``' own; a problem whose draw is slow makes them
+        without it."""
+        return self.make_weights(0, device)
+
     @abc.abstractmethod
     def make_input(self, case: Case, seed: int, variant: str, device: torch.device) -> Inputs:
         """A fresh input for ``case`` drawn from ``seed``."""

@@ -105,6 +105,11 @@ class ProjectionProblem(Problem):
             weights[layer.name] = (w / math.sqrt(layer.k)).to(layer.weight_dtype).contiguous()
         return weights
 
+    def blank_weights(self, device: torch.device) -> dict[str, torch.Tensor]:
+        """Zeros of make_weights' forms: 0.04 s where the draw of muse_bf16_proj's 197 MB takes 0.7 s on a CPU core."""
+        return {layer.name: torch.zeros(layer.n, layer.k, device=device, dtype=layer.weight_dtype)
+                for layer in self.layer_table}
+
     def make_input(self, case: Case, seed: int, variant: str, device: torch.device) -> Inputs:
         """The input drawn from ``seed`` (okc.problems.projection_draw), and its probe rows."""
         x = self._draw(case, seed, variant, device)
