@@ -116,7 +116,31 @@ def compilers_start(job: Path) -> str:
     if not claims or not markers:
         return f"  {job.name}: no compiler claimed a point"
     return (f"  {job.name}: compilers' first claim +{claims[0]:.2f} s, first marker +{markers[0]:.2f} s, "
-            f"last marker +{markers[-1]:.2f} s after job.json")
+            f"last marker +{markers[-1]:.2f} s after job.json" + server_steps(job, written))
+
+
+def server_steps(job: Path, written: float) -> str:
+    """When the fork server was started and each step of its readying ended (okc.ahead's log), after job.json."""
+    from okc.ahead import READY_LINE
+    from okc.judge.protocol.ahead import SPAWNED_LINE
+
+    steps: dict[str, float] = {}
+    try:
+        lines = (job / AHEAD_DIR / "log.txt").read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    for line in lines:
+        try:
+            document = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(document, dict) and SPAWNED_LINE in document:
+            steps["spawned"] = document[SPAWNED_LINE]
+        elif isinstance(document, dict) and READY_LINE in document and "ready" not in steps:
+            steps.update(document[READY_LINE])
+    if not steps:
+        return ""
+    return "; fork server: " + ", ".join(f"{name} +{at - written:.2f}" for name, at in steps.items())
 
 
 def per_point(by_job: list[list[dict]]) -> str:

@@ -100,6 +100,9 @@ def compile_only(target: list) -> None:
     JITFunction.run, JITFunction._do_compile, Autotuner.run = warm_run, tagged_compile, tune_all
 
 
+READY_LINE = "compiler_ready"  # the key of the log line that says when each step of :meth:`Compiler.ready` ended
+
+
 class Compiler:
     """One process's share of a job's points."""
 
@@ -117,19 +120,25 @@ class Compiler:
         claimed a point)."""
         if self.problem is not None:
             return
+        steps = {"ready": time.time()}  # when each step ended, in seconds since the epoch (sweep_scaling.py reads it)
         import torch
 
         from okc.judge.protocol.benchcases import scored_cases
         from okc.problems import load_problem
 
+        steps["torch"] = time.time()
         torch.set_num_threads(1)  # one core per compile process: they run side by side
         compile_only(self.target)
+        steps["triton"] = time.time()
         self.problem = load_problem(self.job.problem)
         self.cases = scored_cases(self.problem, self.job.cases)
+        steps["problem"] = time.time()
         cpu = torch.device("cpu")
         self.weights = self.problem.blank_weights(cpu)  # a compile reads no value: the draw is not on the GPU's path
         variant = self.problem.input_variants[0]
         self.inputs = [self.problem.make_input(case, 0, variant, cpu).x for case in self.cases]
+        steps["weights_inputs"] = time.time()
+        print(json.dumps({READY_LINE: steps}), flush=True)
 
     def run(self) -> None:
         for point in self.spec.points:

@@ -13,7 +13,8 @@ import pytest
 from conftest import REPO
 from tritonpoints import NO_COMPILE, RIGHT, RIGHT_SMALL, TEMPLATE
 
-from okc.judge.protocol.ahead import AHEAD_DIR, read_marker
+from okc.ahead import READY_LINE
+from okc.judge.protocol.ahead import AHEAD_DIR, SPAWNED_LINE, read_marker
 from okc.sweeps.experiments import materialise
 
 triton = pytest.importorskip("triton")
@@ -68,9 +69,17 @@ def test_the_workers_pool_forks_its_compilers_from_one_server_and_each_point_is_
     pool = AheadPool(job_dir, 2, HOPPER_TARGET)
     try:
         markers = {name: pool.wait(name) for name in points}
+        pool.server.wait(timeout=60)  # it ends on its own once its compilers have (stop would kill it: -9)
     finally:
         pool.stop()
     assert markers["right"]["status"] == markers["small"]["status"] == "compiled", markers
     assert markers["nocompile"]["status"] == "compile_failed"
     assert pool.server.pid not in {marker["pid"] for marker in markers.values()}  # forked compilers did the work
     assert pool.server.returncode == 0, (job_dir / AHEAD_DIR / "log.txt").read_text()
+    # The log says when the server was started and when each step of its readying ended (sweep_scaling.py's timeline)
+    lines = [json.loads(line) for line in (job_dir / AHEAD_DIR / "log.txt").read_text().splitlines()
+             if line.startswith("{")]
+    spawned = lines[0][SPAWNED_LINE]
+    (ready,) = [line[READY_LINE] for line in lines if READY_LINE in line]  # made ready once, by the server
+    assert list(ready) == ["ready", "torch", "triton", "problem", "weights_inputs"]
+    assert spawned <= ready["ready"] and list(ready.values()) == sorted(ready.values())

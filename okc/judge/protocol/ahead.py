@@ -20,6 +20,7 @@ from pathlib import Path
 AHEAD_DIR = "ahead"
 CLAIM = ".claim"
 AHEAD_MODULE = "okc.ahead"  # the compile process, run as ``python -m`` (never imported here: it sits above the judge)
+SPAWNED_LINE = "server_spawned"  # log.txt's first line: when the pool started the fork server (seconds since the epoch)
 
 
 def marker_path(job_dir: Path, point: str) -> Path:
@@ -90,6 +91,8 @@ class AheadPool:
         # No GPU for the compilers: they never touch the device the worker is timing on.
         env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
         with open(job_dir / AHEAD_DIR / "log.txt", "ab") as log:
+            log.write(json.dumps({SPAWNED_LINE: time.time()}).encode() + b"\n")  # sweep_scaling.py's timeline
+            log.flush()
             self.server = subprocess.Popen(
                 [sys.executable, "-m", AHEAD_MODULE, str(job_dir), json.dumps(target), str(processes)],
                 cwd=job_dir, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
