@@ -341,10 +341,20 @@ def test_13_a_symlink_out_of_the_lab_is_refused_and_nothing_copied(tiny):
 LEFT_JOB_LIMIT_S = 30  # the time limit of a job signalled_check starts: one okc fails to stop ends this soon
 
 
-def okc_process(lab: Path, *args: str) -> subprocess.Popen:
-    """``okc ARGS`` run as a user runs it, in its own process, its output piped as text."""
+def okc_process(lab: Path, *args: str, paths: tuple[Path, ...] = ()) -> subprocess.Popen:
+    """``okc ARGS`` run as a user runs it, in its own process, its output piped as text (``paths``: more on PYTHONPATH,
+    which the jobs it starts inherit)."""
     return subprocess.Popen([sys.executable, "-m", "okc", *args], cwd=lab, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+                            stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join(map(str, (REPO, *paths)))})
+
+
+def a_check_runs_at_once(lab: Path) -> None:
+    """The machine's job slot is free: `okc check 000` passes within seconds and never waits for it."""
+    started = time.monotonic()
+    _, stderr = (checking := okc_process(lab, "check", "000")).communicate(timeout=60)
+    assert checking.returncode == 0 and "waiting for" not in stderr, stderr
+    assert time.monotonic() - started < 10  # it did not wait for a hung job's limit
 
 
 def hanging_check(lab: Path) -> tuple[subprocess.Popen, Path]:
@@ -398,11 +408,7 @@ def test_14_sigterm_or_a_closed_terminal_stops_a_local_job_as_ctrl_c_does_and_fr
     assert json.loads((job_dir / "result.json").read_text())["error_kind"] == "interrupted"
     (listed,) = json.loads(invoke("jobs", "--on", "local", "--json").output)
     assert listed["state"] == "cancelled"
-    started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "okc", "check", "000"], cwd=tiny, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=60)
-    assert done.returncode == 0 and "waiting for" not in done.stderr, done.stderr
-    assert time.monotonic() - started < 10  # the slot was free: it did not wait for the hung job's limit
+    a_check_runs_at_once(tiny)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=lambda sig: sig.name)
@@ -412,9 +418,7 @@ def test_14_a_signal_before_the_launcher_runs_leaves_no_launcher_behind(tiny, tm
     slow.mkdir()  # the launcher's python is slow to start (a loaded machine), the window made wide
     (slow / "sitecustomize.py").write_text("import sys, time\n"
                                            "if 'okc.launch.agent' in sys.orig_argv:\n    time.sleep(4)\n")
-    proc = subprocess.Popen([sys.executable, "-m", "okc", "check", "000"], cwd=tiny, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": os.pathsep.join((str(REPO), str(slow)))})
+    proc = okc_process(tiny, "check", "000", paths=(slow,))
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and not job_folders(tiny):
         time.sleep(0.02)
@@ -430,9 +434,7 @@ def test_14_a_signal_before_the_launcher_runs_leaves_no_launcher_behind(tiny, tm
     with pytest.raises(ProcessLookupError):
         os.kill(launchers[0], 0)
     assert not job_dir.exists()
-    done = subprocess.run([sys.executable, "-m", "okc", "check", "000"], cwd=tiny, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=60)
-    assert done.returncode == 0 and "waiting for" not in done.stderr, done.stderr
+    a_check_runs_at_once(tiny)
 
 
 def test_14_sigterm_to_attach_stops_the_local_job_it_follows(tiny):

@@ -111,6 +111,12 @@ class FollowHooks:
     stop_on_cancel: bool = False
 
 
+def local_stops(target: Target):
+    """The scope in which SIGTERM and SIGHUP stop a job on ``target`` as Ctrl-C does: a local one's
+    (:func:`stop_signals_as_ctrl_c`); to a pod's job's okc they stay what they were, as Ctrl-C only detaches from it."""
+    return contextlib.nullcontext() if target.remote else stop_signals_as_ctrl_c()
+
+
 def follow(target: Target, job_dir: Path, on_log: Callable[[str], None] | None = None,
            on_progress: Callable[[dict], None] | None = None, cancel: threading.Event | None = None,
            hooks: FollowHooks | None = None) -> None:
@@ -118,17 +124,11 @@ def follow(target: Target, job_dir: Path, on_log: Callable[[str], None] | None =
 
     Ctrl-C (or ``cancel`` set, from another thread): a local job is stopped (and the interrupt
     goes on); a remote one keeps running and :class:`JobDetached` says how to come back to it.
-    SIGTERM and SIGHUP stop a local job as Ctrl-C does (:class:`Stopped`); to a remote job's okc
-    they stay what they were, as Ctrl-C would only detach from it.
+    Inside :func:`local_stops` (okc.jobs.runner's execute and attach), SIGTERM and SIGHUP do to a local job
+    what Ctrl-C does (:class:`Stopped`).
     With ``hooks.stop_on_cancel`` a set ``cancel`` stops the job wherever it runs, and this returns
     once it is over.
     """
-    with contextlib.nullcontext() if target.remote else stop_signals_as_ctrl_c():
-        _follow(target, job_dir, on_log, on_progress, cancel, hooks)
-
-
-def _follow(target: Target, job_dir: Path, on_log, on_progress, cancel: threading.Event | None,
-            hooks: FollowHooks | None) -> None:
     hooks = hooks or FollowHooks(on_log, on_progress)
     job_id = job_dir.name
     local_log = job_dir / LOG_FILE

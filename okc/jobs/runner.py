@@ -10,7 +10,6 @@ ledger; recording twice is impossible (the ledger's job id is unique).
 
 from __future__ import annotations
 
-import contextlib
 import shutil
 import threading
 from collections.abc import Callable
@@ -32,7 +31,7 @@ from okc.errors import (
     UnsafeRemote,
 )
 from okc.jobs.folder import create_job, finish_job, job_spec
-from okc.jobs.follow import FollowHooks, JobDetached, follow, named_by, signal_of, stop_signals_as_ctrl_c
+from okc.jobs.follow import FollowHooks, JobDetached, follow, local_stops, named_by, signal_of
 from okc.jobs.target import LocalTarget, Target
 from okc.lab.candidates import Candidate
 from okc.lab.config import Lab
@@ -133,22 +132,23 @@ def execute(target: Target, job_dir: Path, gpus: str | None = None, on_log: Call
 
     If the job cannot be started its folder is removed: a refused run leaves nothing behind.
     """
-    try:
-        target.start(job_dir, gpus or target.gpus)
-    except BaseException:
-        shutil.rmtree(job_dir, ignore_errors=True)
-        raise
-    try:
-        follow(target, job_dir, on_log, on_progress, cancel, hooks)
-        come_home(target, job_dir)
-    except KeyboardInterrupt:  # a local job was stopped: its folder says so (result.json: interrupted)
-        # A pod's job is not stopped by Ctrl-C, and its folder here may be half fetched: left for okc pull.
-        if not target.remote and target.done(job_dir.name):
-            finish_job(job_dir)
-        raise
-    except UnreachableError as exc:
-        raise UnreachableError(f"{exc}; job {job_dir.name} keeps running there: "
-                               f"okc attach {job_dir.name} --on {target.name}") from None
+    with local_stops(target):  # a local job's SIGTERM and SIGHUP are Ctrl-C from its start on
+        try:
+            target.start(job_dir, gpus or target.gpus)
+        except BaseException:
+            shutil.rmtree(job_dir, ignore_errors=True)
+            raise
+        try:
+            follow(target, job_dir, on_log, on_progress, cancel, hooks)
+            come_home(target, job_dir)
+        except KeyboardInterrupt:  # a local job was stopped: its folder says so (result.json: interrupted)
+            # A pod's job is not stopped by Ctrl-C, and its folder here may be half fetched: left for okc pull.
+            if not target.remote and target.done(job_dir.name):
+                finish_job(job_dir)
+            raise
+        except UnreachableError as exc:
+            raise UnreachableError(f"{exc}; job {job_dir.name} keeps running there: "
+                                   f"okc attach {job_dir.name} --on {target.name}") from None
     return finish_job(job_dir)
 
 
@@ -164,9 +164,7 @@ def run_job(lab: Lab, target: Target, job_dir: Path, on_log: Callable[[str], Non
     """:func:`execute`, then record the job in the ledger; Ctrl-C (for a local job SIGTERM and SIGHUP too) is
     :class:`Interrupted`, saying what became of the job."""
     try:
-        # A local job's SIGTERM and SIGHUP are Ctrl-C from its start on (in follow too, which attach calls alone).
-        with contextlib.nullcontext() if target.remote else stop_signals_as_ctrl_c():
-            result = execute(target, job_dir, on_log=on_log, on_progress=on_progress)
+        result = execute(target, job_dir, on_log=on_log, on_progress=on_progress)
     except KeyboardInterrupt as exc:
         job = job_dir.name
         if not target.remote and not job_dir.exists():  # stopped before its launcher ran: execute removed it
@@ -275,7 +273,8 @@ def attach(lab: Lab, target: Target, job_id: str, on_log=None, on_progress=None)
                        f"(its log: okc logs {job_id} --on {target.name})")
     job_dir.mkdir(parents=True, exist_ok=True)
     try:
-        follow(target, job_dir, on_log, on_progress)
+        with local_stops(target):
+            follow(target, job_dir, on_log, on_progress)
     except KeyboardInterrupt as exc:  # a local job, stopped (from a pod's job follow detaches: JobDetached)
         if target.done(job_id):
             finish_job(job_dir)
