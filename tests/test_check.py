@@ -109,6 +109,49 @@ def test_same_seed_same_verdict_and_fresh_seed_otherwise():
     assert fresh_seed() != fresh_seed()
 
 
+def test_a_weight_sets_verdicts_are_read_after_the_next_sets_calls():
+    # main: each set's verdicts were waited for before the next set was imported, so the verifier's judging
+    # and the candidate's calls never overlapped (1.07 s of waiting in okc try 001's check on an H100)
+    problem, events = load_problem("tiny_matvec"), []
+    result = run_check(problem, problem.baseline_source, device=torch.device("cpu"), seed=11, weight_seeds=2,
+                       phase=lambda name, **info: events.append((name, info.get("weight_seed"))),
+                       log=lambda line: events.append(("log", line)))
+    assert result["status"] == "pass" and {c["weight_seed"] for c in result["cases"]} == {0, 1}
+    first_verdict = next(i for i, (kind, text) in enumerate(events) if kind == "log" and "weight seed 0" in str(text))
+    assert events.index(("import", 1)) < first_verdict
+    assert [c["weight_seed"] for c in result["cases"]] == sorted(c["weight_seed"] for c in result["cases"])
+
+
+# Appended to the tiny baseline (its kernel_fn renamed): right at its first import (weight set 0), wrong from
+# its second (weight set 1: every set imports the candidate afresh).
+WRONG_FROM_THE_SECOND_IMPORT = """
+import builtins
+
+builtins._okc_test_imports = getattr(builtins, "_okc_test_imports", 0) + 1
+_WRONG = builtins._okc_test_imports >= 2
+
+
+def kernel_fn(x, layer):
+    out = _baseline_kernel_fn(x, layer)
+    return out * 2 if _WRONG else out
+"""
+
+
+def test_a_failure_in_the_last_weight_set_follows_the_first_sets_verdicts(tmp_path, monkeypatch):
+    import builtins
+
+    monkeypatch.setattr(builtins, "_okc_test_imports", 0, raising=False)
+    source = tmp_path / "second_wrong.py"
+    problem = load_problem("tiny_matvec")
+    baseline = problem.baseline_source.read_text().replace("def kernel_fn", "def _baseline_kernel_fn")
+    source.write_text(baseline + WRONG_FROM_THE_SECOND_IMPORT)
+    result = run_check(problem, source, device=torch.device("cpu"), seed=11, weight_seeds=2, log=lambda line: None)
+    assert result["status"] == "fail" and "weight seed 1" in result["reason"], result["reason"]
+    by_set = [(c["weight_seed"], c["passed"]) for c in result["cases"]]
+    assert by_set[0] == (0, True) and all(passed for seed, passed in by_set if seed == 0)
+    assert any(seed == 1 and not passed for seed, passed in by_set)
+
+
 # --- muse_bf16_proj's math, on small pieces ------------------------------------------------
 
 def test_muse_shapes_and_tolerances_are_the_spec():

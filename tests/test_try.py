@@ -29,7 +29,7 @@ import sys
 def _checked():
     frame = sys._getframe(2)
     while frame is not None:
-        if frame.f_code.co_filename.replace(os.sep, "/").endswith("okc/judge/kinds/check.py"):
+        if frame.f_code.co_filename.replace(os.sep, "/").endswith("okc/judge/kinds/checker.py"):
             return True
         frame = frame.f_back
     return False
@@ -122,6 +122,46 @@ def test_a_failing_check_is_not_benched_and_exits_1(tiny):
     (row,) = rows(tiny)
     assert (row.job_id, row.kind, row.status, row.passed) == (f"{job_dir.name}.check", "check", "fail", False)
     assert not (job_dir / "progress.json").exists()
+
+
+# Right at its first import (the check's weight set 0), wrong from its second (set 1, and the bench's).
+WRONG_FROM_THE_SECOND_IMPORT = '''
+import builtins
+
+builtins._okc_test_imports = getattr(builtins, "_okc_test_imports", 0) + 1
+_WRONG = builtins._okc_test_imports >= 2
+
+
+def kernel_fn(x, layer):
+    out = _baseline_kernel_fn(x, layer)
+    return out * 2 if _WRONG else out
+'''
+
+
+def test_the_checks_last_verdicts_are_read_after_the_benchs_set_up_and_before_its_timing(tiny):
+    # main: the bench began only once the verifier had judged the check's last weight set (on an H100, 1.07 s
+    # of okc try 001 waited for verdicts while nothing else ran)
+    done = invoke("try", "001", *QUICK_BENCH)
+    assert done.exit_code == 0, done.output
+    job_dir = only_job(tiny)
+    marks = json.loads((job_dir / "result.json").read_text())["timeline"]
+    assert marks["check.check"] < marks["bench.import"] < marks["check.verdicts"] <= marks["bench.timing"] < marks["done"]
+    assert json.loads((job_dir / CHECK_FILE).read_text())["status"] == "pass"
+
+
+def test_a_check_that_fails_only_in_its_last_weight_set_times_no_pair(tiny):
+    # The failure is known only once the bench has set up: it is the job's verdict, and nothing is timed.
+    add(tiny, "004_second_wrong.py", text=WRONG_FROM_THE_SECOND_IMPORT)
+    done = invoke("try", "004", *QUICK_BENCH)
+    assert done.exit_code == 1, done.output
+    assert "FAIL 004_second_wrong" in done.stdout and "weight seed 1" in done.stdout and "score " not in done.stdout
+    job_dir = only_job(tiny)
+    marks = json.loads((job_dir / "result.json").read_text())["timeline"]
+    assert marks["bench.import"] < marks["check.verdicts"] and "bench.timing" not in marks
+    assert not (job_dir / "progress.json").exists()  # not one pair
+    assert "the check failed: no bench" in (job_dir / "log.txt").read_text()
+    (row,) = rows(tiny)
+    assert (row.kind, row.status, row.passed) == ("check", "fail", False)
 
 
 @pytest.mark.skipif(cuda_available(), reason="on a GPU a tiny_matvec bench runs the GPU protocol")

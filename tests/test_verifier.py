@@ -399,3 +399,54 @@ def test_a_verifier_started_for_a_job_writes_its_tracebacks_into_the_jobs_log(tm
     session.close()
     log = (tmp_path / "log.txt").read_text()
     assert "Traceback" in log and "has no case" in log
+
+
+def test_a_sessions_answers_are_read_a_count_at_a_time_in_order(tiny, verifier):
+    # main: results() gave every answer due, so a check could not read one weight set's verdicts while the
+    # next set's outputs were already on their way
+    for n in range(5):
+        _, right = reference(tiny, CASE, ["a", n])
+        verifier.submit(ref(["a", n], {"n": n}), right.clone())
+    assert [r["tag"] for r in verifier.results(2)] == [{"n": 0}, {"n": 1}]
+    assert [r["tag"] for r in verifier.results(3)] == [{"n": 2}, {"n": 3}, {"n": 4}]
+    assert verifier.results() == []
+
+
+def test_a_warm_up_asked_after_outputs_is_answered_after_them_in_the_same_session(tiny):
+    # main: a "warm" message was no message the verifier knew (an answer "could not judge"): a try's bench had
+    # to end its check's session and start another before it could warm the verifier
+    messages = [_message({"kind": "hello", "problem": "tiny_matvec", "seed": SEED, "device": "cpu"}, [])]
+    for n in range(2):
+        _, right = reference(tiny, CASE, ["a", n])
+        messages.append(_output(ref(["a", n], {"n": n}), right))
+        if n == 0:
+            messages.append(_message({"kind": "warm"}, []))
+    answers = io.StringIO()
+    read, write = os.pipe()
+    os.write(write, b"".join(messages))
+    os.close(write)
+    verdicts.serve(os.fdopen(read, "rb", buffering=0), answers, load_problem)
+    lines = [json.loads(line) for line in answers.getvalue().splitlines()]
+    assert [line.get("kind") or line["tag"]["n"] for line in lines] == ["hello", "warm", 0, "warm", 1]
+    assert lines[3]["seconds"] == 0.0 and lines[2]["ok"] and lines[4]["ok"]  # on a CPU nothing to warm
+
+
+def test_ready_waits_for_a_warm_up_asked_after_the_hello(monkeypatch):
+    # main: ready() returned once any warm word had come (the hello's), so a bench sharing a try's session
+    # would have timed pairs while the verifier still warmed up beside them
+    import signal
+
+    session = Verifier.start("tiny_matvec", SEED, CPU)
+    try:
+        session.ready()
+        os.kill(session.process.pid, signal.SIGSTOP)  # it cannot answer the warm-up asked now
+        try:
+            session.warm_up()
+            assert session.warm_s is None
+            with pytest.raises(VerifierError, match="not ready"):
+                session.ready(timeout=1.0)
+        finally:
+            os.kill(session.process.pid, signal.SIGCONT)
+        assert session.ready(timeout=30) >= 0 and session.warm_s == 0.0
+    finally:
+        session.close()

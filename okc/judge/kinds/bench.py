@@ -168,8 +168,11 @@ class Bench:
                 "seconds": self.seconds}
 
 
-def run_kind(job, job_dir: Path, problem: Problem, *, device: torch.device, seed: int, phase, log: Log) -> dict:
-    """The worker's entry for ``kind: bench`` (see okc.worker.KINDS)."""
+def run_kind(job, job_dir: Path, problem: Problem, *, device: torch.device, seed: int, phase, log: Log,
+             session=None, before_timing: Callable[[], None] | None = None) -> dict:
+    """The worker's entry for ``kind: bench`` (see okc.worker.KINDS). A try's (okc.judge.kinds.trial): ``session``,
+    the verifier session its check used, judges the re-checks too (the caller closes it), and ``before_timing``
+    runs after the sides are set up and before anything is timed (it reads the check's last verdicts)."""
     from okc.contract import PROGRESS_FILE, BadJob, write_json
     from okc.judge.verdict.verifier import Verifier
 
@@ -212,11 +215,18 @@ def run_kind(job, job_dir: Path, problem: Problem, *, device: torch.device, seed
     runnable = on_cpu or (device.type == "cuda" and torch.cuda.is_available())
     verifier = None
     if settings.rechecks and runnable:
-        verifier = problem.own_verifier(seed, device) if own_rechecks else \
-            Verifier.start(problem.name, seed, device, job_dir, warm=True)
+        if own_rechecks:
+            verifier = problem.own_verifier(seed, device)
+        elif session is not None:
+            verifier = session
+            session.warm_up()  # after the check's outputs: it warms while the sides set up
+        else:
+            verifier = Verifier.start(problem.name, seed, device, job_dir, warm=True)
+    before_timing = before_timing or (lambda: None)
     names = (job.candidate.name, against_name)
 
     def eagerly() -> dict:
+        before_timing()
         return problem.bench_eagerly(candidate, against, device=device, seed=seed, settings=settings, names=names,
                                      aa=job.aa, log=log, cases=job.cases, explain=explain, progress=common["progress"])
 
@@ -224,7 +234,7 @@ def run_kind(job, job_dir: Path, problem: Problem, *, device: torch.device, seed
         if settings.clock == "eager" and not on_cpu:  # the judge's or asked for: nothing captured (a CPU's is eager)
             result = eagerly()
         else:
-            result = run_paired(bench, names=names, aa=job.aa, verifier=verifier, log=log)
+            result = run_paired(bench, names=names, aa=job.aa, verifier=verifier, log=log, before_timing=before_timing)
             if not problem.requires_capture and not on_cpu and cannot_capture(result):  # as its eval.py times it
                 log(result["reason"].splitlines()[0])
                 log("a side's call cannot be captured into a CUDA graph: timing eager calls instead, as GPU MODE's eval does")
@@ -241,7 +251,7 @@ def run_kind(job, job_dir: Path, problem: Problem, *, device: torch.device, seed
             log(f"systematic: no variants run: the bench itself gave no score ({result.get('status')})"
                 if result.get("status") != "ok" else "systematic: no variants run: the variants are the graph clock's")
     finally:
-        if verifier is not None:
+        if verifier is not None and verifier is not session:
             verifier.close()
     # The folder's eval.py may run next (a figure, after a bench that ended ok), in a process of its own, on this
     # GPU: the bench lets go of what it holds, and the figure hands the memory back right before it runs.

@@ -5,20 +5,26 @@ command. Each step is the check's or the bench's own job function, called as its
 would call it, so a try's check and bench are exactly ``okc check``'s and ``okc bench``'s.
 
 The job folder keeps both verdicts: ``check.json`` is the check's result document, written as
-soon as the check ends (a bench that then crashes the worker cannot take it along), and
+soon as its verdict is known (a bench that then crashes the worker cannot take it along), and
 result.json is the last step's: the bench's when the check passed, else the check's again.
+The verdict is known when the verifier has judged the check's last weight set, which it does
+while the bench imports, prepares and captures its sides ("check.verdicts" in the timeline, right
+before "bench.timing", the pairs): a worker that dies in that set-up leaves no check.json, only its crash.
 Phases are named by step ("check.prepare", "bench.capture"), so the timeline and a launcher's
 "during ..." say which step a second or a crash belongs to.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
 from okc.contract import PASSING, BadJob, JobSpec, result_document, write_json
 
+CLOSE_WAIT_S = 60.0  # for the check's verdicts, before the verifier session ends (an interrupted try)
 CHECK_FILE = "check.json"  # the check step's verdict, beside result.json (the last step's)
 
 
@@ -41,22 +47,78 @@ def step_document(job: JobSpec, job_dir: Path, step: str, fields: dict) -> dict:
     return result_document(dataclasses.replace(job, kind=step), job_dir.name, status, reason, error_kind, **fields)
 
 
+class CheckEnded(Exception):
+    """Raised where a try's bench would start timing: its check failed, or its verdicts could not be read."""
+
+
 def run_kind(job: JobSpec, job_dir: Path, problem, *, device, seed: int, phase: Callable[..., None],
             log: Callable[[str], None]) -> dict:
-    """Check the candidate; if it passed, bench it against ``job.against``; the last step's result fields."""
+    """Check the candidate; if it passed, bench it against ``job.against``; the last step's result fields.
+
+    The check's last verdicts are read while the bench sets its sides up (the verifier judges them meanwhile)
+    and before anything is timed: no pair is timed for a candidate that failed, and only the set-up overlaps
+    the verifier's work. A check that failed already, or one judged in this process (own_judge), is read first."""
     from okc.judge.kinds import bench, check
 
     if job.candidate is None:
         raise BadJob("a try job needs a candidate")
     if job.against is None or job.aa:
         raise BadJob("a try job benches its candidate against another one (the lab's baseline)")
-    checked = check.run_kind(dataclasses.replace(job, kind="check"), job_dir, problem, device=device, seed=seed,
-                            phase=step_phase(phase, "check"), log=log)
-    document = step_document(job, job_dir, "check", checked)
-    write_json(job_dir / CHECK_FILE, document)
-    if document["status"] not in PASSING:
+    check_job = dataclasses.replace(job, kind="check")
+    check.validate(check_job, problem)
+    session = check.start_verifier(problem, seed, device, job_dir)
+    done: dict = {}
+
+    def read() -> None:
+        """(A thread) The check's verdict, into check.json as soon as the verifier has judged the last outputs."""
+        try:
+            done["checked"] = pending.finish()
+        except Exception as exc:  # the check's own error (its verifier failed): the job's, not the bench's
+            done["error"] = exc
+            return
+        done["document"] = step_document(job, job_dir, "check", done["checked"])
+        write_json(job_dir / CHECK_FILE, done["document"])
+
+    reader = threading.Thread(target=read, name="okc-check-verdicts", daemon=True)
+
+    def verdicts() -> None:
+        """Wait for the check's verdict; the bench goes on only if it passed."""
+        if "waited" not in done:
+            done["waited"] = True
+            phase("check.verdicts")
+            reader.join()
+            if "document" in done and done["document"]["status"] in PASSING:
+                phase("bench.timing")  # the bench's own "bench" mark came before the wait (its set-up's end)
+        if "document" not in done or done["document"]["status"] not in PASSING:
+            raise CheckEnded
+
+    benched = raised = None
+    try:
+        pending = check.start_check(problem, check_job.candidate.path(job_dir), device=device, seed=seed,
+                                   weight_seeds=job.weight_seeds, cases=job.cases, max_m=job.max_m,
+                                   phase=step_phase(phase, "check"), log=log, verifier=session)
+        reader.start()
+        with contextlib.suppress(CheckEnded):
+            if pending.failed or problem.own_judge:  # no bench to set up, or nothing to wait for
+                verdicts()
+            try:
+                benched = bench.run_kind(dataclasses.replace(job, kind="bench"), job_dir, problem, device=device,
+                                         seed=seed, phase=step_phase(phase, "bench"), log=log,
+                                         session=None if problem.own_judge else session, before_timing=verdicts)
+            except CheckEnded:
+                raise
+            except Exception as exc:  # a failure of the bench's own; the check's verdict comes first
+                raised = exc
+            verdicts()  # the bench ended before its timing (a side's failure in its set-up): the check's verdict
+    finally:
+        if reader.ident is not None:
+            reader.join(CLOSE_WAIT_S)
+        session.close()
+    if "error" in done:
+        raise done["error"]
+    if done["document"]["status"] not in PASSING:
         log("the check failed: no bench")
-        return {**checked, "kind": "check"}
-    benched = bench.run_kind(dataclasses.replace(job, kind="bench"), job_dir, problem, device=device, seed=seed,
-                            phase=step_phase(phase, "bench"), log=log)
+        return {**done["checked"], "kind": "check"}
+    if raised is not None:
+        raise raised
     return {**benched, "kind": "bench"}

@@ -79,9 +79,10 @@ def bench_summary(table, shape_rows: list[dict], loads: list, overhead_us: float
         raise BenchFailed(str(exc)) from None
 
 
-def run_paired(bench, *, names: tuple[str, str], aa: bool, verifier, log) -> dict:
+def run_paired(bench, *, names: tuple[str, str], aa: bool, verifier, log, before_timing=None) -> dict:
     """Set up, measure and summarise ``bench`` (okc.judge.kinds.bench.Bench or okc.judge.protocol.cpu_clock.CpuBench),
-    judge its re-checks with ``verifier``; return result.json's bench fields."""
+    judge its re-checks with ``verifier``; return result.json's bench fields. ``before_timing`` runs between the
+    set-up and the first timed call (a try reads its check's last verdicts there)."""
     from okc.judge.protocol import recheck, stats
     from okc.judge.protocol.timing import TimingError
     from okc.judge.verdict.addressing import VerifierError
@@ -98,6 +99,8 @@ def run_paired(bench, *, names: tuple[str, str], aa: bool, verifier, log) -> dic
                 recheck.judge(kept, verifier, bench.cases, bench.problem.input_variants[0]))
         log(f"bench {names[0]} against {names[1]}{' (A/A)' if aa else ''}: {len(bench.cases)} cases, "
             f"{bench.describe()}, target +-{settings.rule.target_half_width:.2%}")
+        if before_timing is not None:
+            before_timing()
         waited = verifier.ready() if verifier is not None else None  # its start and warm-up: not beside the timing
         table, stopped_by = bench.measure()
         summary = bench.summary(table)

@@ -294,6 +294,21 @@ class Answers:
         self.out.flush()
 
 
+def _answer_warm(answers: TextIO, session: Session | None, wanted: bool) -> None:
+    """Warm up for a bench where asked (on a GPU: judge each scored case once) and say so: one "warm" line."""
+    try:
+        if session is None:
+            raise ValueError("a warm-up was asked for before the session's hello")
+        wanted = wanted and session.device.type == "cuda"
+        truth = session.weight_set("weights")[1] if wanted else {}  # a bench's re-checks' weight set
+        seconds = warm_up(session.problem, truth, session.seed, session.device) if wanted else 0.0
+        warm = {"kind": "warm", "seconds": round(seconds, 3)}
+    except Exception as exc:  # an optimisation: what failed here fails again, and is answered, when judged
+        warm = {"kind": "warm", "seconds": None, "message": f"{type(exc).__name__}: {exc}".splitlines()[0]}
+    answers.write(json.dumps(warm) + "\n")
+    answers.flush()
+
+
 def serve(stream: BinaryIO, answers: TextIO, load_problem: Callable[[str], Problem]) -> None:
     """Judge every message on ``stream`` until it ends; one JSON line on ``answers`` per output or weights.
     ``load_problem`` (okc.problems's, handed down by the entry point okc.verify) turns the hello's name into the problem.
@@ -324,14 +339,10 @@ def serve(stream: BinaryIO, answers: TextIO, load_problem: Callable[[str], Probl
                 _write_into(header["log"])
             answers.write(json.dumps({"kind": "hello", "arena": arena is not None, "message": why}) + "\n")
             answers.flush()
-            try:
-                wanted = header.get("warm") and device.type == "cuda"
-                truth = session.weight_set("weights")[1] if wanted else {}  # a bench's re-checks' weight set
-                warm = {"kind": "warm", "seconds": round(warm_up(session.problem, truth, session.seed, device), 3) if wanted else 0.0}
-            except Exception as exc:  # an optimisation: what failed here fails again, and is answered, when judged
-                warm = {"kind": "warm", "seconds": None, "message": f"{type(exc).__name__}: {exc}".splitlines()[0]}
-            answers.write(json.dumps(warm) + "\n")
-            answers.flush()
+            _answer_warm(answers, session, bool(header.get("warm")))
+            continue
+        if kind == "warm":  # a try's bench, after its check's outputs: the same session, warmed now
+            _answer_warm(answers, session, True)
             continue
         if kind == "bye":
             session = arena = None  # unmapped before the answer: the worker may free its buffer then

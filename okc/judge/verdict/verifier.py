@@ -87,7 +87,8 @@ class Verifier:
         self.arena_address = 0
         self.ring: Ring | None = None
         self.arena_open: bool | None = None  # the verifier's answer to the hello: did it map the arena?
-        self.warm: dict | None = None  # the verifier's word that its warm-up is done: {"seconds": s or None, ...}
+        self.warm: dict | None = None  # the verifier's word that its last warm-up is done: {"seconds": s or None, ...}
+        self.warms_asked = self.warms_done = 0  # the hello and each warm_up() ask for one; ready() waits for them all
         self.writer = threading.Thread(target=self._write_loop, name="okc-verifier-writer", daemon=True)
         self.reader = threading.Thread(target=self._read_loop, name="okc-verifier-reader", daemon=True)
         self.writer.start()
@@ -119,7 +120,15 @@ class Verifier:
         else:
             verifier.arena_open = False
         verifier._send(hello, [], 0)
+        verifier.warms_asked = 1  # the verifier answers every hello with a warm word (seconds 0: none asked)
         return verifier
+
+    def warm_up(self) -> None:
+        """Ask the verifier to warm up for a bench now, after what it was sent before (a try's check outputs):
+        :meth:`ready` then waits for it. One session serves a try's check and then its bench."""
+        with self.lock:
+            self.warms_asked += 1
+        self._send({"kind": "warm"}, [], 0)
 
     @property
     def transport(self) -> str:
@@ -227,7 +236,7 @@ class Verifier:
     @property
     def warm_s(self) -> float | None:
         """The seconds of the verifier's warm-up (0: none asked or nothing to warm; None: not done, or it failed)."""
-        return None if self.warm is None else self.warm.get("seconds")
+        return None if self.warm is None or self.warms_done < self.warms_asked else self.warm.get("seconds")
 
     def ready(self, timeout: float = READY_WAIT_S) -> float:
         """Wait until the verifier is up, its arena mapped and its warm-up done (a bench calls this before
@@ -235,7 +244,7 @@ class Verifier:
         the timing); the seconds waited."""
         started = time.monotonic()
         with self.lock:
-            while self.warm is None and self.failure is None:
+            while self.warms_done < self.warms_asked and self.failure is None:
                 if time.monotonic() - started > timeout:
                     raise VerifierError(f"the verifier was not ready after {timeout:g} s")
                 self.lock.wait(0.5)
@@ -244,14 +253,16 @@ class Verifier:
                 raise VerifierError(f"the verifier failed: {self.failure}")
         return time.monotonic() - started
 
-    def results(self) -> list[dict]:
+    def results(self, count: int | None = None) -> list[dict]:
+        """The answers not yet read, in the order of what they answer: the next ``count``, or all that are due."""
         with self.lock:
-            while self.returned + len(self.received) < self.submitted and self.failure is None:
+            wanted = self.submitted - self.returned if count is None else count
+            while len(self.received) < wanted and self.failure is None:
                 self.lock.wait(0.5)
                 self._note_death()
             if self.failure is not None:
                 raise VerifierError(f"the verifier failed: {self.failure}")
-            fresh, self.received = self.received, []
+            fresh, self.received = self.received[:wanted], self.received[wanted:]
             self.returned += len(fresh)
         for result in fresh:
             if result.get("rule") == verdicts.VERIFIER_ERROR:
@@ -351,8 +362,9 @@ class Verifier:
             if result.get("kind") == "bye":
                 return
             with self.lock:
-                if result.get("kind") == "warm":  # its warm-up is done (no answer of a message)
+                if result.get("kind") == "warm":  # a warm-up is done (no answer of a message)
                     self.warm = result
+                    self.warms_done += 1
                 elif result.get("kind") == "hello":  # did it map the arena? (no answer of a message)
                     self.arena_open = bool(result.get("arena"))
                     if not self.arena_open and self.ring is not None:

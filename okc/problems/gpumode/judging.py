@@ -83,8 +83,10 @@ class FolderVerifier:
         self.answers.append({"tag": tag or {}, "ok": True, "rule": "weights", "message": "no weights",
                              "value": None, "bound": None, "row": None})
 
-    def results(self) -> list[dict]:
-        answers, self.answers = self.answers, []
+    def results(self, count: int | None = None) -> list[dict]:
+        """The answers not yet read: the next ``count``, or all (the verifier's API)."""
+        count = len(self.answers) if count is None else count
+        answers, self.answers = self.answers[:count], self.answers[count:]
         return answers
 
     def close(self) -> None:
