@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from workerjobs import PROBLEMS_DIR, make_job, run_worker
+from workerjobs import PROBLEMS_DIR, WRONG_FROM_THE_SECOND_IMPORT, make_job, run_worker
 
 import okc
 from okc.judge.kinds.check import run_check, select_cases
@@ -120,21 +120,6 @@ def test_a_weight_sets_verdicts_are_read_after_the_next_sets_calls():
     first_verdict = next(i for i, (kind, text) in enumerate(events) if kind == "log" and "weight seed 0" in str(text))
     assert events.index(("import", 1)) < first_verdict
     assert [c["weight_seed"] for c in result["cases"]] == sorted(c["weight_seed"] for c in result["cases"])
-
-
-# Appended to the tiny baseline (its kernel_fn renamed): right at its first import (weight set 0), wrong from
-# its second (weight set 1: every set imports the candidate afresh).
-WRONG_FROM_THE_SECOND_IMPORT = """
-import builtins
-
-builtins._okc_test_imports = getattr(builtins, "_okc_test_imports", 0) + 1
-_WRONG = builtins._okc_test_imports >= 2
-
-
-def kernel_fn(x, layer):
-    out = _baseline_kernel_fn(x, layer)
-    return out * 2 if _WRONG else out
-"""
 
 
 def test_a_failure_in_the_last_weight_set_follows_the_first_sets_verdicts(tmp_path, monkeypatch):

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, cuda_available, invoke, jobs_of_kind
+from workerjobs import WRONG_FROM_THE_SECOND_IMPORT
 
 from okc.contract import LAUNCHER_FILE, PHASE_FILE, write_json
 from okc.jobs import folder as job_folder
@@ -122,20 +123,6 @@ def test_a_failing_check_is_not_benched_and_exits_1(tiny):
     (row,) = rows(tiny)
     assert (row.job_id, row.kind, row.status, row.passed) == (f"{job_dir.name}.check", "check", "fail", False)
     assert not (job_dir / "progress.json").exists()
-
-
-# Right at its first import (the check's weight set 0), wrong from its second (set 1, and the bench's).
-WRONG_FROM_THE_SECOND_IMPORT = '''
-import builtins
-
-builtins._okc_test_imports = getattr(builtins, "_okc_test_imports", 0) + 1
-_WRONG = builtins._okc_test_imports >= 2
-
-
-def kernel_fn(x, layer):
-    out = _baseline_kernel_fn(x, layer)
-    return out * 2 if _WRONG else out
-'''
 
 
 def test_the_checks_last_verdicts_are_read_after_the_benchs_set_up_and_before_its_timing(tiny):

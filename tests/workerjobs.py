@@ -1,4 +1,5 @@
-"""A check job's folder written by hand and its worker run as a pod runs it (test_check, test_check_gpu, test_verifier)."""
+"""A check job's folder written by hand and its worker run as a pod runs it (test_check, test_check_gpu, test_verifier);
+a candidate text of test_check and test_try."""
 
 from __future__ import annotations
 
@@ -33,3 +34,18 @@ def run_worker(job_dir: Path, timeout: float = 120) -> tuple[int, dict]:
                           timeout=timeout, cwd=job_dir)
     (job_dir / "log.txt").write_text(done.stdout + done.stderr)
     return done.returncode, json.loads((job_dir / "result.json").read_text())
+
+
+# Appended to the tiny baseline (its kernel_fn renamed to _baseline_kernel_fn): right at its first import in a
+# process (a check's weight set 0), wrong from its second (set 1: every set imports the candidate afresh; a try's bench).
+WRONG_FROM_THE_SECOND_IMPORT = """
+import builtins
+
+builtins._okc_test_imports = getattr(builtins, "_okc_test_imports", 0) + 1
+_WRONG = builtins._okc_test_imports >= 2
+
+
+def kernel_fn(x, layer):
+    out = _baseline_kernel_fn(x, layer)
+    return out * 2 if _WRONG else out
+"""
