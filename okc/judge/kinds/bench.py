@@ -85,6 +85,7 @@ class Bench:
         if device.type != "cuda" or not torch.cuda.is_available():
             raise BenchFailed(NEEDS_CUDA, error_kind="usage")
         started = time.monotonic()
+        phase("setup")  # the weights, their copies and the capture inputs, before either side is imported
         torch.cuda.init()
         self.persisting = timing.PersistingReport(device)
         weights = problem.make_weights(derive_seed(self.seed, "weights"), device)
