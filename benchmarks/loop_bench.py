@@ -82,6 +82,8 @@ def where_it_went(job_dir: Path | None) -> str:
     parts = spans(result.get("timeline") or {}, spawn_seconds(result, read_json(job_dir / "pid.json")))
     inside = step_seconds(result, read_json(job_dir / "check.json"))
     text = ", ".join(f"{s.name} {s.seconds:.2f}" for s in parts if s.seconds >= 0.01)
+    ready = result.get("verifier_ready_s")  # the bench's wait for its verifier's warm-up, before its pairs
+    text += f"; verifier_ready_s {ready:.2f}" if isinstance(ready, (int, float)) else ""
     return served + text + ("; inside: " + ", ".join(f"{step}.{part} {spent:.2f}" for step, part, spent in inside) if inside else "")
 
 
