@@ -1,7 +1,7 @@
 """The compile fork server on this machine's CPU (no GPU needed, Triton is): how soon the first point of a
 gemv_decode screen is compiled for an H100/H200 (sm_90), and all of them.
 
-    PYTHONPATH=/tmp/tsite python3 benchmarks/ahead_cpu.py --points 8 --processes 4 --runs 3
+    PYTHONPATH=/tmp/tsite python3 benchmarks/ahead_cpu.py --points 8 --processes 4 --runs 3 [--stem 3]
 
 Each run: a fresh screen job folder of the first N points and an empty Triton cache; okc's AheadPool starts
 its server (okc.ahead: torch, Triton, the problem and its CPU weights made ready once, then forked compilers).
@@ -44,15 +44,21 @@ def make_job(root: Path, points: int, processes: int) -> tuple[Path, list[str]]:
     return job_dir, [p.id for p in chosen]
 
 
-def one_run(points: int, processes: int) -> dict:
+def one_run(points: int, processes: int, stem_s: float | None = None) -> dict:
     import os
+    import subprocess
 
-    from okc.judge.protocol.ahead import AHEAD_DIR, AheadPool, read_marker
+    from okc.judge.protocol import ahead
+    from okc.judge.protocol.ahead import AHEAD_DIR, STEM_COMMAND, AheadPool, compiler_env, read_marker
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         job_dir, ids = make_job(root, points, processes)
         os.environ["TRITON_CACHE_DIR"] = str(root / "triton-cache")
+        if stem_s is not None:  # as a standby worker does: the stem started, then the job comes stem_s later
+            ahead.adopt_stem(subprocess.Popen(STEM_COMMAND, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                              env=compiler_env()))
+            time.sleep(stem_s)
         started = time.monotonic()
         pool = AheadPool(job_dir, processes, HOPPER_TARGET)
         first_claim = first_marker = None
@@ -79,10 +85,12 @@ def main() -> None:
     parser.add_argument("--points", type=int, default=8)
     parser.add_argument("--processes", type=int, default=4)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--stem", type=float, default=None, metavar="S",
+                        help="hand the job to a stem (okc.ahead --stem) started S seconds before it, as a standby does")
     args = parser.parse_args()
     rows = []
     for run in range(1, args.runs + 1):
-        row = one_run(args.points, args.processes)
+        row = one_run(args.points, args.processes, args.stem)
         rows.append(row)
         compiled = sum(status == "compiled" for status in row["statuses"])
         print(f"run {run}: first claim {row['first_claim']:.2f} s, first marker {row['first_marker']:.2f} s, "

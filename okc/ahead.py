@@ -19,6 +19,10 @@ have. Before, each of a screen's 12 compilers imported torch and drew the proble
 side by side on the pod's cores, and the first point's kernels waited on that (benchmarks/NOTES.md,
 issue 35). A compiler that crashes on a point (a candidate's import, say) ends alone; the fork
 server never imports a candidate. Without PROCESSES the process is one compiler itself.
+
+``python -m okc.ahead --stem`` is that fork server started before its job: a standby worker starts
+one beside itself where it could serve a screen (a GPU and Triton), so that torch's and Triton's
+imports are not on the first point's path; the job's pool hands it the job (:func:`stem`).
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ import time
 import traceback
 from pathlib import Path
 
-from okc.judge.protocol.ahead import claim, write_marker
+from okc.judge.protocol.ahead import AHEAD_DIR, LOG_NAME, STEM_FLAG, claim, write_marker
 
 MAX_MESSAGE_LINES = 24  # of a compiler message kept in the point's reason
 PR_SET_PDEATHSIG = 1
@@ -226,9 +230,36 @@ def serve(compiler: Compiler, processes: int) -> int:
     return failed
 
 
+def stem() -> None:
+    """``python -m okc.ahead --stem``: a fork server started before its job exists (by a standby worker, okc.standby).
+    It imports torch and Triton now, while nothing waits, then reads one line on stdin: ``[JOB_DIR, TARGET,
+    PROCESSES, TRITON_ENV]`` (okc.judge.protocol.ahead.AheadPool); from then on it is ``python -m okc.ahead JOB_DIR
+    TARGET PROCESSES`` with the worker's TRITON_* variables, its output in the job's ahead log. No line: it exits."""
+    die_with_parent()
+    import torch  # noqa: F401 - the slow imports, while no job waits
+    import triton  # noqa: F401
+
+    line = sys.stdin.readline()
+    if not line.strip():
+        os._exit(0)
+    job_dir, target, processes, env = json.loads(line)
+    for name in [name for name in os.environ if name.startswith("TRITON_")]:
+        del os.environ[name]
+    os.environ.update(env)
+    log = os.open(Path(job_dir) / AHEAD_DIR / LOG_NAME, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+    os.chdir(job_dir)
+    main([job_dir, json.dumps(target), str(processes)])
+
+
 def main(argv: list[str]) -> None:
+    if argv == [STEM_FLAG]:
+        stem()
     if len(argv) not in (2, 3) or (len(argv) == 3 and not argv[2].isdigit()):
-        print("usage: python -m okc.ahead JOB_DIR TARGET_JSON [PROCESSES]", file=sys.stderr)
+        print("usage: python -m okc.ahead JOB_DIR TARGET_JSON [PROCESSES]   or   python -m okc.ahead --stem",
+              file=sys.stderr)
         sys.exit(2)
     die_with_parent()
     compiler = Compiler(Path(argv[0]), json.loads(argv[1]))

@@ -30,6 +30,7 @@ EXIT_PASS = 0
 EXIT_FAILED = 1
 EXIT_BAD_JOB = 2
 VERIFIED_KINDS = ("check", "bench", "try")  # the kinds whose outputs the verifier process judges
+COMPILED_KINDS = ("screen",)  # the kinds whose points are compiled ahead (okc.ahead): a standby's stem serves them
 # okc.judge.verdict.verifier.COMMAND, spelled out: importing that module here would import torch first.
 VERIFIER_COMMAND = [sys.executable, "-c", "import os; os.nice(10); from okc.verify import main; main()"]
 
@@ -53,7 +54,8 @@ def _exit_code(status: str, error_kind: str | None) -> int:
 
 
 class Worker:
-    def __init__(self, job_dir: Path, standby_warm_s: float | None = None, verifier: subprocess.Popen | None = None) -> None:
+    def __init__(self, job_dir: Path, standby_warm_s: float | None = None, verifier: subprocess.Popen | None = None,
+                 stem: subprocess.Popen | None = None) -> None:
         self.job_dir = job_dir
         self.standby_warm_s = standby_warm_s  # a standby worker (okc.standby): how long it waited warm
         self.job: JobSpec | None = None
@@ -65,6 +67,7 @@ class Worker:
         self._lock = threading.Lock()  # one result.json, whoever gets there first
         self._done = False
         self._verifier = verifier  # a verifier process started before the job (a standby's), else None
+        self._stem = stem  # a compile fork server started before the job (a standby's: okc.ahead.stem), else None
 
     def log(self, line: str) -> None:
         print(line, flush=True)
@@ -115,8 +118,9 @@ class Worker:
             self.log(f"result: {result['status']}" + (f" - {result['reason']}" if result.get("reason") else ""))
             sys.stdout.flush()
             sys.stderr.flush()
-            if self._verifier is not None:
-                self._verifier.kill()
+            for helper in (self._verifier, self._stem):
+                if helper is not None:
+                    helper.kill()
             os._exit(_exit_code(result["status"], result["error_kind"]))
 
     def _unmark(self) -> None:
@@ -139,12 +143,19 @@ class Worker:
             elif self.job.kind in VERIFIED_KINDS and (self._verifier is None or self._verifier.poll() is not None):
                 self._verifier = subprocess.Popen(VERIFIER_COMMAND, stdin=subprocess.PIPE,
                                                   stdout=subprocess.PIPE, bufsize=0)
+            if self._stem is not None and self.job.kind not in COMPILED_KINDS:
+                self._stem.kill()
+                self._stem = None
             device = resolve_device(self.job.device)
             self.mark("torch")
             if self._verifier is not None:
                 from okc.judge.verdict import verifier
 
                 verifier.adopt(self._verifier)
+            if self._stem is not None:
+                from okc.judge.protocol import ahead
+
+                ahead.adopt_stem(self._stem)
             from okc.judge.envinfo import collect
             from okc.seeds import fresh_seed
 

@@ -83,3 +83,33 @@ def test_the_workers_pool_forks_its_compilers_from_one_server_and_each_point_is_
     (ready,) = [line[READY_LINE] for line in lines if READY_LINE in line]  # made ready once, by the server
     assert list(ready) == ["ready", "torch", "triton", "problem", "weights_inputs"]
     assert spawned <= ready["ready"] and list(ready.values()) == sorted(ready.values())
+
+
+def test_a_stem_started_before_its_job_compiles_it_with_the_workers_triton_cache(tmp_path, monkeypatch):
+    # main: no stem (okc.ahead had no --stem): the fork server imported torch and Triton after the job began
+    import time
+
+    from okc.judge.protocol import ahead
+    from okc.judge.protocol.ahead import STEM_COMMAND, AheadPool, compiler_env
+
+    job_dir, points = _job(tmp_path, compilers=2)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "the-standbys-cache"))  # where the stem was started
+    stem = subprocess.Popen(STEM_COMMAND, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, env=compiler_env())
+    time.sleep(1.0)  # a competitor's edit: the stem imports meanwhile
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-cache"))  # the worker's, at the job
+    ahead.adopt_stem(stem)
+    pool = AheadPool(job_dir, 2, HOPPER_TARGET)
+    try:
+        assert pool.server is stem
+        markers = {name: pool.wait(name) for name in points}
+        assert stem.wait(timeout=60) == 0, (job_dir / AHEAD_DIR / "log.txt").read_text()
+    finally:
+        pool.stop()
+    assert markers["right"]["status"] == markers["small"]["status"] == "compiled", markers
+    assert markers["nocompile"]["status"] == "compile_failed"
+    assert any((tmp_path / "triton-cache").rglob("*.cubin")) and not (tmp_path / "the-standbys-cache").exists()
+    lines = [json.loads(line) for line in (job_dir / AHEAD_DIR / "log.txt").read_text().splitlines()
+             if line.startswith("{")]
+    (ready,) = [line[READY_LINE] for line in lines if READY_LINE in line]
+    assert lines[0]["stem"] is True and ready["torch"] - ready["ready"] < 0.05  # torch was imported before the job

@@ -114,3 +114,42 @@ def test_an_ended_process_not_yet_reaped_is_not_alive():
     assert not alive(child.pid)
     child.wait()
     assert not alive(child.pid) and alive(os.getpid())
+
+
+def test_a_pool_hands_its_job_to_a_living_stem_and_starts_a_fresh_server_where_the_stem_has_ended(tmp_path, monkeypatch):
+    # main: every screen's pool started its fork server when the job began, and the server's torch and Triton
+    # imports stood between the job's start and its first compiled point (okc.standby now starts a stem early)
+    from okc.judge.protocol import ahead
+
+    job_dir = tmp_path / "job"
+    (job_dir / AHEAD_DIR).mkdir(parents=True)
+    handed = tmp_path / "handed.json"
+    stand_in = subprocess.Popen([sys.executable, "-c", f"import sys; open({str(handed)!r}, 'w').write(sys.stdin.readline())"],
+                                stdin=subprocess.PIPE)
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
+    ahead.adopt_stem(stand_in)
+    pool = AheadPool(job_dir, 3, ["cuda", 90, 32])
+    assert pool.server is stand_in and stand_in.wait(timeout=30) == 0
+    assert json.loads(handed.read_text()) == [str(job_dir), ["cuda", 90, 32], 3, {"TRITON_CACHE_DIR": str(tmp_path / "cache")}]
+    assert json.loads((job_dir / AHEAD_DIR / "log.txt").read_text().splitlines()[0])["stem"] is True
+    assert ahead._stem is None  # a stem serves one job
+
+    ended = subprocess.Popen([sys.executable, "-c", "pass"], stdin=subprocess.PIPE)
+    ended.wait(timeout=30)
+    ahead.adopt_stem(ended)
+    pool = AheadPool(job_dir, 3, ["cuda", 90, 32])
+    try:
+        assert pool.server is not ended and "okc.ahead" in pool.server.args and str(job_dir) in pool.server.args
+        assert pool.server.args[pool.server.args.index("okc.ahead") + 1] != ahead.STEM_FLAG
+    finally:
+        pool.stop()
+
+
+def test_the_compilers_environment_has_no_gpu_one_thread_and_none_of_okcs_variables(monkeypatch):
+    from okc.judge.protocol.ahead import compiler_env
+
+    monkeypatch.setenv("OKC_LAB", "/somewhere")
+    monkeypatch.setenv("TRITON_CACHE_DIR", "/cache")
+    env = compiler_env()
+    assert env["CUDA_VISIBLE_DEVICES"] == "" and env["OMP_NUM_THREADS"] == "1" and env["TRITON_CACHE_DIR"] == "/cache"
+    assert not any(name.startswith("OKC_") for name in env)

@@ -18,9 +18,32 @@ import time
 from pathlib import Path
 
 AHEAD_DIR = "ahead"
+LOG_NAME = "log.txt"  # in AHEAD_DIR: the fork server's and its compilers' output
 CLAIM = ".claim"
 AHEAD_MODULE = "okc.ahead"  # the compile process, run as ``python -m`` (never imported here: it sits above the judge)
 SPAWNED_LINE = "server_spawned"  # log.txt's first line: when the pool started the fork server (seconds since the epoch)
+STEM_FLAG = "--stem"  # ``python -m okc.ahead --stem``: a fork server started before its job (okc.ahead.stem)
+STEM_COMMAND = [sys.executable, "-m", AHEAD_MODULE, STEM_FLAG]
+
+_stem = None  # a fork server a standby worker started before its job (okc.standby), for the job's pool
+
+
+def compiler_env() -> dict[str, str]:
+    """The compile processes' environment: no GPU (they never touch the device the worker times on), one thread
+    each, and none of okc's variables (a candidate is imported there too)."""
+    env = {name: value for name, value in os.environ.items() if not name.startswith("OKC_")}
+    return {**env, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
+
+
+def triton_env() -> dict[str, str]:
+    """This process's TRITON_* variables (where the cache is): a stem, started earlier, takes them as its own."""
+    return {name: value for name, value in os.environ.items() if name.startswith("TRITON_")}
+
+
+def adopt_stem(process) -> None:
+    """Keep ``process`` (okc.standby's, started with :data:`STEM_COMMAND`) for this job's :class:`AheadPool`."""
+    global _stem
+    _stem = process
 
 
 def marker_path(job_dir: Path, point: str) -> Path:
@@ -86,16 +109,19 @@ class AheadPool:
     def __init__(self, job_dir: Path, processes: int, target: list) -> None:
         import subprocess
 
+        global _stem
         self.job_dir = job_dir
         (job_dir / AHEAD_DIR).mkdir(exist_ok=True)
-        # No GPU for the compilers: they never touch the device the worker is timing on.
-        env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
-        with open(job_dir / AHEAD_DIR / "log.txt", "ab") as log:
-            log.write(json.dumps({SPAWNED_LINE: time.time()}).encode() + b"\n")  # sweep_scaling.py's timeline
+        stem, _stem = _stem, None
+        with open(job_dir / AHEAD_DIR / LOG_NAME, "ab") as log:
+            # sweep_scaling.py's timeline: when the server was started, or handed its job (a stem)
+            log.write(json.dumps({SPAWNED_LINE: time.time(), "stem": stem is not None}).encode() + b"\n")
             log.flush()
-            self.server = subprocess.Popen(
-                [sys.executable, "-m", AHEAD_MODULE, str(job_dir), json.dumps(target), str(processes)],
-                cwd=job_dir, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+            self.server = _hand_over(stem, job_dir, target, processes)
+            if self.server is None:
+                self.server = subprocess.Popen(
+                    [sys.executable, "-m", AHEAD_MODULE, str(job_dir), json.dumps(target), str(processes)],
+                    cwd=job_dir, env=compiler_env(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
 
     def _running(self, pid: int | None = None) -> bool:
         """The fork server still runs (so some compiler may yet write a marker); with ``pid``: that compiler too."""
@@ -126,3 +152,20 @@ class AheadPool:
         if self.server.poll() is None:
             self.server.kill()
         self.server.wait()
+
+
+def _hand_over(stem, job_dir: Path, target: list, processes: int):
+    """``stem`` serving this job from now on, or None where there is none or it is gone (a fresh server then)."""
+    if stem is None:
+        return None
+    if stem.poll() is None:
+        try:
+            line = json.dumps([str(job_dir), target, processes, triton_env()]) + "\n"
+            stem.stdin.write(line.encode())
+            stem.stdin.close()
+            return stem
+        except OSError:  # it ended meanwhile
+            pass
+    stem.kill()
+    stem.wait()
+    return None
