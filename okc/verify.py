@@ -15,6 +15,7 @@ def main() -> None:
     answers = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # whatever torch prints goes to the job's log, never into the answers
     verdicts.die_with_parent()
+    verdicts.make_context()
     verdicts.serve(sys.stdin.buffer.raw, answers, load_problem)  # raw: it can tell when the pipe runs dry
 
 

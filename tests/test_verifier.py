@@ -212,6 +212,20 @@ def test_cuda_outputs_are_read_by_address_and_judged_on_the_gpu():
         assert [result["ok"] for result in found] == [n % 7 != 3 for n in range(count)], found[:8]
 
 
+@pytest.mark.gpu
+def test_a_spare_verifier_has_its_cuda_context_before_its_hello(monkeypatch):
+    # main: the verifier made its CUDA context at the hello, so a check's first verdicts waited for it
+    monkeypatch.setattr(verifier_module, "_spare", None)
+    verifier_module.spawn()
+    time.sleep(8.0)  # a standby's wait for its job: the spare imports torch and makes its context meanwhile
+    session = Verifier.start("tiny_matvec", SEED, torch.device("cuda"))
+    try:
+        session.ready()
+        assert session.hello is not None and session.hello["context_before_hello"] is True, session.hello
+    finally:
+        session.close()
+
+
 def test_the_arenas_ring_gives_space_in_order_and_waits_when_full():
     ring = arena.Ring(100)
     assert ring.take(40) == 0 and ring.take(40) == 40

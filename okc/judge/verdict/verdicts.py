@@ -294,6 +294,15 @@ class Answers:
         self.out.flush()
 
 
+def make_context() -> None:
+    """Make the CUDA context before the hello, where exactly one GPU is visible (a launcher's worker sees the one
+    GPU it holds): a standby's verifier makes it while no job waits, any other beside its worker's own start, and
+    the check's first outputs do not wait on it."""
+    if torch.cuda.is_available() and torch.cuda.device_count() == 1:
+        torch.cuda.init()
+        torch.empty(1, device="cuda")
+
+
 def _answer_warm(answers: TextIO, session: Session | None, wanted: bool) -> None:
     """Warm up for a bench where asked (on a GPU: judge each scored case once) and say so: one "warm" line."""
     try:
@@ -323,6 +332,7 @@ def serve(stream: BinaryIO, answers: TextIO, load_problem: Callable[[str], Probl
         if kind != "output":
             waiting.flush()
         if kind == "hello":
+            context_before = torch.cuda.is_initialized()
             torch.backends.cuda.matmul.allow_tf32 = False  # the reference is float64 anyway: say so
             device = torch.device(header["device"])
             if device.type == "cpu":
@@ -337,7 +347,9 @@ def serve(stream: BinaryIO, answers: TextIO, load_problem: Callable[[str], Probl
                     why = f"{type(exc).__name__}: {exc}".splitlines()[0]
             if header.get("log"):
                 _write_into(header["log"])
-            answers.write(json.dumps({"kind": "hello", "arena": arena is not None, "message": why}) + "\n")
+            hello = {"kind": "hello", "arena": arena is not None, "message": why,
+                     "context_before_hello": context_before}  # okc.verify's make_context
+            answers.write(json.dumps(hello) + "\n")
             answers.flush()
             _answer_warm(answers, session, bool(header.get("warm")))
             continue

@@ -87,6 +87,7 @@ class Verifier:
         self.arena_address = 0
         self.ring: Ring | None = None
         self.arena_open: bool | None = None  # the verifier's answer to the hello: did it map the arena?
+        self.hello: dict | None = None  # that answer whole
         self.warm: dict | None = None  # the verifier's word that its last warm-up is done: {"seconds": s or None, ...}
         self.warms_asked = self.warms_done = 0  # the hello and each warm_up() ask for one; ready() waits for them all
         self.writer = threading.Thread(target=self._write_loop, name="okc-verifier-writer", daemon=True)
@@ -366,6 +367,7 @@ class Verifier:
                     self.warm = result
                     self.warms_done += 1
                 elif result.get("kind") == "hello":  # did it map the arena? (no answer of a message)
+                    self.hello = result
                     self.arena_open = bool(result.get("arena"))
                     if not self.arena_open and self.ring is not None:
                         print(f"okc verifier: outputs go through the pipe ({result.get('message')})", file=sys.stderr)
