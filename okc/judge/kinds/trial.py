@@ -114,8 +114,10 @@ def run_kind(job: JobSpec, job_dir: Path, problem, *, device, seed: int, phase: 
         if reader.ident is not None:
             reader.join(CLOSE_WAIT_S)
         session.close()
-    if "error" in done:
-        raise done["error"]
+    if "document" not in done:  # its verifier failed, or (past CLOSE_WAIT_S) never answered
+        from okc.judge.verdict.addressing import VerifierError
+
+        raise done.get("error") or VerifierError("the check's verdicts did not come")
     if done["document"]["status"] not in PASSING:
         log("the check failed: no bench")
         return {**done["checked"], "kind": "check"}
