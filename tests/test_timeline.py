@@ -140,3 +140,12 @@ def test_a_pods_endless_json_is_read_only_up_to_the_cap(tmp_path):
     with pytest.raises(PodError, match="over okc's cap"):
         job_files(lab, Endless(), "20261202-000000-check-abcdef")
     assert len(reads) <= MAX_DOCUMENT_BYTES // (1 << 20) + 1
+
+
+def test_marks_of_one_millisecond_keep_the_order_the_worker_made_them():
+    # main: they were ordered by name, so a try whose check verdict was in at once read "bench.timing" (the pairs)
+    # before "check.verdicts" (an H100, 2026-12-06), and the pairs' seconds went to the wait's span
+    marks = {"started_at": 1000.0, "torch": 0.5, "bench.capture": 1.0, "check.verdicts": 2.0, "bench.timing": 2.0,
+             "done": 5.0}
+    assert [(s.name, s.start_s, s.seconds) for s in spans(marks)][-3:] == [
+        ("bench.capture", 1.0, 1.0), ("check.verdicts", 2.0, 0.0), ("bench.timing", 2.0, 3.0)]

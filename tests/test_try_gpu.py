@@ -42,6 +42,8 @@ def test_try_on_a_gpu_checks_with_graphs_then_benches_in_one_cuda_context(tiny):
     assert names.count("python and import torch") == 1 and any(name.startswith("bench.") for name in names)
     # the verifier judges the check's last outputs while the bench captures; the verdict comes before any pair
     assert names.index("bench.capture") < names.index("check.verdicts") < names.index("bench.timing")
+    starts = {row["span"]: row["start_s"] for row in data["timeline"]}
+    assert starts["bench.capture"] < starts["check.verdicts"] <= starts["bench.timing"]
     check_row, bench_row = runs(open_ledger(tiny.ledger_path))
     assert (check_row.kind, check_row.status, bench_row.kind, bench_row.status) == ("check", "pass", "bench", "ok")
     assert bench_row.gpu and bench_row.gpu != "CPU"

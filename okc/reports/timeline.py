@@ -50,7 +50,9 @@ def _number(value: Any) -> bool:
 
 def spans(timeline: dict[str, Any], spawn_s: float | None = None) -> list[Span]:
     """The spans between the timeline's marks, in order; ``spawn_s`` (launcher start to worker start) first."""
-    marks = sorted((at, name) for name, at in timeline.items() if name and name != "started_at" and _number(at))
+    # by time, and marks of one millisecond in the order the worker made them (a timeline keeps it), not by name
+    marks = sorted(((at, name) for name, at in timeline.items() if name and name != "started_at" and _number(at)),
+                   key=lambda mark: mark[0])
     found = [Span(SPAWN, round(-spawn_s, 3), round(spawn_s, 3))] if spawn_s is not None and spawn_s >= 0 else []
     previous, previous_at = None, 0.0
     for at, name in marks:
