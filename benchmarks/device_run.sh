@@ -79,7 +79,7 @@ for s in $stages; do
         aa) stage aa_bias timeout ${OKC_T_aa:-200} python3 benchmarks/aa_bias.py --cli-only --runs ${OKC_AA_RUNS:-5} --half-width ${OKC_AA_HALF_WIDTH:-0.002} ;;
         setup) stage setup_profile python3 benchmarks/setup_profile.py
                stage setup_cprofile python3 benchmarks/setup_profile.py --one now --profile ;;
-        scaling) stage scaling_${OKC_SCALING_POINTS:-12} python3 benchmarks/sweep_scaling.py --points ${OKC_SCALING_POINTS:-12} ;;
+        scaling) stage scaling_${OKC_SCALING_POINTS:-12} python3 benchmarks/sweep_scaling.py --points ${OKC_SCALING_POINTS:-12} ${OKC_SCALING_ARGS:-} ;;
         keepcache) python3 benchmarks/keep_cache_variant.py /tmp/okc-keepcache
                    stage scaling_keepcache_${OKC_SCALING_POINTS:-36} env PYTHONPATH="/tmp/okc-keepcache:$PYTHONPATH" \
                        python3 benchmarks/sweep_scaling.py --points ${OKC_SCALING_POINTS:-36} ;;

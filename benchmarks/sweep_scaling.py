@@ -169,6 +169,9 @@ def main() -> None:
     parser.add_argument("--points", type=int, default=12, help="the first N points of the sweep")
     parser.add_argument("--protocol-cached", action="store_true",
                         help="each pass's Triton cache starts with okc's own kernels (not the template's)")
+    parser.add_argument("--pause-s", type=float, default=0.0,
+                        help="seconds between passes, not counted (a competitor's edit: the standby and its compile "
+                             "stem finish starting meanwhile; 0 measures a pass that follows the last at once)")
     args = parser.parse_args()
     lab = find_lab()
     gpus = local_gpu_count()
@@ -180,9 +183,10 @@ def main() -> None:
     seed_cache = Path(tempfile.mkdtemp(prefix="okc-triton-seed-")) if args.protocol_cached else None
     screen(lab, dataclasses.replace(experiment, points=experiment.points[:1]), 1, keep_cache=seed_cache)
     lines = [f"sweep {experiment.name}: {len(experiment.points)} points x {len(experiment.shapes)} shapes, "
-             f"screen of {experiment.funnel.screen_pairs} pairs"]
+             f"screen of {experiment.funnel.screen_pairs} pairs, {args.pause_s:g} s between passes"]
     rates = {}
     for count in sorted({1, gpus}):
+        time.sleep(args.pause_s)
         seconds, points, failed, run_path = screen(lab, experiment, count, seed_cache)
         rates[count] = points / seconds
         lines.append(f"{count} GPU(s): {points} points in {seconds:.1f} s = {rates[count]:.3f} points/s "
