@@ -5,7 +5,7 @@ job's wall time); ``OKC_STANDBY=0`` in the launcher's environment turns it off. 
 GPU or CPU time while it waits, and it is started only after a job's worker has exited, so it
 never runs beside a job's timing. It holds memory while it waits: on a GPU two CUDA contexts (its
 own and its verifier's, okc.verify) and a process with torch and Triton imported (the compile
-server's stem, okc.ahead, where Triton is there), about 0.5-1 GB of the GPU's memory in all. A launcher that has just finished a
+server's stem, okc.ahead, where Triton is there; it uses no GPU). A launcher that has just finished a
 job on GPU i, still holding that GPU's lock, leaves one standby for GPU i (at most one a GPU):
 the folder ``standby-gpuI/`` beside the locks, holding a FIFO and ``standby.json``, and a
 *keeper*, a small process without torch that starts the worker proper (okc.standby) and
