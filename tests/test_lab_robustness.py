@@ -411,6 +411,32 @@ def test_14_sigterm_or_a_closed_terminal_stops_a_local_job_as_ctrl_c_does_and_fr
     a_check_runs_at_once(tiny)
 
 
+def test_14_a_closed_terminal_still_gets_the_signals_exit_code(tiny, monkeypatch):
+    # main: the closed terminal's SIGHUP stopped the job, then writing its one line to that terminal raised EIO
+    # and okc exited 1 (an unexpected error), not 129
+    import errno
+    import importlib
+
+    from okc.errors import Interrupted
+    from okc.jobs import runner
+
+    class ClosedTerminal:
+        def write(self, text):
+            raise OSError(errno.EIO, "Input/output error")
+
+        def flush(self):
+            raise OSError(errno.EIO, "Input/output error")
+
+    def hung_up(*args, **kwargs):
+        raise Interrupted("cancelled by SIGHUP: job x was stopped and is not recorded", signal.SIGHUP)
+
+    cli_app = importlib.import_module("okc.cli.app")  # the module (okc.cli's name "app" is the typer app)
+    monkeypatch.setattr(runner, "submit", hung_up)
+    monkeypatch.setattr(cli_app, "err", cli_app._LazyConsole(file=ClosedTerminal()))
+    done = invoke("check", "candidate", "001")
+    assert done.exit_code == 128 + signal.SIGHUP, (done.exit_code, done.exception)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=lambda sig: sig.name)
 def test_14_a_signal_before_the_launcher_runs_leaves_no_launcher_behind(tiny, tmp_path, sig):
     """Ctrl-C or a kill in the moment between the job's folder and the launcher's pid file: nothing runs on."""

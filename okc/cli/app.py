@@ -201,7 +201,10 @@ def error_line(message: str) -> None:
 
     from okc.podfiles import escaped_log
 
-    err.print(Text.assemble(("error:", "red"), " ", escaped_log(str(message))), soft_wrap=True)
+    try:
+        err.print(Text.assemble(("error:", "red"), " ", escaped_log(str(message))), soft_wrap=True)
+    except OSError:  # stderr is gone (a closed terminal, a closed pipe): the exit code still says it
+        pass
 
 
 def handles_errors(command: Callable) -> Callable:
