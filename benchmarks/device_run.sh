@@ -23,10 +23,11 @@ export PATH="/tmp/bin:$PATH" PYTHONUNBUFFERED=1 COLUMNS=160 OKC_TESTS_INSTAFAIL=
 stage() {
     local name=$1; shift
     echo "=== $name: $*" | tee -a "$OUT/summary.txt"
-    local start=$SECONDS
-    "$@" >"$OUT/$name.txt" 2>&1
+    local start=$SECONDS file="$OUT/$name.txt" n=2
+    while [ -e "$file" ]; do file="$OUT/$name.$n.txt"; n=$((n + 1)); done  # a stage run twice keeps both logs
+    "$@" >"$file" 2>&1
     local rc=$?
-    tail -n 25 "$OUT/$name.txt"
+    tail -n 25 "$file"
     echo "=== $name: rc=$rc in $((SECONDS - start)) s" | tee -a "$OUT/summary.txt"
 }
 
