@@ -55,7 +55,7 @@ def _exit_code(status: str, error_kind: str | None) -> int:
 
 class Worker:
     def __init__(self, job_dir: Path, standby_warm_s: float | None = None, verifier: subprocess.Popen | None = None,
-                 stem: subprocess.Popen | None = None) -> None:
+                 stem: subprocess.Popen | None = None, held=None) -> None:
         self.job_dir = job_dir
         self.standby_warm_s = standby_warm_s  # a standby worker (okc.standby): how long it waited warm
         self.job: JobSpec | None = None
@@ -68,6 +68,7 @@ class Worker:
         self._done = False
         self._verifier = verifier  # a verifier process started before the job (a standby's), else None
         self._stem = stem  # a compile fork server started before the job (a standby's: okc.ahead.stem), else None
+        self._held = held  # a screen's baseline made ready before the job (a standby's: okc.standby.Held), else None
 
     def log(self, line: str) -> None:
         print(line, flush=True)
@@ -146,6 +147,9 @@ class Worker:
             if self._stem is not None and self.job.kind not in COMPILED_KINDS:
                 self._stem.kill()
                 self._stem = None
+            if self._held is not None and not self._held.fits(self.job, self.job_dir):
+                self._held.drop()  # made for another job (another baseline, cases, settings or seed): gone first
+                self._held = None
             device = resolve_device(self.job.device)
             self.mark("torch")
             if self._verifier is not None:
@@ -159,7 +163,13 @@ class Worker:
             from okc.judge.envinfo import collect
             from okc.seeds import fresh_seed
 
-            seed = self.job.seed if self.job.seed is not None else fresh_seed()
+            if self._held is not None:  # its weights and inputs were drawn from its seed: the job's now
+                from okc.judge.kinds import screen
+
+                seed = self._held.seed
+                screen.adopt(self._held.screener, self._held.about())
+            else:
+                seed = self.job.seed if self.job.seed is not None else fresh_seed()
             env = collect(device)
             env["seed"] = seed
             write_json(self.job_dir / ENV_FILE, env)

@@ -245,7 +245,7 @@ def supervise(results: str, folder: str, job_id: str, indexes: list, code_dir: s
         launcher["returncode"] = proc.returncode
         kill_group(proc)  # whatever the worker left running in its group goes with it
         if standby:  # the next job's worker, started while this GPU is still ours
-            standby.leave(locks, index, code_dir, env)
+            standby.leave(locks, index, code_dir, env, after=folder)
     launcher["seconds"] = round(time.monotonic() - started, 3)
     write_json(Path(folder) / LAUNCHER_FILE, launcher)
     code = launcher["returncode"]

@@ -41,6 +41,7 @@ ENABLED_ENV = "OKC_STANDBY"
 IDLE_ENV = "OKC_STANDBY_IDLE_S"
 IDLE_S = 300.0
 HANDOFF_S = 30.0  # a claimed standby waits this long for its job folder
+WORKER_POLL_S = 0.5  # how often the idle keeper looks whether its worker is still there
 FIFO = "job.fifo"
 INFO_FILE = "standby.json"
 EXIT_FILE = "standby_exit.json"  # in the job folder: the worker's return code, by the keeper
@@ -140,8 +141,9 @@ def take(locks: str, index: int, code_dir: str, job_dir: str, env: dict) -> Stan
     return Standby(info["pid"], info["start"], Path(job_dir))
 
 
-def leave(locks: str, index: int, code_dir: str, env: dict) -> None:
-    """Start GPU ``index``'s standby for the next job, unless one is there (call it holding the GPU's lock)."""
+def leave(locks: str, index: int, code_dir: str, env: dict, after: str | None = None) -> None:
+    """Start GPU ``index``'s standby for the next job, unless one is there (call it holding the GPU's lock);
+    ``after``: the folder of the job that just ended there (okc.standby makes a screen's baseline ready ahead)."""
     slot = slot_dir(locks, index)
     if not enabled() or slot.exists():
         return
@@ -150,7 +152,8 @@ def leave(locks: str, index: int, code_dir: str, env: dict) -> None:
         os.mkfifo(slot / FIFO, 0o600)
         # Neither the keeper nor its worker runs in the slot: the claim deletes it, maybe while they still
         # start (a python whose working directory is gone fails in its imports: os.getcwd).
-        keeper = subprocess.Popen([sys.executable, "-m", "okc.launch.standby", str(slot.resolve())], env=env, cwd=slot.parent,
+        keeper = subprocess.Popen([sys.executable, "-m", "okc.launch.standby", str(slot.resolve()),
+                                   *([str(Path(after).resolve())] if after else [])], env=env, cwd=slot.parent,
                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                   start_new_session=True)
         write_json(slot / INFO_FILE, {"pid": keeper.pid, "start": process_start(keeper.pid, living=True), "gpu": index,
@@ -163,12 +166,15 @@ def leave(locks: str, index: int, code_dir: str, env: dict) -> None:
 # -- the keeper ------------------------------------------------------------------------
 
 
-def _read_line(fd: int, timeout: float) -> str | None:
+def _read_line(fd: int, timeout: float, worker: subprocess.Popen | None = None) -> str | None:
+    """A line from ``fd``; None past ``timeout``, or once ``worker`` (given) has ended."""
     data, deadline = b"", time.monotonic() + timeout
     while not data.endswith(b"\n"):
         left = deadline - time.monotonic()
-        if left <= 0 or not select.select([fd], [], [], left)[0]:
+        if left <= 0 or (worker is not None and worker.poll() is not None):
             return None
+        if not select.select([fd], [], [], min(left, WORKER_POLL_S))[0]:
+            continue
         try:
             chunk = os.read(fd, 4096)
         except BlockingIOError:
@@ -179,17 +185,31 @@ def _read_line(fd: int, timeout: float) -> str | None:
     return data.decode("utf-8", "replace").strip()
 
 
-def keep(slot: Path) -> int:
-    """The keeper: start the worker, wait for its job folder, hand it over, and report how it ended."""
+def _fresh_worker(job_dir: str) -> subprocess.Popen:
+    """The job's worker started as the launcher starts one (the folder on stdin), TERM at its default again."""
+    worker = subprocess.Popen([sys.executable, "-m", "okc.worker"], cwd=job_dir, stdin=subprocess.PIPE,
+                              preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL))
+    try:
+        with worker.stdin:
+            worker.stdin.write(f"{job_dir}\n".encode())
+    except BrokenPipeError:  # gone already: its code says how
+        pass
+    return worker
+
+
+def keep(slot: Path, after: str | None = None) -> int:
+    """The keeper: start the worker, wait for its job folder, hand it over, and report how it ended. A worker that
+    ended before its job came (its making ahead lost the CUDA context) gives the slot up; if a job is handed over
+    all the same, a fresh worker runs it."""
     reader = os.open(slot / FIFO, os.O_RDONLY | os.O_NONBLOCK)
     holder = os.open(slot / FIFO, os.O_WRONLY | os.O_NONBLOCK)  # a writer always: no end of file while idle
-    worker = subprocess.Popen([sys.executable, "-m", "okc.standby", str(slot / READY_FILE)], stdin=subprocess.PIPE,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=slot.parent)
+    worker = subprocess.Popen([sys.executable, "-m", "okc.standby", str(slot / READY_FILE), *([after] if after else [])],
+                              stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=slot.parent)
     # The launcher's TERM is for the worker; the keeper reports it. Ignored only once the worker is started:
     # an ignored signal is inherited, and a worker (and what it starts: a folder's eval.py, its pool) that
     # ignores TERM cannot be stopped by it (multiprocessing's Pool waits forever on its own workers).
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    line = _read_line(reader, float(os.environ.get(IDLE_ENV) or IDLE_S))
+    line = _read_line(reader, float(os.environ.get(IDLE_ENV) or IDLE_S), worker)
     if line is None:
         try:  # nobody came: give the slot up, unless a launcher claimed it this very moment
             os.rename(slot, slot.with_name(f"{slot.name}.expired-{os.getpid()}"))
@@ -202,15 +222,18 @@ def keep(slot: Path) -> int:
         worker.kill()
         worker.wait()
         return 0
-    try:
-        worker.stdin.write(f"{line}\n".encode())
-        worker.stdin.close()
-    except OSError:  # the worker died while waiting: its code says how
-        pass
+    if worker.poll() is not None:
+        worker = _fresh_worker(line)
+    else:
+        try:
+            worker.stdin.write(f"{line}\n".encode())
+            worker.stdin.close()
+        except OSError:  # the worker died while waiting: its code says how
+            pass
     code = worker.wait()
     write_json(Path(line) / EXIT_FILE, {"returncode": code})
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(keep(Path(sys.argv[1])))
+    sys.exit(keep(Path(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else None))

@@ -36,6 +36,16 @@ SCREEN_RESULT = "screen"
 EXIT_STOPPED = 3  # the worker ended the job at a point (deadline passed): that point's line says why
 CUDA_WARP_SIZE = 32
 
+_held: tuple | None = None  # (screener, what to say of it): a baseline a standby made ready for this job (adopt)
+
+
+def adopt(screener, about: dict) -> None:
+    """Use ``screener``, set up already by the standby worker (okc.standby.Held, which the worker found to fit this
+    job), instead of making the baseline ready again; ``about`` (how long the making took, how long before the job
+    it was done) goes into the result."""
+    global _held
+    _held = (screener, about)
+
 
 class Lines:
     """screened.jsonl: one line per point, on disk before the next point starts; one writer at a time."""
@@ -116,6 +126,7 @@ class Screen:
         self.lines = Lines(job_dir)
         self.deadline = PointDeadline(self.lines, spec.point_timeout_s, log)
         self.pool = None
+        self.held: dict | None = None  # the baseline was made by the standby before the job: how
 
     def point(self, point: ScreenPoint) -> dict:
         """Screen one point; its line (``lost``: the CUDA context is gone, the job must end)."""
@@ -186,7 +197,9 @@ class Screen:
                 # The baseline is the sweep's choice: its failure is a usage error, not any point's.
                 return {**base, "status": "error", "reason": f"the baseline failed: {exc}", "error_kind": "usage"}
             setup_s = round(time.monotonic() - started, 4)
-            self.log(f"baseline ready in {setup_s:.2f} s; screening {len(self.spec.points)} points")
+            held = "" if self.held is None else \
+                f" (made by the standby worker in {self.held['made_s']:.2f} s, {self.held['before_job_s']:.1f} s before the job)"
+            self.log(f"baseline ready in {setup_s:.2f} s{held}; screening {len(self.spec.points)} points")
             for index, point in enumerate(self.spec.points):
                 line = self.point(point)
                 self.lines.write(line)
@@ -199,7 +212,7 @@ class Screen:
             if self.pool is not None:
                 self.pool.stop()
         return {**base, "status": "ok", "reason": None, "points": len(self.spec.points), "setup_s": setup_s,
-                **self.screener.report()}
+                **({} if self.held is None else {"baseline_held": self.held}), **self.screener.report()}
 
 
 def run_kind(job, job_dir: Path, problem, *, device: torch.device, seed: int, phase, log) -> dict:
@@ -221,7 +234,14 @@ def run_kind(job, job_dir: Path, problem, *, device: torch.device, seed: int, ph
             raise ValueError("bench.pairs: a screen times every point with a fixed number of pairs")
     except ValueError as exc:
         raise BadJob(str(exc)) from None
-    kind = CudaScreener if on_cuda else CpuScreener
-    screener = kind(problem, job.against.path(job_dir), job.cases, timing, device, seed, log)
-    result = Screen(job, job_dir, spec, screener, on_cuda, phase, log).run()
+    global _held
+    held, _held = _held, None
+    if held is None:
+        kind = CudaScreener if on_cuda else CpuScreener
+        screener = kind(problem, job.against.path(job_dir), job.cases, timing, device, seed, log)
+    else:  # its log prints to standard output, which is the job's log now, as the worker's does
+        screener = held[0]
+    screen = Screen(job, job_dir, spec, screener, on_cuda, phase, log)
+    screen.held = None if held is None else held[1]
+    result = screen.run()
     return {**result, "seed": seed}

@@ -66,6 +66,14 @@ class CompileClock:
         knobs.runtime.jit_cache_hook = self._before
         knobs.runtime.jit_post_compile_hook = self._after
 
+    def uninstall(self) -> None:
+        try:
+            from triton import knobs
+        except ImportError:
+            return
+        if knobs.runtime.jit_cache_hook == self._before:
+            knobs.runtime.jit_cache_hook = knobs.runtime.jit_post_compile_hook = None
+
     def _before(self, **_) -> bool:
         self._started = time.monotonic()
         return False  # a true answer would tell Triton to skip the compile
@@ -107,6 +115,7 @@ class CudaScreener:
         self.compile_clock = CompileClock()
         self.side: Side | None = None
         self.copies = settings.copies or 1  # what fits (okc.judge.protocol.sides.copies_that_fit), set in setup
+        self.ready = False
 
     @property
     def slots(self) -> int:
@@ -127,9 +136,14 @@ class CudaScreener:
             side.captured.append([side.capture(problem, slot // self.settings.captures, case, x, pool)
                                   for slot in range(self.slots)])
 
-    def setup(self) -> None:
-        """The baseline made ready; the flush, trivial graph, the inputs' numbering and protocol. BenchFailed."""
+    def setup(self, step: Step = lambda name: None) -> None:
+        """The baseline made ready; the flush, trivial graph, the inputs' numbering and protocol. BenchFailed.
+        Once only: a screener a standby made ready before its job (okc.judge.kinds.held) is not made again.
+        ``step`` is told each step's name as it starts (a standby stops between steps for a job that needs none)."""
+        if self.ready:
+            return
         problem, device, settings = self.problem, self.device, self.settings
+        step("weights")
         torch.cuda.init()
         self.compile_clock.install()
         self.persisting = timing.PersistingReport(device)
@@ -143,7 +157,8 @@ class CudaScreener:
         first = make_inputs(problem, self.cases, self.seed, "capture", 1, device)[0]
         self.inputs = [x.clone() for x in first]  # per case, the one buffer every graph of both sides reads
         self.pools = [torch.cuda.graph_pool_handle() for _ in self.cases]
-        self._make_ready(self.baseline)
+        self._make_ready(self.baseline, step)
+        step("protocol")
         self.flush = timing.make_flush(device, settings.flush)
         self.overhead = timing.trivial_graph(device)
         self.draws = Draws(self.seed, [case.key for case in self.cases])  # one numbering for every point
@@ -152,6 +167,20 @@ class CudaScreener:
         self.slot_seed = derive_seed(self.seed, "slots")
         self.compile_clock.take()
         freeze_for_the_job()
+        self.ready = True
+
+    def drop(self) -> None:
+        """Let everything go, the baseline too (a standby's screener that its job did not fit): the heap thawed, the
+        baseline's modules forgotten, its graphs and memory handed back, Triton's compile hooks taken out."""
+        self.release()
+        gc.unfreeze()
+        for module in self.baseline.modules:
+            _forget(module)
+        self.baseline.captured.clear()
+        self.baseline.modules.clear()
+        self.__dict__.update(weights=None, inputs=None, pools=None, flush=None, overhead=None, ready=False)
+        self.compile_clock.uninstall()
+        release_memory()
 
     def time_point(self, source: Path, step: Step) -> tuple[list[dict], int]:
         """The point's per-case rows and its pairs. BenchFailed, TimingError or a CUDA error when it fails."""
@@ -215,12 +244,29 @@ class CpuScreener:
         # The bench's candidate side is replaced by each point's; its baseline side stays.
         self.bench = CpuBench(problem, baseline, baseline, seed=seed, settings=settings, cases=cases, log=log)
         self.side = None
+        self.ready = False
 
-    def setup(self) -> None:
-        """What CpuBench.setup does, less the candidate: weights, inputs, the loop, the baseline. BenchFailed."""
+    def setup(self, step: Step = lambda name: None) -> None:
+        """What CpuBench.setup does, less the candidate: weights, inputs, the loop, the baseline. BenchFailed.
+        Once only, as :meth:`CudaScreener.setup`."""
+        if self.ready:
+            return
+        step("weights")
         self.bench.setup_shared()
+        step("load")
         self.bench.add_side("baseline", self.baseline)
         freeze_for_the_job()
+        self.ready = True
+
+    def drop(self) -> None:
+        """Let everything go, the baseline too (see :meth:`CudaScreener.drop`)."""
+        self.release()
+        gc.unfreeze()
+        for side in self.bench.sides.values():
+            _forget(side.module)
+        self.bench = None
+        self.ready = False
+        gc.collect()
 
     def time_point(self, source: Path, step: Step) -> tuple[list[dict], int]:
         self.side = self.bench.add_side("candidate", source, step)
