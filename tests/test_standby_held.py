@@ -11,37 +11,16 @@ from pathlib import Path
 
 import pytest
 from conftest import invoke
-from standbys import READY_WAIT_S, living, newest, slot_info, standby_lab, warmed
+from standbys import held_made, living, newest, screen_once, slot_info, standby_lab, warmed
 
 from okc.contract import read_job
-from okc.jobs.target import local_locks
 from okc.launch import standby
-from okc.standby import HELD_FILE, make_ahead
-from okc.sweeps.experiments import load_experiment
-from okc.sweeps.fanout import Slot
-from okc.sweeps.funnel import Sweep, open_run
+from okc.standby import make_ahead
 
 
 @pytest.fixture
 def tiny(tmp_path, monkeypatch):
     yield from standby_lab(tmp_path, monkeypatch)
-
-
-def screen_once(lab) -> tuple[Path, dict, list[dict]]:
-    """The tiny_demo sweep's screen stage in a new run: its one screen job's folder, result and points' lines."""
-    experiment = load_experiment(lab.experiments, "tiny_demo")
-    run, _ = open_run(lab, experiment, new=True)
-    Sweep(lab, experiment, run, [Slot("local", None)]).screen()
-    (job,) = sorted((run.path / "jobs").iterdir())
-    lines = [json.loads(line) for line in (job / "screened.jsonl").read_text().splitlines()]
-    return job, json.loads((job / "result.json").read_text()), lines
-
-
-def held_made() -> None:
-    deadline = time.monotonic() + READY_WAIT_S
-    while not list(local_locks().glob(f"standby-gpu*/{HELD_FILE}")):
-        assert time.monotonic() < deadline, "the standby made no baseline ahead"
-        time.sleep(0.1)
 
 
 def baseline_source(lab) -> Path:
@@ -52,10 +31,10 @@ def baseline_source(lab) -> Path:
 def test_a_screen_after_a_screen_times_against_the_baseline_the_standby_made_ahead(tiny):
     # main: every screen job imported, prepared and captured its baseline after the job began (2.8-3.8 s of a
     # 36-point sweep's 8.4-9.2 s on an H100, with the GPU idle)
-    first, first_result, _ = screen_once(tiny)
+    first, first_result, _ = screen_once(tiny, "tiny_demo")
     assert first_result["status"] == "ok" and "baseline_held" not in first_result
     held_made()
-    second, result, lines = screen_once(tiny)
+    second, result, lines = screen_once(tiny, "tiny_demo")
     assert json.loads((second / standby.EXIT_FILE).read_text()) == {"returncode": 0}  # it ran in the standby
     assert result["status"] == "ok", result
     assert result["baseline_held"]["made_s"] > 0 and result["baseline_held"]["before_job_s"] >= 0
@@ -66,18 +45,18 @@ def test_a_screen_after_a_screen_times_against_the_baseline_the_standby_made_ahe
 
 
 def test_a_baseline_made_ahead_of_a_source_edited_since_is_not_used(tiny):
-    screen_once(tiny)
+    screen_once(tiny, "tiny_demo")
     held_made()
     source = baseline_source(tiny)
     source.write_text(source.read_text() + "\n# edited after the last sweep\n")
-    job, result, lines = screen_once(tiny)
+    job, result, lines = screen_once(tiny, "tiny_demo")
     assert (job / standby.EXIT_FILE).is_file()  # the standby ran it, and made the baseline again
     assert result["status"] == "ok" and "baseline_held" not in result, result
     assert lines and all(line["status"] == "ok" for line in lines)
 
 
 def test_a_check_after_a_screen_runs_in_the_standby_without_what_it_made(tiny):
-    screen_once(tiny)
+    screen_once(tiny, "tiny_demo")
     held_made()
     checked = invoke("check", "001", "--quick")
     assert checked.exit_code == 0 and "PASS 001_matmul" in checked.output, checked.output
@@ -86,7 +65,7 @@ def test_a_check_after_a_screen_runs_in_the_standby_without_what_it_made(tiny):
 
 def test_what_a_baseline_made_ahead_fits_and_a_job_that_comes_meanwhile(tiny, monkeypatch):
     monkeypatch.setenv(standby.ENABLED_ENV, "0")
-    job, _, _ = screen_once(tiny)
+    job, _, _ = screen_once(tiny, "tiny_demo")
     spec = read_job(job)
     held = make_ahead(job, lambda: None)
     assert held is not None and held.screener.ready and held.made_s > 0

@@ -1,0 +1,44 @@
+"""A standby on a CUDA GPU after a Triton sweep's screen: the next screen times its points against the baseline
+(copies and CUDA graphs) the standby made ready while it waited."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from standbys import held_made, screen_once, standby_lab
+
+from okc.launch import standby
+
+REPO = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture
+def gemv(lab_root, monkeypatch):
+    """The isolated muse_bf16_proj lab with the repository's Triton template, a four-point sweep, standby on."""
+    templates = lab_root / "experiments" / "templates"
+    templates.mkdir(parents=True)
+    shutil.copy(REPO / "experiments" / "templates" / "gemv.py", templates / "gemv.py")
+    definition = {"template": "templates/gemv.py", "shapes": ["qkv_gate/m=1", "pooler/m=16"],
+                  "points": [{"BLOCK_N": n, "SPLIT_K": k} for n, k in ((64, 1), (32, 4), (128, 1), (64, 2))],
+                  "funnel": {"screen_pairs": 10, "keep": 1, "target_half_width": 0.02, "min_pairs": 24,
+                             "max_pairs": 60, "neighbours": [5, 9]}}
+    (lab_root / "experiments" / "gpu.yaml").write_text(yaml.safe_dump(definition))
+    yield from standby_lab(lab_root.parent, monkeypatch, root=lab_root)
+
+
+def test_a_gpu_screen_after_a_screen_times_against_the_baseline_made_ahead(gemv):
+    _, first, _ = screen_once(gemv, "gpu")
+    assert first["status"] == "ok" and "baseline_held" not in first, first
+    held_made(120)
+    job, result, lines = screen_once(gemv, "gpu")
+    assert json.loads((job / standby.EXIT_FILE).read_text()) == {"returncode": 0}
+    assert result["status"] == "ok" and result["baseline_held"]["made_s"] > 0, result
+    assert result["setup_s"] < first["setup_s"] / 2, (result["setup_s"], first["setup_s"])
+    assert len(lines) == 4 and all(line["status"] == "ok" for line in lines), lines
+    assert all(row["time_us"] > 0 and row["speedup"] > 0 for line in lines for row in line["timings"])
