@@ -332,6 +332,15 @@ def spinner(text: str):
         stop_live(status)
 
 
+def note(line: str) -> None:
+    """A line for people while work goes on: on a terminal gone meanwhile (closed: EIO) the line is lost,
+    not the work (a sweep stopping its jobs after that terminal's SIGHUP)."""
+    try:
+        err.print(line, markup=False)
+    except OSError:
+        pass
+
+
 def echo_log(text: str) -> None:
     """A job's live log as it streams: literal text, control characters escaped (see _LazyConsole)."""
     err.print(text, end="", markup=False, highlight=False, emoji=False, soft_wrap=True)
