@@ -17,6 +17,7 @@ import yaml
 from conftest import REPO, jobs_of_kind
 from outputschema import SCHEMA
 from processes import working_in
+from terminal import drained, okc_on_a_terminal
 from typer.testing import CliRunner
 
 from okc.cli.app import app
@@ -199,6 +200,32 @@ def test_sigterm_stops_a_sweep_as_ctrl_c_does_and_leaves_no_job_running(probe_la
     (interrupted,) = (run_dir / "jobs").iterdir()
     assert (interrupted / "result.json").is_file()  # stopped with the sweep, and its folder says so
     assert working_in(interrupted.resolve()) == []
+
+
+def test_a_closed_terminal_stops_a_sweep_and_its_job_and_exits_129(probe_lab):
+    """A real terminal closed under `okc sweep`: its SIGHUP stops the sweep's job, though every write to the terminal
+    fails from then on (EIO).
+
+    main: the line "stopping the sweep's jobs" raised EIO before the sweep waited for its jobs to stop, so okc exited 2
+    and its job ran on without it.
+    """
+    settings = probe_lab.root / "pyproject.toml"
+    settings.write_text(settings.read_text() + "job_timeout_s = 30\n")  # a job left running ends this soon
+    write_sweep(probe_lab, "demo", definition([{"MODE": "right", "DELAY_MS": 600_000}]))
+    proc, terminal = okc_on_a_terminal(probe_lab.root, "sweep", "demo", env={**os.environ, "OKC_LAB": str(probe_lab.root)})
+    runs = probe_lab.results / "experiments" / "demo"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not list(runs.glob("*/jobs/*/pid.json")):
+        drained(terminal, 0.05)
+    drained(terminal, 1.0)  # the worker is in the point's sleep
+    (job_dir,) = runs.glob("*/jobs/*")
+    os.close(terminal)  # the window closes
+    try:
+        assert proc.wait(timeout=30) == 128 + signal.SIGHUP
+    finally:
+        proc.kill()  # nothing once it has ended
+    assert (job_dir / "result.json").is_file()  # stopped with the sweep, and its folder says so
+    assert working_in(job_dir.resolve()) == []
 
 
 def test_an_interrupted_sweep_resumes_funnels_to_the_winners_skips_failing_points_and_emits(probe_lab):

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from conftest import invoke
 from processes import working_in
+from terminal import drained, okc_on_a_terminal
 from typer.testing import CliRunner
 
 from okc import benchrules
@@ -357,20 +358,30 @@ def a_check_runs_at_once(lab: Path) -> None:
     assert time.monotonic() - started < 10  # it did not wait for a hung job's limit
 
 
-def hanging_check(lab: Path) -> tuple[subprocess.Popen, Path]:
-    """`okc check` of a candidate that hangs, once its worker hangs: the process and the job folder."""
+def hang_candidate(lab: Path) -> None:
+    """Candidate 006 hangs in its kernel; a job of it left running ends at LEFT_JOB_LIMIT_S."""
     hang = REPO / "okc" / "problems" / "tiny_matvec" / "solutions" / "wrong" / "hang.py"
     shutil.copy(hang, lab / "candidates" / "006_hang.py")
     settings = lab / "pyproject.toml"
     settings.write_text(settings.read_text().replace("job_timeout_s = 600", f"job_timeout_s = {LEFT_JOB_LIMIT_S}"))
-    proc = okc_process(lab, "check", "006")
+
+
+def worker_hangs(lab: Path, pause=time.sleep) -> Path:
+    """Wait (``pause``) until the one job's worker is in the candidate's hang; the job folder."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not any((p / "pid.json").exists() for p in job_folders(lab)):
-        time.sleep(0.05)
-    time.sleep(1.0)  # the worker is in the candidate's hang
+        pause(0.05)
+    pause(1.0)  # the worker is in the candidate's hang
     (job_dir,) = job_folders(lab)
     assert len(working_in(job_dir.resolve())) >= 2  # its launcher and its worker
-    return proc, job_dir
+    return job_dir
+
+
+def hanging_check(lab: Path) -> tuple[subprocess.Popen, Path]:
+    """`okc check` of a candidate that hangs, once its worker hangs: the process and the job folder."""
+    hang_candidate(lab)
+    proc = okc_process(lab, "check", "006")
+    return proc, worker_hangs(lab)
 
 
 def signalled_check(lab: Path, sig: signal.Signals) -> tuple[subprocess.Popen, str, Path]:
@@ -435,6 +446,31 @@ def test_14_a_closed_terminal_still_gets_the_signals_exit_code(tiny, monkeypatch
     monkeypatch.setattr(cli_app, "err", cli_app._LazyConsole(file=ClosedTerminal()))
     done = invoke("check", "candidate", "001")
     assert done.exit_code == 128 + signal.SIGHUP, (done.exit_code, done.exception)
+
+
+@pytest.mark.parametrize("args, stdout", [((), "terminal"), (("--json",), "terminal"), (("--json",), "file")],
+                         ids=["table", "json", "json-into-a-file"])
+def test_14_a_closed_terminal_window_stops_the_job_and_exits_129(tiny, tmp_path, args, stdout):
+    """A real terminal closed under `okc check`: SIGHUP, and from then on every write to the terminal fails (EIO).
+
+    main: the spinner's last frame (or --json's error document) raised EIO while the SIGHUP's Interrupted was on its
+    way out, and okc exited 2 ("cannot write") instead of 129; with stdout in a file, no error document either.
+    """
+    hang_candidate(tiny)
+    document = tmp_path / "out.json"
+    with open(document, "w") as out_file:
+        proc, terminal = okc_on_a_terminal(tiny, "check", "006", *args, env={**os.environ, "PYTHONPATH": str(REPO)},
+                                           stdout=out_file if stdout == "file" else None)
+    job_dir = worker_hangs(tiny, pause=lambda seconds: drained(terminal, seconds))
+    os.close(terminal)  # the window closes
+    try:
+        assert proc.wait(timeout=30) == 128 + signal.SIGHUP
+    finally:
+        proc.kill()  # nothing once it has ended
+    assert working_in(job_dir.resolve()) == []  # its launcher and worker are gone
+    assert json.loads((job_dir / "result.json").read_text())["error_kind"] == "interrupted"
+    if stdout == "file":
+        assert json.loads(document.read_text())["exit"] == 128 + signal.SIGHUP
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=lambda sig: sig.name)

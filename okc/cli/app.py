@@ -9,6 +9,7 @@ okc.errors exceptions and leave as one red line and the documented exit code.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import inspect
@@ -191,8 +192,11 @@ def error_document(message: str, code: int) -> None:
     """A failure as data (docs/output.md, "Failures"): ``{"error": ..., "exit": ...}``, one line on stdout."""
     import json
 
-    out.print(json.dumps({"error": str(message), "exit": code}, ensure_ascii=False), markup=False, highlight=False,
-              soft_wrap=True)
+    try:
+        out.print(json.dumps({"error": str(message), "exit": code}, ensure_ascii=False), markup=False, highlight=False,
+                  soft_wrap=True)
+    except OSError:  # stdout is gone (a closed terminal, a closed pipe): the exit code still says it
+        pass
 
 
 def error_line(message: str) -> None:
@@ -303,6 +307,38 @@ def load_lab():
     from okc.lab.config import find_lab
 
     return find_lab()
+
+
+def stop_live(display) -> None:
+    """Stop a rich live display (a spinner, a progress bar) on a terminal that may be gone.
+
+    Its last frame is written as its block ends, also when a closed terminal's SIGHUP ends it:
+    that write fails (EIO) and must not replace the Interrupted on its way out (exit 2, not 129).
+    """
+    try:
+        display.stop()
+    except OSError:  # the terminal is gone, and the frame with it
+        pass
+
+
+@contextlib.contextmanager
+def spinner(text: str):
+    """A spinner and ``text`` on stderr while the block runs."""
+    status = err.status(text)
+    status.start()
+    try:
+        yield
+    finally:
+        stop_live(status)
+
+
+def note(line: str) -> None:
+    """A line for people while work goes on: on a terminal gone meanwhile (closed: EIO) the line is lost,
+    not the work (a sweep stopping its jobs after that terminal's SIGHUP)."""
+    try:
+        err.print(line, markup=False)
+    except OSError:
+        pass
 
 
 def echo_log(text: str) -> None:

@@ -23,6 +23,8 @@ from okc.cli.app import (
     output_options,
     raise_failed,
     show,
+    spinner,
+    stop_live,
 )
 from okc.errors import EXIT_FAILED, EXIT_USAGE
 from okc.jobs.options import QUICK_MAX_M
@@ -82,7 +84,7 @@ def check(
     lab = load_lab()
     candidate = candidates.resolve(lab.candidates, candidate_ref(words))
     options.preflight(lab, on, checking)
-    with err.status(f"checking {candidate.name} ..."):
+    with spinner(f"checking {candidate.name} ..."):
         # The log streams for people; with --json/--format the output is data, and the log stays in the job folder.
         outcome = runner.submit(lab, "check", candidate, on=on, on_log=echo_log if fmt == "table" else None,
                                 **checking.job_options())
@@ -280,7 +282,7 @@ class _bench_progress:
         )
 
     def __exit__(self, *exc) -> None:
-        self.progress.stop()
+        stop_live(self.progress)
 
 
 @app.command()
@@ -299,7 +301,7 @@ def floor(
 
     lab = load_lab()
     options.preflight(lab, on, kind="floor")
-    with err.status("measuring the read floor ..."):
+    with spinner("measuring the read floor ..."):
         outcome = runner.submit(lab, "floor", None, on=on, on_log=echo_log if fmt == "table" else None)
     result = outcome.result
     if not result.passed:

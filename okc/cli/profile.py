@@ -12,12 +12,12 @@ from okc.cli.app import (
     app,
     candidate_ref,
     echo_log,
-    err,
     handles_errors,
     load_lab,
     output_options,
     raise_failed,
     show,
+    spinner,
 )
 from okc.errors import EXIT_USAGE
 from okc.jobs.options import PROFILE_REPLAYS
@@ -52,7 +52,7 @@ def profile(
     other = candidates.resolve(lab.candidates, lab.baseline if against in (None, "baseline") else against)
     cases = profiling.cases(lab.problem)
     options.preflight(lab, on, kind="profile")
-    with err.status(f"profiling {candidate.name} against {other.name} ..."):
+    with spinner(f"profiling {candidate.name} against {other.name} ..."):
         outcome = runner.submit(lab, "profile", candidate, against=other, on=on, cases=cases,
                                 profile=profiling.settings(), on_log=echo_log if fmt == "table" else None)
     result = outcome.result

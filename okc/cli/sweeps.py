@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from okc.cli.app import app, err, error_line, handles_errors, load_lab, output_options, show
+from okc.cli.app import app, err, error_line, handles_errors, load_lab, note, output_options, show
 from okc.errors import EXIT_FAILED
 
 # ---------------------------------------------------------------------------------------
@@ -39,7 +39,7 @@ def sweep(
     sweeping.preflight(lab, load_experiment(lab.experiments, name), on)
     with sweepview.LiveView(err.get()) as view:
         result = run_sweep(lab, name, on=on, emit=emit, gpus=gpus, on_progress=view.update,
-                           on_message=lambda line: err.print(line, markup=False))
+                           on_message=note)
     show(sweepview.sweep_document(result), fmt)
     if not result.winners:  # every point failed: not a finished tuning, whatever the table says
         example = next(iter(result.failed.items()), None)

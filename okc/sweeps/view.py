@@ -57,7 +57,10 @@ class LiveView:
         return self
 
     def __exit__(self, *exc) -> None:
-        self.live.stop()
+        try:
+            self.live.stop()
+        except OSError:  # the terminal is gone (closed: EIO), its last frame with it; not the error on its way out
+            pass
 
 
 def _pair(ci) -> list[float] | None:
