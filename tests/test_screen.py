@@ -203,3 +203,22 @@ def test_screen_lines_cut_short_by_a_kill_are_not_read(tmp_path):
     (tmp_path / POINTS_FILE).write_text(json.dumps({"point": "a", "status": "ok"}) + "\n" + '{"point": "b", "sta')
     assert [line["point"] for line in read_lines(tmp_path)] == ["a"]
     assert read_lines(Path(tmp_path / "absent")) == []
+
+
+@pytest.mark.parametrize("compilers, device", [(0, "cuda"), (2, "cpu")])
+def test_a_standbys_stem_that_no_pool_will_take_is_stopped_at_once(compilers, device, monkeypatch):
+    # main: an adopted stem (torch and Triton imported) lived on idle through a screen that started no compilers
+    import subprocess
+    import sys
+
+    import torch
+
+    from okc.judge.kinds import screen as screen_kind
+    from okc.judge.protocol import ahead
+
+    stem = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    ahead.adopt_stem(stem)
+    monkeypatch.setattr(screen_kind, "_target", lambda device: ["cuda", 90, 32])
+    spec = SimpleNamespace(compilers=compilers, points=[object()])
+    assert screen_kind._compilers(spec, torch.device(device), Path("/nonexistent"), print) is None
+    assert stem.poll() is not None and ahead._stem is None

@@ -105,12 +105,12 @@ def _target(device: torch.device) -> list | None:
 
 
 def _compilers(spec: ScreenSpec, device: torch.device, job_dir: Path, log):
-    if device.type != "cuda" or spec.compilers == 0:
-        return None
-    target = _target(device)
+    from okc.judge.protocol.ahead import AheadPool, drop_stem
+
+    target = _target(device) if device.type == "cuda" and spec.compilers > 0 else None
     if target is None:
+        drop_stem()  # a standby's stem, adopted for a pool that will not be
         return None
-    from okc.judge.protocol.ahead import AheadPool
 
     count = min(spec.compilers, len(spec.points))
     log(f"compiling ahead with {count} processes for target {target}")

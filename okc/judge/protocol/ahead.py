@@ -46,6 +46,15 @@ def adopt_stem(process) -> None:
     _stem = process
 
 
+def drop_stem() -> None:
+    """No pool will take the adopted stem (a screen without compile processes): stop it now, not at the job's end."""
+    global _stem
+    stem, _stem = _stem, None
+    if stem is not None:
+        stem.kill()
+        stem.wait()
+
+
 def marker_path(job_dir: Path, point: str) -> Path:
     return job_dir / AHEAD_DIR / f"{point}.json"
 
