@@ -91,7 +91,7 @@ for s in $stages; do
                 stage scaling_36 python3 benchmarks/sweep_scaling.py --points 36
                 stage screen_compare python3 benchmarks/screen_compare.py --points ${OKC_COMPARE_POINTS:-6}
                 tar czf "$OUT/screen_runs.tgz" results/experiments 2>/dev/null ;;
-        loop) stage loop_bench timeout ${OKC_T_loop:-300} python3 benchmarks/loop_bench.py --h200 --runs ${OKC_LOOP_RUNS:-5} ;;
+        loop) stage loop_bench timeout ${OKC_T_loop:-300} python3 benchmarks/loop_bench.py --h200 --runs ${OKC_LOOP_RUNS:-5} ${OKC_LOOP_ARGS:-} ;;
         *) echo "unknown stage $s" ;;
     esac
 done

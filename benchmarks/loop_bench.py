@@ -128,7 +128,7 @@ def cpu(runs: int, warmup: int, edit_s: float) -> dict[str, float | None]:
         return {f"cpu {name}": time_commands(name, [argv], lab, runs, warmup, edit_s) for name, argv in CPU_COMMANDS}
 
 
-def h200(runs: int, warmup: int, edit_s: float) -> dict[str, float | None]:
+def h200(runs: int, warmup: int, edit_s: float, only: set[str] | None = None) -> dict[str, float | None]:
     try:
         gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader", "-i", "0"],
                              capture_output=True, text=True, timeout=30).stdout.strip()
@@ -138,6 +138,8 @@ def h200(runs: int, warmup: int, edit_s: float) -> dict[str, float | None]:
           f"median of {runs} runs after {warmup} warm-up, {edit_s:g} s of edit before each", flush=True)
     found = {}
     for name, argv in H200_COMMANDS:
+        if only and name not in only:
+            continue
         steps = list(H200_PAIR) if argv is None else [argv]
         found[f"h200 {name}"] = time_commands(name, steps, REPO, runs, warmup, edit_s)
     return found
@@ -150,11 +152,16 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--edit-s", type=float, default=5.0, help="seconds before each run, not counted (an edit)")
+    parser.add_argument("--only", default="", help="with --h200: these commands only, comma-separated "
+                        f"({', '.join(name for name, _ in H200_COMMANDS)})")
     args = parser.parse_args()
+    only = {name.strip() for name in args.only.split(",") if name.strip()}
+    if only - {name for name, _ in H200_COMMANDS}:
+        parser.error(f"--only: unknown command(s) {', '.join(sorted(only - {name for name, _ in H200_COMMANDS}))}")
     if not (args.cpu or args.h200):
         parser.error("choose --cpu, --h200 or both")
     medians = {**(cpu(args.runs, args.warmup, args.edit_s) if args.cpu else {}),
-               **(h200(args.runs, args.warmup, args.edit_s) if args.h200 else {})}
+               **(h200(args.runs, args.warmup, args.edit_s, only) if args.h200 else {})}
     print(json.dumps({"medians_s": {k: round(v, 3) if v is not None else None for k, v in medians.items()}}))
     for name, limit in TARGETS_S.items():
         if medians.get(name) is not None:

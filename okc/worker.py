@@ -2,7 +2,9 @@
 runs one job and writes its verdict beside it.
 
 It reads JOB_DIR/job.json, writes env.json, keeps phase.json current (so the launcher can
-say where a crash or hang happened), and writes result.json atomically. Exit code 0: the
+say where a crash or hang happened), and writes result.json atomically. env.json is written by a
+thread while the kind sets up (nvidia-smi's 0.2 s, off the job's path; well before any kind's first
+timed call), and always before result.json. Exit code 0: the
 candidate passed; 1: it failed (or timed out in prepare); 2: the job itself was bad.
 The candidate's ``prepare`` limit is enforced here; the whole-job limit by the launcher.
 
@@ -31,6 +33,8 @@ EXIT_FAILED = 1
 EXIT_BAD_JOB = 2
 VERIFIED_KINDS = ("check", "bench", "try")  # the kinds whose outputs the verifier process judges
 COMPILED_KINDS = ("screen",)  # the kinds whose points are compiled ahead (okc.ahead): a standby's stem serves them
+ENV_FIRST_KINDS = ("profile",)  # the kinds that wait for env.json (a profile's counters child reads the seed there)
+ENV_WAIT_S = 30.0  # at most this long for env.json at the end (nvidia-smi is asked twice at most, 10 s each)
 # okc.judge.verdict.verifier.COMMAND, spelled out: importing that module here would import torch first.
 VERIFIER_COMMAND = [sys.executable, "-c", "import os; os.nice(10); from okc.verify import main; main()"]
 
@@ -69,6 +73,7 @@ class Worker:
         self._verifier = verifier  # a verifier process started before the job (a standby's), else None
         self._stem = stem  # a compile fork server started before the job (a standby's: okc.ahead.stem), else None
         self._held = held  # a screen's baseline made ready before the job (a standby's: okc.standby.Held), else None
+        self._env: threading.Thread | None = None  # writes env.json beside the job's start
 
     def log(self, line: str) -> None:
         print(line, flush=True)
@@ -114,6 +119,8 @@ class Worker:
             if self._done:
                 return
             self._done = True
+            if self._env is not None and self._env is not threading.current_thread():
+                self._env.join(ENV_WAIT_S)
             result = self.result(fields)
             write_json(self.job_dir / RESULT_FILE, result)
             self.log(f"result: {result['status']}" + (f" - {result['reason']}" if result.get("reason") else ""))
@@ -123,6 +130,16 @@ class Worker:
                 if helper is not None:
                     helper.kill()
             os._exit(_exit_code(result["status"], result["error_kind"]))
+
+    def _write_env(self, device, seed: int) -> None:
+        from okc.judge.envinfo import collect
+
+        try:
+            env = collect(device)
+        except Exception as exc:  # noqa: BLE001 (okc's own fault; the job goes on, and its log says what)
+            self.log(f"env.json: the machine could not be described: {type(exc).__name__}: {exc}")
+            env = {"schema_version": 1, "device": device.type}
+        write_json(self.job_dir / ENV_FILE, {**env, "seed": seed})
 
     def _unmark(self) -> None:
         """Leave nothing job-identifying where a candidate looks first: the job folder as the working
@@ -160,7 +177,6 @@ class Worker:
                 from okc.judge.protocol import ahead
 
                 ahead.adopt_stem(self._stem)
-            from okc.judge.envinfo import collect
             from okc.seeds import fresh_seed
 
             if self._held is not None:  # its weights and inputs were drawn from its seed: the job's now
@@ -170,9 +186,10 @@ class Worker:
                 screen.adopt(self._held.screener, self._held.about())
             else:
                 seed = self.job.seed if self.job.seed is not None else fresh_seed()
-            env = collect(device)
-            env["seed"] = seed
-            write_json(self.job_dir / ENV_FILE, env)
+            self._env = threading.Thread(target=self._write_env, args=(device, seed), name="okc-env", daemon=True)
+            self._env.start()
+            if self.job.kind in ENV_FIRST_KINDS:
+                self._env.join()
             self.mark("env")
             self.log(f"job {self.job.job_id}: {self.job.kind} of {self.job.problem} on {device} (seed {seed})")
             module_name, function = target.split(":")

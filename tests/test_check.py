@@ -357,3 +357,21 @@ def test_a_weights_float64_copy_goes_when_the_weight_does():
     del weights
     gc.collect()
     assert copy() is None and not tiny._float64_cache
+
+
+def test_env_json_is_written_beside_the_jobs_start_not_before_it(tmp_path):
+    # main: the worker waited for env.json (nvidia-smi, 0.2 s on an H100) before the kind began: in every job's path
+    import subprocess
+
+    problem = load_problem("tiny_matvec")
+    job_dir = make_job(tmp_path / "job", problem.baseline_source, "tiny_matvec", device="cpu", max_m=1)
+    slow = ("import time, okc.judge.envinfo as e; collect = e.collect; "
+            "e.collect = lambda device: (time.sleep(1.5), collect(device))[1]; "
+            f"from okc.worker import main; main([{str(job_dir)!r}])")
+    done = subprocess.run([sys.executable, "-c", slow], capture_output=True, text=True, timeout=120, cwd=job_dir)
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads((job_dir / "result.json").read_text())
+    assert result["timeline"]["env"] < 1.0  # the job went on while env.json was made
+    written = {name: (job_dir / name).stat().st_mtime_ns for name in ("env.json", "result.json")}
+    assert written["env.json"] <= written["result.json"]  # and its end waited for it
+    assert json.loads((job_dir / "env.json").read_text())["seed"] == result["seed"]
