@@ -2,10 +2,13 @@
 
 On by default (a worker's start is seconds of python, torch and, on a GPU, CUDA: most of a short
 job's wall time); ``OKC_STANDBY=0`` in the launcher's environment turns it off. A standby takes no
-GPU or CPU time while it waits, and it is started only after a job's worker has exited, so it
-never runs beside a job's timing. It holds memory while it waits: on a GPU two CUDA contexts (its
+GPU or CPU time while it waits (after a screen, only while it makes that screen's baseline, right
+after the job), and it is started only after a job's worker has exited; the next okc job on its
+GPU claims it (it runs the job once the making is over, or cut short) or stops it, so it never
+runs beside a job's timing. It holds memory while it waits: on a GPU two CUDA contexts (its
 own and its verifier's, okc.verify) and a process with torch and Triton imported (the compile
-server's stem, okc.ahead, where Triton is there; it uses no GPU). A launcher that has just finished a
+server's stem, okc.ahead, where Triton is there; it uses no GPU); after a screen job, that screen's
+baseline too (weights, copies, CUDA graphs: okc.standby.Held), made on the GPU right after the job. A launcher that has just finished a
 job on GPU i, still holding that GPU's lock, leaves one standby for GPU i (at most one a GPU):
 the folder ``standby-gpuI/`` beside the locks, holding a FIFO and ``standby.json``, and a
 *keeper*, a small process without torch that starts the worker proper (okc.standby) and

@@ -124,6 +124,10 @@ def job_document(read: Read, job_id: str) -> Document:
     if result is not None and _number(result.get("standby_warm_s")):
         line += f"; its worker was a standby, warm {result['standby_warm_s']:.1f} s before the job"
         fields["standby_warm_s"] = result["standby_warm_s"]
+    held = (result or {}).get("baseline_held")
+    if isinstance(held, dict) and _number(held.get("made_s")) and _number(held.get("before_job_s")):
+        line += f", its baseline made ready there in {held['made_s']:.2f} s, {held['before_job_s']:.1f} s before the job"
+        fields["baseline_held"] = held
     tables = timeline_tables(read)
     return Document(tables=tables, fields=fields, lines=(line,), main=0 if tables else None)
 
