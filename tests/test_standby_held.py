@@ -13,8 +13,9 @@ import pytest
 from conftest import invoke
 from standbys import held_made, living, newest, screen_once, slot_info, standby_lab, warmed
 
-from okc.contract import read_job
+from okc.contract import read_job, read_json
 from okc.launch import standby
+from okc.reports.timeline import job_document
 from okc.standby import make_ahead
 
 
@@ -39,8 +40,8 @@ def test_a_screen_after_a_screen_times_against_the_baseline_the_standby_made_ahe
     assert result["status"] == "ok", result
     assert result["baseline_held"]["made_s"] > 0 and result["baseline_held"]["before_job_s"] >= 0
     assert "made by the standby worker" in (second / "log.txt").read_text()
-    shown = invoke("jobs", second.name)
-    assert "its worker was a standby" in shown.output and "its baseline made ready there in" in shown.output, shown.output
+    shown = job_document(lambda name: read_json(second / name), second.name).lines[0]  # as `okc jobs` says it
+    assert "its worker was a standby" in shown and "its baseline made ready there in" in shown, shown
     assert [line["status"] for line in lines] == ["ok"] * len(lines) and lines
     assert all(row["time_us"] > 0 and row["speedup"] > 0 for line in lines for row in line["timings"])
     assert result["seed"] != first_result["seed"]  # the standby's own fresh seed, the job's now
