@@ -179,3 +179,17 @@ def tiny(tmp_path, monkeypatch) -> Path:
     monkeypatch.setenv("OKC_LAB", str(root))
     monkeypatch.chdir(root)
     return root
+
+
+def gemv_sweep(lab_root: Path, name: str, points: list[dict]) -> None:
+    """The repository's Triton template in ``lab_root``'s experiments, and sweep ``name`` of ``points`` over two
+    muse_bf16_proj shapes with a short funnel (the GPU sweep tests)."""
+    import yaml
+
+    templates = lab_root / "experiments" / "templates"
+    templates.mkdir(parents=True, exist_ok=True)
+    shutil.copy(REPO / "experiments" / "templates" / "gemv.py", templates / "gemv.py")
+    definition = {"template": "templates/gemv.py", "shapes": ["qkv_gate/m=1", "pooler/m=16"], "points": points,
+                  "funnel": {"screen_pairs": 10, "keep": 1, "target_half_width": 0.02, "min_pairs": 24,
+                             "max_pairs": 60, "neighbours": [5, 9]}}
+    (lab_root / "experiments" / f"{name}.yaml").write_text(yaml.safe_dump(definition))

@@ -4,16 +4,12 @@
 from __future__ import annotations
 
 import json
-import shutil
-from pathlib import Path
 
 import pytest
-import yaml
+from conftest import gemv_sweep
 from standbys import held_made, screen_once, standby_lab
 
 from okc.launch import standby
-
-REPO = Path(__file__).resolve().parent.parent
 
 pytestmark = pytest.mark.gpu
 
@@ -21,14 +17,7 @@ pytestmark = pytest.mark.gpu
 @pytest.fixture
 def gemv(lab_root, monkeypatch):
     """The isolated muse_bf16_proj lab with the repository's Triton template, a four-point sweep, standby on."""
-    templates = lab_root / "experiments" / "templates"
-    templates.mkdir(parents=True)
-    shutil.copy(REPO / "experiments" / "templates" / "gemv.py", templates / "gemv.py")
-    definition = {"template": "templates/gemv.py", "shapes": ["qkv_gate/m=1", "pooler/m=16"],
-                  "points": [{"BLOCK_N": n, "SPLIT_K": k} for n, k in ((64, 1), (32, 4), (128, 1), (64, 2))],
-                  "funnel": {"screen_pairs": 10, "keep": 1, "target_half_width": 0.02, "min_pairs": 24,
-                             "max_pairs": 60, "neighbours": [5, 9]}}
-    (lab_root / "experiments" / "gpu.yaml").write_text(yaml.safe_dump(definition))
+    gemv_sweep(lab_root, "gpu", [{"BLOCK_N": n, "SPLIT_K": k} for n, k in ((64, 1), (32, 4), (128, 1), (64, 2))])
     yield from standby_lab(lab_root.parent, monkeypatch, root=lab_root)
 
 

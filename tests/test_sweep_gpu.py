@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
-
 import pytest
-import yaml
+from conftest import gemv_sweep
 from typer.testing import CliRunner
 
 from okc.cli.app import app
@@ -14,25 +11,13 @@ from okc.jobs.options import MIN_PAIRS_FOR_CI
 from okc.lab.config import find_lab
 from okc.sweeps.funnel import run_sweep
 
-REPO = Path(__file__).resolve().parent.parent
-
 pytestmark = pytest.mark.gpu
 
 
 @pytest.fixture
 def gemv_lab(lab_root, monkeypatch):
     """The isolated muse_bf16_proj lab, with the repository's Triton template and a two-point sweep."""
-    templates = lab_root / "experiments" / "templates"
-    templates.mkdir(parents=True)
-    shutil.copy(REPO / "experiments" / "templates" / "gemv.py", templates / "gemv.py")
-    definition = {
-        "template": "templates/gemv.py",
-        "shapes": ["qkv_gate/m=1", "pooler/m=16"],
-        "points": [{"BLOCK_N": 64, "SPLIT_K": 1}, {"BLOCK_N": 32, "SPLIT_K": 4}],
-        "funnel": {"screen_pairs": 10, "keep": 1, "target_half_width": 0.02, "min_pairs": 24, "max_pairs": 60,
-                   "neighbours": [5, 9]},
-    }
-    (lab_root / "experiments" / "gpu.yaml").write_text(yaml.safe_dump(definition))
+    gemv_sweep(lab_root, "gpu", [{"BLOCK_N": 64, "SPLIT_K": 1}, {"BLOCK_N": 32, "SPLIT_K": 4}])
     return find_lab(lab_root)
 
 
