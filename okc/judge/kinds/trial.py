@@ -51,6 +51,52 @@ class CheckEnded(Exception):
     """Raised where a try's bench would start timing: its check failed, or its verdicts could not be read."""
 
 
+class CheckVerdict:
+    """The check's verdict, read by a thread (:meth:`start`) as soon as the verifier has judged the last outputs,
+    and written to check.json at once; the bench waits for it (:meth:`wait`) before anything is timed."""
+
+    def __init__(self, job: JobSpec, job_dir: Path, phase: Callable[..., None]) -> None:
+        self.job, self.job_dir, self.phase = job, job_dir, phase
+        self.pending = None
+        self.checked: dict | None = None  # the check's result fields
+        self.document: dict | None = None  # check.json
+        self.error: Exception | None = None  # the check's own error (its verifier failed): the job's, not the bench's
+        self.waited = False
+        self.reader = threading.Thread(target=self._read, name="okc-check-verdicts", daemon=True)
+
+    def start(self, pending) -> None:
+        self.pending = pending
+        self.reader.start()
+
+    def _read(self) -> None:
+        try:
+            self.checked = self.pending.finish()
+        except Exception as exc:
+            self.error = exc
+            return
+        self.document = step_document(self.job, self.job_dir, "check", self.checked)
+        write_json(self.job_dir / CHECK_FILE, self.document)
+
+    @property
+    def passed(self) -> bool:
+        return self.document is not None and self.document["status"] in PASSING
+
+    def wait(self) -> None:
+        """Wait for the verdict (once; the timeline says so); :class:`CheckEnded` unless the check passed."""
+        if not self.waited:
+            self.waited = True
+            self.phase("check.verdicts")
+            self.reader.join()
+            if self.passed:
+                self.phase("bench.timing")  # the bench's own "bench" mark came before the wait (its set-up's end)
+        if not self.passed:
+            raise CheckEnded
+
+    def close(self) -> None:
+        if self.reader.ident is not None:
+            self.reader.join(CLOSE_WAIT_S)
+
+
 def run_kind(job: JobSpec, job_dir: Path, problem, *, device, seed: int, phase: Callable[..., None],
             log: Callable[[str], None]) -> dict:
     """Check the candidate; if it passed, bench it against ``job.against``; the last step's result fields.
@@ -67,60 +113,35 @@ def run_kind(job: JobSpec, job_dir: Path, problem, *, device, seed: int, phase: 
     check_job = dataclasses.replace(job, kind="check")
     check.validate(check_job, problem)
     session = check.start_verifier(problem, seed, device, job_dir)
-    done: dict = {}
-
-    def read() -> None:
-        """(A thread) The check's verdict, into check.json as soon as the verifier has judged the last outputs."""
-        try:
-            done["checked"] = pending.finish()
-        except Exception as exc:  # the check's own error (its verifier failed): the job's, not the bench's
-            done["error"] = exc
-            return
-        done["document"] = step_document(job, job_dir, "check", done["checked"])
-        write_json(job_dir / CHECK_FILE, done["document"])
-
-    reader = threading.Thread(target=read, name="okc-check-verdicts", daemon=True)
-
-    def verdicts() -> None:
-        """Wait for the check's verdict; the bench goes on only if it passed."""
-        if "waited" not in done:
-            done["waited"] = True
-            phase("check.verdicts")
-            reader.join()
-            if "document" in done and done["document"]["status"] in PASSING:
-                phase("bench.timing")  # the bench's own "bench" mark came before the wait (its set-up's end)
-        if "document" not in done or done["document"]["status"] not in PASSING:
-            raise CheckEnded
-
+    verdict = CheckVerdict(job, job_dir, phase)
     benched = raised = None
     try:
         pending = check.start_check(problem, check_job.candidate.path(job_dir), device=device, seed=seed,
                                    weight_seeds=job.weight_seeds, cases=job.cases, max_m=job.max_m,
                                    phase=step_phase(phase, "check"), log=log, verifier=session)
-        reader.start()
+        verdict.start(pending)
         with contextlib.suppress(CheckEnded):
             if pending.failed or problem.own_judge:  # no bench to set up, or nothing to wait for
-                verdicts()
+                verdict.wait()
             try:
                 benched = bench.run_kind(dataclasses.replace(job, kind="bench"), job_dir, problem, device=device,
                                          seed=seed, phase=step_phase(phase, "bench"), log=log,
-                                         session=None if problem.own_judge else session, before_timing=verdicts)
+                                         session=None if problem.own_judge else session, before_timing=verdict.wait)
             except CheckEnded:
                 raise
             except Exception as exc:  # a failure of the bench's own; the check's verdict comes first
                 raised = exc
-            verdicts()  # the bench ended before its timing (a side's failure in its set-up): the check's verdict
+            verdict.wait()  # the bench ended before its timing (a side's failure in its set-up): the check's verdict
     finally:
-        if reader.ident is not None:
-            reader.join(CLOSE_WAIT_S)
+        verdict.close()
         session.close()
-    if "document" not in done:  # its verifier failed, or (past CLOSE_WAIT_S) never answered
+    if verdict.document is None:  # its verifier failed, or (past CLOSE_WAIT_S) never answered
         from okc.judge.verdict.addressing import VerifierError
 
-        raise done.get("error") or VerifierError("the check's verdicts did not come")
-    if done["document"]["status"] not in PASSING:
+        raise verdict.error or VerifierError("the check's verdicts did not come")
+    if not verdict.passed:
         log("the check failed: no bench")
-        return {**done["checked"], "kind": "check"}
+        return {**verdict.checked, "kind": "check"}
     if raised is not None:
         raise raised
     return {**benched, "kind": "bench"}
