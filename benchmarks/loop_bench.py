@@ -62,6 +62,13 @@ def okc(argv: list[str], cwd: Path) -> tuple[float, int, str]:
     return time.monotonic() - started, done.returncode, "\n".join((done.stdout + done.stderr).splitlines()[-3:])
 
 
+def read_result(job_dir: Path | None) -> dict:
+    try:
+        return json.loads((job_dir / "result.json").read_text()) if job_dir is not None else {}
+    except (OSError, ValueError):
+        return {}
+
+
 def newest_job(results: Path, before: set[str]) -> Path | None:
     made = [p for p in results.iterdir() if p.is_dir() and p.name not in before and (p / "result.json").is_file()] \
         if results.is_dir() else []
@@ -84,7 +91,19 @@ def where_it_went(job_dir: Path | None) -> str:
     text = ", ".join(f"{s.name} {s.seconds:.2f}" for s in parts if s.seconds >= 0.01)
     ready = result.get("verifier_ready_s")  # the bench's wait for its verifier's warm-up, before its pairs
     text += f"; verifier_ready_s {ready:.2f}" if isinstance(ready, (int, float)) else ""
+    text += f"; {pairs_of(result)}" if pairs_of(result) else ""
     return served + text + ("; inside: " + ", ".join(f"{step}.{part} {spent:.2f}" for step, part, spent in inside) if inside else "")
+
+
+def pairs_of(result: dict) -> str:
+    """A bench's pairs, what stopped them and its copies, and ms a pair: what moves its wall from run to run."""
+    pairs, spent = result.get("pairs"), (result.get("seconds") or {}).get("pairs")
+    if not isinstance(pairs, int) or pairs <= 0:
+        return ""
+    copies = (result.get("placement") or {}).get("copies")
+    rate = f", {1000 * spent / pairs:.2f} ms a pair" if isinstance(spent, (int, float)) else ""
+    copies = f", {copies} copies a side" if isinstance(copies, int) else ""
+    return f"{pairs} pairs (stopped by {result.get('stopped_by')}{copies}{rate})"
 
 
 def time_commands(name: str, steps: list[list[str]], cwd: Path, runs: int, warmup: int, edit_s: float = 0.0) -> float | None:
@@ -105,6 +124,9 @@ def time_commands(name: str, steps: list[list[str]], cwd: Path, runs: int, warmu
         if index >= warmup:
             walls.append(wall)
             jobs.append(last)
+            result = read_result(last)
+            print(f"  {name} run {index + 1 - warmup}: {wall:.2f} s" + (f", {pairs_of(result)}" if pairs_of(result) else ""),
+                  flush=True)
         if any(codes):
             print(f"  {name} run {index + 1}: exit {codes}: {' | '.join(notes)}", flush=True)
     if not walls:
