@@ -121,8 +121,9 @@ class CudaScreener:
     def slots(self) -> int:
         return self.copies * self.settings.captures
 
-    def _make_ready(self, side: Side, step: Step = lambda name: None) -> None:
-        """Import, prepare (each copy its own clone of the weights) and capture every copy of ``side``."""
+    def _make_ready(self, side: Side, step: Step = lambda name: None, each_case: Callable[[], None] = lambda: None) -> None:
+        """Import, prepare (each copy its own clone of the weights) and capture every copy of ``side``; ``each_case``
+        is called before each case's captures (a standby stops there for a job that needs none of it)."""
         problem, copies = self.problem, self.copies
         step("load")
         for _ in range(copies):
@@ -133,6 +134,7 @@ class CudaScreener:
         self.persisting.check(f"after_prepare_{side.name}")
         step("capture")
         for case, x, pool in zip(self.cases, self.inputs, self.pools):
+            each_case()
             side.captured.append([side.capture(problem, slot // self.settings.captures, case, x, pool)
                                   for slot in range(self.slots)])
 
@@ -157,7 +159,7 @@ class CudaScreener:
         first = make_inputs(problem, self.cases, self.seed, "capture", 1, device)[0]
         self.inputs = [x.clone() for x in first]  # per case, the one buffer every graph of both sides reads
         self.pools = [torch.cuda.graph_pool_handle() for _ in self.cases]
-        self._make_ready(self.baseline, step)
+        self._make_ready(self.baseline, step, each_case=lambda: step("capture"))
         step("protocol")
         self.flush = timing.make_flush(device, settings.flush)
         self.overhead = timing.trivial_graph(device)
