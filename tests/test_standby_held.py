@@ -84,6 +84,8 @@ def test_what_a_baseline_made_ahead_fits_and_a_job_that_comes_meanwhile(tiny, mo
     held.drop()
     assert held.screener is None
 
+    # A job that fits comes while the baseline is made: the making goes on, for it.
+    assert make_ahead(job, lambda: job).fits(spec, job)
     # A job that does not fit comes while the baseline is made: the making stops, nothing is held.
     assert invoke("check", "001", "--quick").exit_code == 0
     check = newest(tiny, "check")
