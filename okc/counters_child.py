@@ -1,6 +1,6 @@
 """The process Nsight Compute profiles for ``okc profile --counters`` (okc.judge.counters).
 
-``python -m okc.counters_child JOB_DIR`` (a process entry point, beside okc.worker) sets the
+``python -m okc.counters_child JOB_DIR SEED`` (a process entry point, beside okc.worker) sets the
 profile job's sides up again (same seed, weights, inputs and captures) and replays each case's
 graphs once, candidate then against, inside the NVTX range ncu is told to look at; the order it
 replayed them in goes to ``counters_order.json`` beside the job.
@@ -30,7 +30,7 @@ def main(argv: list[str]) -> None:
     against = job.against.path(job_dir) if job.against else problem.baseline_source
     device = torch.device("cuda", torch.cuda.current_device())
     profiler = Profiler(problem, {"candidate": job.candidate.path(job_dir), "against": against}, device=device,
-                        seed=int(json.loads((job_dir / "env.json").read_text())["seed"]), replays=1, cases=job.cases,
+                        seed=int(argv[1]), replays=1, cases=job.cases,
                         job_dir=job_dir, phase=lambda *args, **info: None, log=print)
     profiler.setup()
     order = []

@@ -112,9 +112,13 @@ def make_ahead(after: Path, arrived: Callable[[], Path | None]) -> Held | None:
     held = Held(key, seed, kind(problem, done.against.path(after), done.cases, settings, device, seed,
                                 lambda line: print(line, flush=True)))
 
+    fit: list[bool] = []  # decided once, when the job's line came
+
     def step(name: str) -> None:
         came = arrived()
-        if came is not None and not held.fits_folder(came):
+        if came is not None and not fit:
+            fit.append(held.fits_folder(came))
+        if fit and not fit[0]:
             raise NotNeeded(name)
 
     started = time.monotonic()

@@ -33,7 +33,6 @@ EXIT_FAILED = 1
 EXIT_BAD_JOB = 2
 VERIFIED_KINDS = ("check", "bench", "try")  # the kinds whose outputs the verifier process judges
 COMPILED_KINDS = ("screen",)  # the kinds whose points are compiled ahead (okc.ahead): a standby's stem serves them
-ENV_FIRST_KINDS = ("profile",)  # the kinds that wait for env.json (a profile's counters child reads the seed there)
 ENV_WAIT_S = 30.0  # at most this long for env.json at the end (nvidia-smi is asked twice at most, 10 s each)
 # okc.judge.verdict.verifier.COMMAND, spelled out: importing that module here would import torch first.
 VERIFIER_COMMAND = [sys.executable, "-c", "import os; os.nice(10); from okc.verify import main; main()"]
@@ -188,8 +187,6 @@ class Worker:
                 seed = self.job.seed if self.job.seed is not None else fresh_seed()
             self._env = threading.Thread(target=self._write_env, args=(device, seed), name="okc-env", daemon=True)
             self._env.start()
-            if self.job.kind in ENV_FIRST_KINDS:
-                self._env.join()
             self.mark("env")
             self.log(f"job {self.job.job_id}: {self.job.kind} of {self.job.problem} on {device} (seed {seed})")
             module_name, function = target.split(":")

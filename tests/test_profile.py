@@ -143,10 +143,15 @@ def test_a_cpu_profile_lists_the_ops_of_every_shape_and_side_writes_traces_and_r
 
 
 def test_counters_denied_say_why_in_one_line_and_the_activity_profile_still_runs(tmp_path, monkeypatch):
-    matmul_lab(tmp_path, monkeypatch)
-    only_on_path(tmp_path, monkeypatch, f"#!/bin/sh\necho '==PROF== Connected to process 1'\necho '{DENIED}' >&2\nexit 1\n")
+    root = matmul_lab(tmp_path, monkeypatch)
+    asked = tmp_path / "ncu-argv.txt"
+    only_on_path(tmp_path, monkeypatch, f"#!/bin/sh\necho \"$@\" > {asked}\necho '==PROF== Connected to process 1'\n"
+                                        f"echo '{DENIED}' >&2\nexit 1\n")
     done = invoke("profile", "1", "--shapes", "gate/m=8", "--replays", "3", "--counters")
     assert done.exit_code == 0, done.output
+    (job,) = [p for p in (root / "results").iterdir() if (p / "env.json").is_file()]
+    # the profiled child is told the job's seed (it sets the sides up again with it), not left to read env.json
+    assert asked.read_text().split()[-2:] == [str(job), str(json.loads((job / "env.json").read_text())["seed"])]
     said = [line for line in done.output.splitlines() if "counters" in line.lower() and "ERR_NVGPUCTRPERM" in line]
     assert len(said) == 1 and "the activity profile ran without them" in said[0]
     assert "gate/m=8" in done.output and "mm" in done.output and "proj/m=1" not in done.output  # --shapes: that one only

@@ -3,7 +3,7 @@
 Rented pods usually deny the performance counters (ncu fails with ERR_NVGPUCTRPERM), and many
 images have no ncu at all; either way :func:`collect` returns one line that says why and the
 activity profile stands without counters. Where ncu runs, it profiles a child process
-(``python -m okc.counters_child JOB_DIR``) that sets the job's sides up again and replays
+(``python -m okc.counters_child JOB_DIR SEED``) that sets the job's sides up again and replays
 each case's graphs once, inside an NVTX range ncu is told to look at, with every graph node
 profiled on its own; its kernels are matched, in launch order, to the activity profile's.
 """
@@ -40,14 +40,15 @@ def _last_line(text: str) -> str:
     return (lines[-1] if lines else "no output")[:TAIL_CHARS]
 
 
-def collect(job_dir: Path, device, log: Callable[[str], None], shapes: list[dict] | None = None) -> dict:
-    """Counters for the job's kernels, or why there are none; never raises for a machine's refusal."""
+def collect(job_dir: Path, device, log: Callable[[str], None], shapes: list[dict] | None = None, seed: int = 0) -> dict:
+    """Counters for the job's kernels, or why there are none; never raises for a machine's refusal. ``seed``: the
+    job's, which the profiled child sets its sides up with again."""
     ncu = shutil.which("ncu")
     if ncu is None:
         return _unavailable("counters: Nsight Compute (ncu) is not installed here; the activity profile ran without them")
     command = [ncu, "--csv", "--page", "raw", "--print-units", "base", "--graph-profiling", "node", "--nvtx", "--nvtx-include", f"{NVTX_RANGE}/",
                "--metrics", ",".join(METRICS), "--log-file", str(job_dir / CSV_FILE),
-               sys.executable, "-m", "okc.counters_child", str(job_dir)]
+               sys.executable, "-m", "okc.counters_child", str(job_dir), str(seed)]
     log("counters: " + " ".join(command[:12]) + " ...")
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=NCU_TIMEOUT_S, env=dict(os.environ))

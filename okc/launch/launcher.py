@@ -18,7 +18,7 @@ import traceback
 from pathlib import Path
 
 from okc.contract import EXIT_FILE, JOB_FILE, LAUNCHER_FILE, LOG_FILE, PID_FILE, is_job_id, read_json, write_json
-from okc.launch.proc import NVIDIA_DRIVER, process_start
+from okc.launch.proc import NVIDIA_DRIVER, process_start, start_worker
 from okc.podfiles import is_numeric
 
 LOCKS_DIR = ".locks"  # under the results folder: one flock file per GPU
@@ -221,14 +221,7 @@ def supervise(results: str, folder: str, job_id: str, indexes: list, code_dir: s
         standby, locks = _standby(), locks_dir(results)
         proc = standby.take(locks, index, code_dir, folder, env) if standby else None
         if proc is None:
-            # The folder goes over stdin, not argv: a candidate reading /proc/self/cmdline learns nothing.
-            proc = subprocess.Popen([sys.executable, "-m", "okc.worker"], cwd=folder, env=env,
-                                    stdin=subprocess.PIPE, start_new_session=True)
-            try:
-                with proc.stdin:
-                    proc.stdin.write(os.path.abspath(folder).encode() + b"\n")
-            except BrokenPipeError:  # the worker is gone already: its exit code says why
-                pass
+            proc = start_worker(os.path.abspath(folder), env=env, start_new_session=True)
         while proc.poll() is None:
             if cancel.requested or time.monotonic() - started > float(timeout):
                 launcher["timed_out"] = not cancel.requested

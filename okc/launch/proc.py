@@ -1,6 +1,10 @@
-"""What the kernel says of a process: the launcher and the standby keeper tell a pid from its reuse by it."""
+"""Processes as the launcher and the standby keeper see them: what the kernel says of a pid (its start, to tell it
+from its reuse), and how a job's worker is started."""
 
 from __future__ import annotations
+
+import subprocess
+import sys
 
 NVIDIA_DRIVER = "/proc/driver/nvidia/version"  # without it the machine has no GPU: a lock is its one job slot, not a GPU's
 
@@ -14,3 +18,15 @@ def process_start(pid: int, living: bool = False) -> str | None:
     except OSError:
         return None
     return None if living and fields[0] == "Z" else fields[19]
+
+
+def start_worker(job_dir: str, **options) -> subprocess.Popen:
+    """A fresh ``python -m okc.worker`` for ``job_dir``, in it. The folder goes over stdin, not argv: a candidate
+    reading /proc/self/cmdline learns nothing. ``options`` go to Popen (env, start_new_session, preexec_fn)."""
+    worker = subprocess.Popen([sys.executable, "-m", "okc.worker"], cwd=job_dir, stdin=subprocess.PIPE, **options)
+    try:
+        with worker.stdin:
+            worker.stdin.write(f"{job_dir}\n".encode())
+    except BrokenPipeError:  # the worker is gone already: its exit code says why
+        pass
+    return worker

@@ -8,8 +8,9 @@ GPU claims it (it runs the job once the making is over, or cut short) or stops i
 runs beside a job's timing. It holds memory while it waits: on a GPU two CUDA contexts (its
 own and its verifier's, okc.verify) and a process with torch and Triton imported (the compile
 server's stem, okc.ahead, where Triton is there; it uses no GPU); after a screen job, that screen's
-baseline too (weights, copies, CUDA graphs: okc.standby.Held), made on the GPU right after the job. A launcher that has just finished a
-job on GPU i, still holding that GPU's lock, leaves one standby for GPU i (at most one a GPU):
+baseline too (weights, copies, CUDA graphs: okc.standby.Held), made on the GPU right after the job.
+
+A launcher that has just finished a job on GPU i, still holding that GPU's lock, leaves one standby for GPU i (at most one a GPU):
 the folder ``standby-gpuI/`` beside the locks, holding a FIFO and ``standby.json``, and a
 *keeper*, a small process without torch that starts the worker proper (okc.standby) and
 waits. The next launcher that takes GPU i's lock claims the folder (a rename: one claimant),
@@ -38,7 +39,7 @@ import time
 from pathlib import Path
 
 from okc.contract import read_json, write_json
-from okc.launch.proc import process_start
+from okc.launch.proc import process_start, start_worker
 
 ENABLED_ENV = "OKC_STANDBY"
 IDLE_ENV = "OKC_STANDBY_IDLE_S"
@@ -188,18 +189,6 @@ def _read_line(fd: int, timeout: float, worker: subprocess.Popen | None = None) 
     return data.decode("utf-8", "replace").strip()
 
 
-def _fresh_worker(job_dir: str) -> subprocess.Popen:
-    """The job's worker started as the launcher starts one (the folder on stdin), TERM at its default again."""
-    worker = subprocess.Popen([sys.executable, "-m", "okc.worker"], cwd=job_dir, stdin=subprocess.PIPE,
-                              preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL))
-    try:
-        with worker.stdin:
-            worker.stdin.write(f"{job_dir}\n".encode())
-    except BrokenPipeError:  # gone already: its code says how
-        pass
-    return worker
-
-
 def keep(slot: Path, after: str | None = None) -> int:
     """The keeper: start the worker, wait for its job folder, hand it over, and report how it ended. A worker that
     ended before its job came (its making ahead lost the CUDA context) gives the slot up; if a job is handed over
@@ -225,8 +214,8 @@ def keep(slot: Path, after: str | None = None) -> int:
         worker.kill()
         worker.wait()
         return 0
-    if worker.poll() is not None:
-        worker = _fresh_worker(line)
+    if worker.poll() is not None:  # in the keeper's group (the launcher's cancel kills it), TERM at its default again
+        worker = start_worker(line, preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL))
     else:
         try:
             worker.stdin.write(f"{line}\n".encode())

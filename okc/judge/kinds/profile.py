@@ -250,7 +250,7 @@ def run_profile(problem: Problem, sources: dict[str, Path], *, device: torch.dev
         if counters:
             from okc.judge import counters as ncu
 
-            counter_report = ncu.collect(job_dir, device, log, shapes)
+            counter_report = ncu.collect(job_dir, device, log, shapes, seed)
             notes.append(counter_report["note"])
     except BenchFailed as exc:  # the other side failing says nothing of this candidate
         cause = None if isinstance(exc.__context__, BenchFailed) else exc.__context__

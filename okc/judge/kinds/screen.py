@@ -120,13 +120,14 @@ def _compilers(spec: ScreenSpec, device: torch.device, job_dir: Path, log):
 class Screen:
     """One screen job: the baseline made ready once, then every point in turn."""
 
-    def __init__(self, job, job_dir: Path, spec: ScreenSpec, screener, on_cuda: bool, phase, log) -> None:
+    def __init__(self, job, job_dir: Path, spec: ScreenSpec, screener, on_cuda: bool, phase, log,
+                 held: dict | None = None) -> None:
         self.job, self.job_dir, self.spec, self.screener = job, job_dir, spec, screener
         self.on_cuda, self.phase, self.log = on_cuda, phase, log
         self.lines = Lines(job_dir)
         self.deadline = PointDeadline(self.lines, spec.point_timeout_s, log)
         self.pool = None
-        self.held: dict | None = None  # the baseline was made by the standby before the job: how
+        self.held = held  # the baseline was made by the standby before the job: how (okc.standby.Held.about)
 
     def point(self, point: ScreenPoint) -> dict:
         """Screen one point; its line (``lost``: the CUDA context is gone, the job must end)."""
@@ -238,10 +239,8 @@ def run_kind(job, job_dir: Path, problem, *, device: torch.device, seed: int, ph
     held, _held = _held, None
     if held is None:
         kind = CudaScreener if on_cuda else CpuScreener
-        screener = kind(problem, job.against.path(job_dir), job.cases, timing, device, seed, log)
+        screener, about = kind(problem, job.against.path(job_dir), job.cases, timing, device, seed, log), None
     else:  # its log prints to standard output, which is the job's log now, as the worker's does
-        screener = held[0]
-    screen = Screen(job, job_dir, spec, screener, on_cuda, phase, log)
-    screen.held = None if held is None else held[1]
-    result = screen.run()
+        screener, about = held
+    result = Screen(job, job_dir, spec, screener, on_cuda, phase, log, held=about).run()
     return {**result, "seed": seed}

@@ -140,7 +140,7 @@ class CudaScreener:
 
     def setup(self, step: Step = lambda name: None) -> None:
         """The baseline made ready; the flush, trivial graph, the inputs' numbering and protocol. BenchFailed.
-        Once only: a screener a standby made ready before its job (okc.judge.kinds.held) is not made again.
+        Once only: a screener a standby made ready before its job (okc.standby.Held) is not made again.
         ``step`` is told each step's name as it starts (a standby stops between steps for a job that needs none)."""
         if self.ready:
             return
@@ -175,13 +175,14 @@ class CudaScreener:
         """Let everything go, the baseline too (a standby's screener that its job did not fit): the heap thawed, the
         baseline's modules forgotten, its graphs and memory handed back, Triton's compile hooks taken out."""
         self.release()
-        gc.unfreeze()
         for module in self.baseline.modules:
             _forget(module)
-        self.baseline.captured.clear()
-        self.baseline.modules.clear()
-        self.__dict__.update(weights=None, inputs=None, pools=None, flush=None, overhead=None, ready=False)
+        # everything setup made that holds GPU memory (the protocol holds the flush too)
+        self.baseline = self.weights = self.inputs = self.pools = self.flush = self.overhead = None
+        self.protocol = self.draws = None
+        self.ready = False
         self.compile_clock.uninstall()
+        gc.unfreeze()
         release_memory()
 
     def time_point(self, source: Path, step: Step) -> tuple[list[dict], int]:
