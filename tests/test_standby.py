@@ -132,6 +132,20 @@ def test_turned_off_no_standby_is_left(tiny, monkeypatch):
     assert not list(local_locks().glob("standby-gpu*"))
 
 
+def test_a_job_run_with_standbys_turned_off_stops_the_one_an_earlier_job_left(tiny, monkeypatch):
+    # main: the standby stayed (up to its idle time), and after a screen it makes that screen's baseline on the
+    # GPU outside the lock: beside the timing of a job whose launcher had standbys turned off
+    assert invoke("check", "001", "--quick").exit_code == 0
+    left = slot_info()
+    assert living(left["pid"], left["start"])
+    monkeypatch.setenv(standby.ENABLED_ENV, "0")
+    second = invoke("check", "001", "--quick")
+    assert second.exit_code == 0 and "PASS 001_matmul" in second.output, second.output
+    assert not (newest(tiny, "check") / standby.EXIT_FILE).exists()  # its own worker ran it
+    assert not living(left["pid"], left["start"])
+    assert not list(local_locks().glob("standby-gpu*"))
+
+
 def test_okcs_code_stamp_moves_when_one_of_its_files_changes():
     before = standby.code_stamp()
     path = Path(standby.__file__)

@@ -149,12 +149,12 @@ def locks_dir(results: str) -> str:
 
 
 def _standby():
-    """okc.launch.standby where it is on (its ``enabled``) and okc's code is here (a pod's agent carries only this module)."""
+    """okc.launch.standby where okc's code is here (a pod's agent carries only this module), else None."""
     try:
         from okc.launch import standby
     except ImportError:
         return None
-    return standby if standby.enabled() else None
+    return standby
 
 
 def take_gpu(results: str, job_id: str, indexes: list, cancel: Cancel):
@@ -219,6 +219,9 @@ def supervise(results: str, folder: str, job_id: str, indexes: list, code_dir: s
         env = dict(os.environ, PYTHONUNBUFFERED="1", CUDA_VISIBLE_DEVICES=visible_device(index))
         env["PYTHONPATH"] = os.pathsep.join(p for p in (code_dir, env.get("PYTHONPATH")) if p)
         standby, locks = _standby(), locks_dir(results)
+        if standby and not standby.enabled():  # turned off: one an earlier launcher left must not run beside the job
+            standby.stop(locks, index)
+            standby = None
         proc = standby.take(locks, index, code_dir, folder, env) if standby else None
         if proc is None:
             proc = start_worker(os.path.abspath(folder), env=env, start_new_session=True)

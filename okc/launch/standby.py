@@ -1,7 +1,8 @@
 """Standby workers: the next job's worker, its python and torch import done before it is needed.
 
 On by default (a worker's start is seconds of python, torch and, on a GPU, CUDA: most of a short
-job's wall time); ``OKC_STANDBY=0`` in the launcher's environment turns it off. A standby takes no
+job's wall time); ``OKC_STANDBY=0`` in the launcher's environment turns it off (and that launcher
+stops a standby an earlier one left on its GPU before its job starts). A standby takes no
 GPU or CPU time while it waits (after a screen, only while it makes that screen's baseline, right
 after the job), and it is started only after a job's worker has exited; the next okc job on its
 GPU claims it (it runs the job once the making is over, or cut short) or stops it, so it never
@@ -119,14 +120,31 @@ def _made_for(code_dir: str, env: dict) -> dict:
             "visible": env.get("CUDA_VISIBLE_DEVICES"), "okc": code_stamp()}
 
 
-def take(locks: str, index: int, code_dir: str, job_dir: str, env: dict) -> Standby | None:
-    """Claim GPU ``index``'s standby (call it holding that GPU's lock) and hand it ``job_dir``; None if none
-    fits: one made for other code or another CUDA_VISIBLE_DEVICES is stopped instead."""
+def _claim(locks: str, index: int) -> Path | None:
+    """GPU ``index``'s standby folder, renamed so that no other launcher can claim it; None if there is none."""
     slot = slot_dir(locks, index)
     claimed = slot.with_name(f"{slot.name}.claimed-{os.getpid()}")
     try:
         os.rename(slot, claimed)
     except OSError:
+        return None
+    return claimed
+
+
+def stop(locks: str, index: int) -> None:
+    """Stop GPU ``index``'s standby, if one is there (call it holding that GPU's lock): a launcher with standbys
+    turned off runs its own worker, and a standby left by an earlier job must not make a screen's baseline on the
+    GPU beside that job's timing."""
+    claimed = _claim(locks, index)
+    if claimed is not None:
+        _stop(claimed, read_json(claimed / INFO_FILE))
+
+
+def take(locks: str, index: int, code_dir: str, job_dir: str, env: dict) -> Standby | None:
+    """Claim GPU ``index``'s standby (call it holding that GPU's lock) and hand it ``job_dir``; None if none
+    fits: one made for other code or another CUDA_VISIBLE_DEVICES is stopped instead."""
+    claimed = _claim(locks, index)
+    if claimed is None:
         return None
     info = read_json(claimed / INFO_FILE)
     fits = info is not None and info.get("made_for") == _made_for(code_dir, env) \
