@@ -132,6 +132,27 @@ def test_turned_off_no_standby_is_left(tiny, monkeypatch):
     assert not list(local_locks().glob("standby-gpu*"))
 
 
+def test_a_job_whose_environment_changed_does_not_run_in_the_standby_the_last_one_left(tiny, tmp_path, monkeypatch):
+    # main: the standby kept the environment of the job before, and `KNOB=b okc check 002` ran with KNOB=a
+    seen = tmp_path / "knob.txt"
+    source = (tiny.candidates / "001_matmul.py").read_text()
+    (tiny.candidates / "002_knob.py").write_text(
+        f"import os\nopen({str(seen)!r}, 'w').write(os.environ.get('KNOB', 'unset'))\n" + source)
+    monkeypatch.setenv("KNOB", "a")
+    monkeypatch.setenv("PWD", "/somewhere")  # what a shell moves by itself does not stop a standby
+    assert invoke("check", "002", "--quick").exit_code == 0
+    assert seen.read_text() == "a"
+    warmed()
+    monkeypatch.setenv("PWD", "/elsewhere")
+    assert invoke("check", "002", "--quick").exit_code == 0
+    assert (newest(tiny, "check") / standby.EXIT_FILE).is_file()  # same environment: it ran in the standby
+    warmed()
+    monkeypatch.setenv("KNOB", "b")
+    assert invoke("check", "002", "--quick").exit_code == 0
+    assert seen.read_text() == "b"
+    assert not (newest(tiny, "check") / standby.EXIT_FILE).exists()  # a worker of its own ran it
+
+
 def test_a_job_run_with_standbys_turned_off_stops_the_one_an_earlier_job_left(tiny, monkeypatch):
     # main: the standby stayed (up to its idle time), and after a screen it makes that screen's baseline on the
     # GPU outside the lock: beside the timing of a job whose launcher had standbys turned off

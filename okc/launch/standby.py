@@ -22,8 +22,10 @@ keeper's whole process group) work as with a worker it started itself.
 
 Each standby serves exactly one job, then exits; an unclaimed one gives up after
 ``OKC_STANDBY_IDLE_S`` (default 300 s); one made for other code (another code_dir, python or
-PYTHONPATH, or okc's own files changed since) or another CUDA_VISIBLE_DEVICES is stopped, and a
-fresh worker started instead: a standby never runs a job with code older than the job's.
+PYTHONPATH, or okc's own files changed since), another CUDA_VISIBLE_DEVICES or another environment
+(:func:`env_stamp`) is stopped, and a fresh worker started instead: a standby never runs a job with code older
+than the job's, nor with another value of a variable its candidate could read (``BLOCK=128 okc check 036`` after
+``BLOCK=64``).
 Standard library only. This machine only: a pod's agent carries the launcher without this module.
 """
 
@@ -114,10 +116,25 @@ def _stop(folder: Path, info: dict | None) -> None:
     shutil.rmtree(folder, ignore_errors=True)
 
 
+# What a shell changes from one command to the next without meaning anything to a job; okc's own variables are
+# the launcher's, and the worker drops them before the candidate runs (okc.worker).
+VOLATILE_ENV = ("PWD", "OLDPWD", "_", "SHLVL", "COLUMNS", "LINES")
+
+
+def env_stamp(env: dict) -> str:
+    """The environment a worker runs with, but what a shell moves by itself: a job whose candidate (or torch,
+    Triton, CUDA) would read another value of any other variable does not run in a standby started before."""
+    digest = hashlib.sha256()
+    for name in sorted(env):
+        if name not in VOLATILE_ENV and not name.startswith("OKC_"):
+            digest.update(f"{name}\0{env[name]}\0".encode("utf-8", "surrogateescape"))
+    return digest.hexdigest()[:16]
+
+
 def _made_for(code_dir: str, env: dict) -> dict:
-    """What a standby must share with the job it serves: the code, the python, the GPU it sees."""
+    """What a standby must share with the job it serves: the code, the python, the GPU it sees, the environment."""
     return {"code_dir": code_dir, "python": sys.executable, "pythonpath": env.get("PYTHONPATH"),
-            "visible": env.get("CUDA_VISIBLE_DEVICES"), "okc": code_stamp()}
+            "visible": env.get("CUDA_VISIBLE_DEVICES"), "env": env_stamp(env), "okc": code_stamp()}
 
 
 def _claim(locks: str, index: int) -> Path | None:
