@@ -7,7 +7,8 @@ Two parts (issue 25's targets):
   ``okc bench 001`` <= 1.0 s (2.2-2.4 s on 2026-12-01).
 - ``--h200``: in this repository's lab, on a GPU: ``okc try 001 --target 0.003`` (check + bench to
   +-0.3% in one command) against today's two commands ``okc check candidate 001`` then
-  ``okc bench 001 --target 0.003``, and ``okc bench 000 --aa --target 0.002``. Targets: <= 8 s each
+  ``okc bench 001 --target 0.003``, and ``okc bench 000 --aa --half-width 0.001`` (issue 35's "A/A +-0.1%";
+  until 2026-12-07 this row ran +-0.2%, ``--target 0.002``, and its numbers in NOTES are those). Targets: <= 8 s each
   (about 21 s and 12.9 s on 2026-12-01).
 
 Each command runs ``--warmup`` times uncounted, then ``--runs`` times; the wall (a monotonic clock
@@ -43,7 +44,7 @@ CPU_COMMANDS = (
 H200_COMMANDS = (
     ("try", ["try", "001", "--target", "0.003"]),
     ("check+bench", None),  # today's loop: the two commands one after the other
-    ("aa", ["bench", "000", "--aa", "--target", "0.002"]),
+    ("aa", ["bench", "000", "--aa", "--half-width", "0.001"]),
 )
 H200_PAIR = (["check", "candidate", "001"], ["bench", "001", "--target", "0.003"])
 TARGETS_S = {"cpu bench": 1.0, "h200 try": 8.0, "h200 aa": 8.0}
