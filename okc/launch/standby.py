@@ -159,7 +159,7 @@ def stop(locks: str, index: int) -> None:
 
 def take(locks: str, index: int, code_dir: str, job_dir: str, env: dict) -> Standby | None:
     """Claim GPU ``index``'s standby (call it holding that GPU's lock) and hand it ``job_dir``; None if none
-    fits: one made for other code or another CUDA_VISIBLE_DEVICES is stopped instead."""
+    fits: one made for other code, another CUDA_VISIBLE_DEVICES or another environment is stopped instead."""
     claimed = _claim(locks, index)
     if claimed is None:
         return None
