@@ -13,7 +13,9 @@ lab of its own (`okc init DIR --gpumode FOLDER`):
   (a flat folder, POPCORN_FD, the cases file kernelbot writes), in the --by-hand modes on the
   --by-hand-sides, --rounds times (sides swapped each round, so drift falls on both).
   Each lab has a HOME of its own and, unless --no-standby, okc's standby workers (the next job's
-  python, torch and CUDA context made while the last one finishes): about 4 s less a job.
+  python, torch and CUDA context made while the last one finishes): about 4 s less a job. Phase 1's
+  standbys are stopped before phase 2, and a lab's last one before eval.py by hand: a standby that is still
+  starting must not share the machine with a timing.
 
 Survey settings, not okc's defaults (the table's last lines say so): --target 0.01 (3 copies a
 side, not 12), --min-pairs 24, --max-pairs 200, only the ranked cases (ranking_by last: the last
@@ -185,6 +187,10 @@ def timed_phase(problem: Problem, args, log: Log, deadline: float) -> None:
         result = problem.newest("bench", before)
         problem.record[key] = {**bench_fields(result), "sm_mhz": [clock, sm_clock()]} if result else {
             "status": f"exit {done.returncode}", "reason": said(done)}
+    # The standby the lab's last okc job left warms up now (python, torch, a CUDA context, the verifier's and the
+    # compile stem's imports): no okc job of this lab comes after, and its start must not overlap eval.py by hand
+    # (2026-12-07: histogram's by-hand reference read 1.59x its candidate, the figure's 1.13x).
+    stop_standby(Path(problem.env["HOME"]))
     problem.record["by_hand"] = {}
     sides = {"reference": "000_reference.py", "candidate": next(p.name for p in (problem.lab / "candidates").glob("001_*"))}
     # The figure's POPCORN_SEED: eval.py combines it with each case's seed, and some inputs change with the
@@ -461,6 +467,8 @@ def main() -> int:
             list(pool.map(lambda p: guarded(check_phase, p, log), problems))
         checked = time.monotonic() - started
         print(f"phase 1 (init and both checks, {len(problems)} problems, {args.jobs} at once): {checked:.0f} s", flush=True)
+        for problem in problems:  # phase 1's standbys, still starting, would overlap the first timed problem
+            stop_standby(Path(problem.env["HOME"]))  # (2026-12-07: matmul's figure 5.1 errs from eval.py by hand)
 
         def run_slot(slot: int) -> None:
             for problem in problems[slot::gpus]:
