@@ -13,7 +13,9 @@ job it is handed uses that only if it fits: a screen of the same built-in proble
 whose baseline source has the same bytes, with the same cases and bench settings, and no seed of
 its own (or that very seed). Otherwise everything made is let go before the job starts: a held
 baseline never judges a changed source. A job that comes while the baseline is being made stops
-the making at its next step, unless it fits. The making runs on the GPU right after the last
+the making at its next step, unless it fits. What it made is let go after ``OKC_STANDBY_HELD_S``
+(default 120 s) without a job: its GPU memory (the baseline's weight copies, graphs and flush) goes back
+while the worker stays warm for its idle time. The making runs on the GPU right after the last
 job, outside its lock: an okc job on that GPU claims (or stops) this process first, so only work
 okc does not know of can run beside it.
 """
@@ -34,6 +36,8 @@ from okc.contract import LOG_FILE, BadJob, JobSpec, read_job
 from okc.worker import EXIT_BAD_JOB, VERIFIER_COMMAND, Worker
 
 HELD_FILE = "held"  # in the slot, beside okc.launch.standby's ready file: the baseline is made (tests wait on it)
+HELD_IDLE_ENV = "OKC_STANDBY_HELD_S"
+HELD_IDLE_S = 120.0  # a baseline made ahead is let go after this long without a job (the worker stays warm)
 HELD_KINDS = ("screen",)  # the kinds whose baseline a standby makes ready ahead
 
 
@@ -145,10 +149,21 @@ class JobLine:
             self.line = sys.stdin.readline().strip()
         return Path(self.line) if self.line else None
 
-    def wait(self) -> Path | None:
+    def wait(self, timeout: float | None = None) -> Path | None:
+        """The job's folder once its line is in (None: an empty line, the keeper gave up); past ``timeout``
+        seconds with no line, None and :attr:`line` still None."""
         if self.line is None:
+            if timeout is not None and not select.select([sys.stdin], [], [], timeout)[0]:
+                return None
             self.line = sys.stdin.readline().strip()
         return Path(self.line) if self.line else None
+
+
+def held_idle_s() -> float:
+    try:
+        return max(0.0, float(os.environ.get(HELD_IDLE_ENV) or HELD_IDLE_S))
+    except ValueError:
+        return HELD_IDLE_S
 
 
 def warm_up() -> tuple[subprocess.Popen, subprocess.Popen | None]:
@@ -192,6 +207,14 @@ def _touch(path: Path | None) -> None:
         pass
 
 
+def _remove(path: Path | None) -> None:
+    try:
+        if path is not None:
+            path.unlink(missing_ok=True)
+    except OSError:  # the folder is gone: claimed already
+        pass
+
+
 def main(argv: list[str]) -> None:
     """``argv``: the file to create once warm (the keeper's slot/ready, okc.launch.standby), then the folder of
     the job that just ended on this GPU, if any (a screen's: its baseline is made ready ahead)."""
@@ -203,7 +226,12 @@ def main(argv: list[str]) -> None:
     held = make_ahead(Path(argv[1]), job_line.arrived) if len(argv) > 1 else None
     if held is not None and ready is not None:
         _touch(ready.with_name(HELD_FILE))
-    job_dir = job_line.wait()
+    job_dir = job_line.wait(held_idle_s() if held is not None else None)
+    if held is not None and job_line.line is None:  # no job came: the GPU memory it holds goes back, not only at exit
+        held.drop()
+        held = None
+        _remove(ready.with_name(HELD_FILE) if ready is not None else None)
+        job_dir = job_line.wait()
     if job_dir is None or not job_dir.is_dir():
         sys.exit(EXIT_BAD_JOB)  # no job came (the keeper gave up): nothing ran
     become_worker(job_dir.resolve(), time.monotonic() - warm_at, verifier, stem, held)

@@ -14,9 +14,10 @@ from conftest import invoke
 from standbys import held_made, living, newest, screen_once, slot_info, standby_lab, warmed
 
 from okc.contract import read_job, read_json
+from okc.jobs.target import local_locks
 from okc.launch import standby
 from okc.reports.timeline import job_document
-from okc.standby import make_ahead
+from okc.standby import HELD_FILE, make_ahead
 
 
 @pytest.fixture
@@ -45,6 +46,24 @@ def test_a_screen_after_a_screen_times_against_the_baseline_the_standby_made_ahe
     assert [line["status"] for line in lines] == ["ok"] * len(lines) and lines
     assert all(row["time_us"] > 0 and row["speedup"] > 0 for line in lines for row in line["timings"])
     assert result["seed"] != first_result["seed"]  # the standby's own fresh seed, the job's now
+
+
+def test_a_baseline_made_ahead_is_let_go_when_no_job_comes_and_the_standby_still_serves_one(tiny, monkeypatch):
+    # main: the standby held the baseline (on a GPU: its weight copies, graphs and flush, gigabytes) until a job
+    # came or its 300 s idle ran out, whatever else the competitor wanted to run on that GPU meanwhile
+    monkeypatch.setenv("OKC_STANDBY_HELD_S", "1")
+    screen_once(tiny, "tiny_demo")
+    held_made()
+    deadline = time.monotonic() + 30
+    while list(local_locks().glob(f"standby-gpu*/{HELD_FILE}")):
+        assert time.monotonic() < deadline, "the baseline made ahead was never let go"
+        time.sleep(0.1)
+    info = slot_info()
+    assert living(info["pid"], info["start"])  # the worker stays, warm
+    job, result, lines = screen_once(tiny, "tiny_demo")
+    assert (job / standby.EXIT_FILE).is_file()  # it ran in that standby, which made its baseline again
+    assert result["status"] == "ok" and "baseline_held" not in result, result
+    assert lines and all(line["status"] == "ok" for line in lines)
 
 
 def test_a_baseline_made_ahead_of_a_source_edited_since_is_not_used(tiny):
