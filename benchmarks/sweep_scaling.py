@@ -5,7 +5,9 @@ Run from the lab root on a machine with GPUs (the repository itself is a muse_bf
     python benchmarks/sweep_scaling.py [--sweep gemv_decode] [--points 12] [--protocol-cached]
 
 Each pass starts a new run of the sweep's screen stage (every point timed on every shape)
-with its own empty Triton cache, so neither pass inherits the other's compiled kernels; one
+with an empty Triton cache (one path, emptied: the environment stays the same, as a
+competitor's does, so the standby the last pass left serves the next), so neither pass
+inherits the other's compiled kernels; one
 point is screened first and thrown away, so both passes start with warm file caches. With
 ``--protocol-cached`` each pass's cache starts with okc's own kernels (the protocol's, from that
 first screen) and none of the template's: a competitor's sweep in a lab okc has run in before,
@@ -40,24 +42,29 @@ from okc.sweeps.funnel import Sweep, open_run
 TRITON_CACHE = "TRITON_CACHE_DIR"
 
 
-def screen(lab, experiment, gpus: int, seed_cache: Path | None = None,
-           keep_cache: Path | None = None) -> tuple[float, int, int, Path]:
-    """Screen every point on ``gpus`` GPUs in a new run; (seconds, points, failed points, run folder). ``seed_cache``:
-    a Triton cache whose entries that hold none of the template's kernels go into the pass's cache first;
-    ``keep_cache``: the pass's cache is this folder, kept (else a temporary one)."""
-    with tempfile.TemporaryDirectory(prefix="okc-triton-") as temporary:
-        cache = keep_cache or Path(temporary)
-        os.environ[TRITON_CACHE] = str(cache)  # the workers inherit it: nothing compiled by an earlier pass
-        if seed_cache is not None:
-            template = template_kernels(experiment.template)
-            for entry in seed_cache.iterdir():
-                if entry.is_dir() and not any(path.stem in template for path in entry.iterdir()):
-                    shutil.copytree(entry, cache / entry.name)
-        run, _ = open_run(lab, experiment, new=True)
-        sweep = Sweep(lab, experiment, run, slots_for(lab, "local", gpus))
-        started = time.monotonic()
-        sweep.screen()
-        seconds = time.monotonic() - started
+def screen(lab, experiment, gpus: int, cache: Path, seed_cache: Path | None = None,
+           keep_to: Path | None = None) -> tuple[float, int, int, Path]:
+    """Screen every point on ``gpus`` GPUs in a new run; (seconds, points, failed points, run folder).
+
+    ``cache``: the Triton cache of every pass, one path for the whole script (TRITON_CACHE_DIR is part of the
+    environment a standby worker must share with its job, okc.launch.standby.env_stamp: a new path each pass
+    stopped the standby the last pass left, and its baseline made ahead with it), emptied first so that nothing
+    compiled by an earlier pass is found; ``seed_cache``: a Triton cache whose entries that hold none of the
+    template's kernels go into it first; ``keep_to``: the pass's cache is copied there after."""
+    shutil.rmtree(cache, ignore_errors=True)
+    cache.mkdir(parents=True)
+    if seed_cache is not None:
+        template = template_kernels(experiment.template)
+        for entry in seed_cache.iterdir():
+            if entry.is_dir() and not any(path.stem in template for path in entry.iterdir()):
+                shutil.copytree(entry, cache / entry.name)
+    run, _ = open_run(lab, experiment, new=True)
+    sweep = Sweep(lab, experiment, run, slots_for(lab, "local", gpus))
+    started = time.monotonic()
+    sweep.screen()
+    seconds = time.monotonic() - started
+    if keep_to is not None:
+        shutil.copytree(cache, keep_to, dirs_exist_ok=True)
     failed = {row["point"] for row in run.rows if row["status"] != "ok"}
     return seconds, len(experiment.points), len(failed), run.path
 
@@ -181,19 +188,22 @@ def main() -> None:
     experiment = dataclasses.replace(experiment, points=experiment.points[: args.points])
     # the first screen's cache, kept with --protocol-cached: okc's kernels, and the first point's (left out)
     seed_cache = Path(tempfile.mkdtemp(prefix="okc-triton-seed-")) if args.protocol_cached else None
-    screen(lab, dataclasses.replace(experiment, points=experiment.points[:1]), 1, keep_cache=seed_cache)
+    cache = Path(tempfile.mkdtemp(prefix="okc-triton-")) / "cache"
+    os.environ[TRITON_CACHE] = str(cache)  # the workers inherit it; screen() empties it before each pass
+    screen(lab, dataclasses.replace(experiment, points=experiment.points[:1]), 1, cache, keep_to=seed_cache)
     lines = [f"sweep {experiment.name}: {len(experiment.points)} points x {len(experiment.shapes)} shapes, "
              f"screen of {experiment.funnel.screen_pairs} pairs, {args.pause_s:g} s between passes"]
     rates = {}
     for count in sorted({1, gpus}):
         time.sleep(args.pause_s)
-        seconds, points, failed, run_path = screen(lab, experiment, count, seed_cache)
+        seconds, points, failed, run_path = screen(lab, experiment, count, cache, seed_cache)
         rates[count] = points / seconds
         lines.append(f"{count} GPU(s): {points} points in {seconds:.1f} s = {rates[count]:.3f} points/s "
                      f"({failed} failed)")
         lines.append(time_split(run_path, seconds, count))
     if gpus > 1:
         lines.append(f"throughput ratio {gpus} GPUs / 1 GPU: {rates[gpus] / rates[1]:.2f}x (target >= 1.9x on 2)")
+    shutil.rmtree(cache.parent, ignore_errors=True)
     report = "\n".join(lines)
     print(report)
     if os.environ.get("OUT"):
