@@ -335,6 +335,22 @@ def test_a_memoising_candidate_never_meets_an_input_twice_in_a_bench():
     assert module.HITS == calls - len(bench.cases)  # ... so its only hits are untimed calls on the warm input
 
 
+def test_a_candidate_that_knows_the_jobs_seed_cannot_foresee_the_timed_inputs():
+    """It finds the seed in its process, draws the inputs `derive_seed(seed, "timed", n, key)` would give and computes
+    their outputs in prepare, untimed: on main every timed call of its side was one of them, a lookup."""
+    bench = CpuBench(TINY, SOLUTIONS / "correct" / "predicts_inputs.py", Path(TINY.baseline_source), seed=11,
+                     settings=BenchSettings(rule=stats.StoppingRule(min_pairs=40, max_pairs=40),
+                                            judge_overhead_us=0.0), log=lambda line: None)
+    bench.setup()
+    bench.measure()
+    module = bench.sides["candidate"].module
+    assert 11 in module.FOUND_SEEDS  # the job's seed is no secret ...
+    assert module.PREDICTED == 0  # ... but it does not say which inputs come
+    other = Draws(11, ["a"])
+    assert other.nonce != bench.draws.nonce and other.seed_of(0, 0) != bench.draws.seed_of(0, 0)
+    assert bench.draws.report()["nonce"] == bench.draws.nonce
+
+
 def test_a_memoising_candidate_is_not_scored_faster(tiny_lab):
     candidate = _candidate(tiny_lab, SOLUTIONS / "correct" / "memoises.py", "004")
     benched = runner.submit(tiny_lab, "bench", candidate, bench=QUICK)

@@ -96,7 +96,7 @@ def run_paired(bench, *, names: tuple[str, str], aa: bool, verifier, log, before
         spilled: list = []  # what was judged before the run ended (outputs past the loop's SPILL_BYTES)
         if verifier is not None and bench.loop is not None:
             bench.loop.spill = lambda kept: spilled.append(
-                recheck.judge(kept, verifier, bench.cases, bench.problem.input_variants[0]))
+                recheck.judge(kept, verifier, bench.cases, bench.problem.input_variants[0], bench.draws))
         log(f"bench {names[0]} against {names[1]}{' (A/A)' if aa else ''}: {len(bench.cases)} cases, "
             f"{bench.describe()}, target +-{settings.rule.target_half_width:.2%}")
         if before_timing is not None:
@@ -106,7 +106,7 @@ def run_paired(bench, *, names: tuple[str, str], aa: bool, verifier, log, before
         summary = bench.summary(table)
         extra = bench.report(summary)
         outcome = recheck.Outcome.merged([*spilled, recheck.judge(bench.loop.kept, verifier, bench.cases,
-                                                                 bench.problem.input_variants[0])])
+                                                                 bench.problem.input_variants[0], bench.draws)])
     except BenchFailed as exc:
         return error_result(str(exc), exc.error_kind, **identity)
     except TimingError as exc:
@@ -119,7 +119,7 @@ def run_paired(bench, *, names: tuple[str, str], aa: bool, verifier, log, before
         return error_result(f"CUDA error during the bench (the context is lost): {exc}".splitlines()[0], **identity)
     tail = {"target_half_width": settings.rule.target_half_width, "stopped_by": stopped_by,
             "rechecks": outcome.report() if outcome is not None else None,
-            "timed_inputs": {"drawn": bench.draws.total, "fresh": True},
+            "timed_inputs": bench.draws.report(),
             "verifier_ready_s": None if waited is None else round(waited, 3)}
     # the bench's own finding (the eager clock's hidden work), and the side it found it on (pairs.SIDES)
     invalid, blamed = extra.pop("invalid_reason", None), extra.pop("invalid_side", "candidate")

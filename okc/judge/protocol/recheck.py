@@ -3,8 +3,9 @@
 Two attacks shape this module. A candidate that memoises its outputs by the input's content
 (always correct) is fast wherever a bench replays an input it has seen; so every timed call,
 on either side, reads an input drawn for it alone (:class:`Draws`: per case, each draw has a
-number, and the input of draw ``n`` comes from ``derive_seed(seed, "timed", n, case key)``, a
-label the verifier draws again). And a candidate that is correct only when it can tell that
+number, and the input of draw ``n`` comes from ``derive_seed(seed, "timed", nonce, n, case key)``,
+a label the verifier draws again; ``nonce`` is the bench's secret, so that the job's seed, which a
+candidate can read, does not say which inputs will come). And a candidate that is correct only when it can tell that
 its output will be judged (it counts its launches, reads a marker in its output's memory)
 is scored fast wherever judged replays differ from the others; so a re-checked replay is
 an ordinary one: the clocks enqueue the same operations around every timed replay (the draw
@@ -68,22 +69,26 @@ class Recheck:
     slot: int = 0
     poisoned: bool = False  # the output's place was NaN-filled before the replay (an all-NaN output is stale)
 
-    @property
-    def label(self) -> tuple:
-        """derive_seed(seed, *label, case key) draws the replay's input (the verifier's ``input``)."""
-        return (REPLAY_LABEL, self.draw)
-
     def tag(self, case_key: str) -> dict:
         return {"side": self.side, "case": case_key, "pair": self.pair, "draw": self.draw, "slot": self.slot}
 
 
 class Draws:
-    """The inputs of a bench's timed calls, numbered per case: no number is ever drawn twice."""
+    """The inputs of a bench's timed calls, numbered per case: no number is ever drawn twice, and none can be
+    foreseen from the job's seed.
 
-    def __init__(self, seed: int, keys: list[str], first: int = 0) -> None:
+    A candidate can read the job's seed (its log says it, env.json holds it, and the job folder is reachable from
+    the worker), and okc's own code is importable: with the seed alone it could draw the inputs a bench will time,
+    compute their outputs in its untimed ``prepare`` and time a lookup, always right. So each draw's seed also
+    takes ``nonce``, this bench's secret from the operating system's randomness, made when the clock is (after
+    the candidate's capture on a GPU), handed to the verifier only with the outputs it judges, and written to the
+    result only after the last pair (``timed_inputs``)."""
+
+    def __init__(self, seed: int, keys: list[str], first: int = 0, nonce: int | None = None) -> None:
         """``first``: the first draw's number (a later bench of one job, okc.judge.protocol.variants, starts past
         the earlier ones' numbers, so that none of its timed calls reads an input an earlier one read)."""
         self.seed, self.keys, self.first = seed, list(keys), first
+        self.nonce = secrets.randbits(63) if nonce is None else nonce
         self.taken = [first] * len(self.keys)
 
     def take(self, case: int) -> tuple[int, int]:
@@ -93,7 +98,15 @@ class Draws:
         return number, self.seed_of(case, number)
 
     def seed_of(self, case: int, number: int) -> int:
-        return derive_seed(self.seed, REPLAY_LABEL, number, self.keys[case])
+        return derive_seed(self.seed, *self.label(number), self.keys[case])
+
+    def label(self, number: int) -> tuple:
+        """derive_seed(seed, *label, case key) draws the input of draw ``number`` (the verifier's ``input``)."""
+        return (REPLAY_LABEL, self.nonce, number)
+
+    def report(self) -> dict:
+        """result.json's ``timed_inputs`` (written after the last pair: the nonce is no secret then)."""
+        return {"drawn": self.total, "fresh": True, "nonce": self.nonce}
 
     @property
     def total(self) -> int:
@@ -175,8 +188,9 @@ class Outcome:
                 f"({first['rule']}: {first['message']})")
 
 
-def judge(kept: list, verifier, cases: list, variant: str) -> Outcome | None:
-    """Hand every kept (Recheck, output) to ``verifier`` (okc.judge.verdict.verifier.Verifier) and gather its verdicts.
+def judge(kept: list, verifier, cases: list, variant: str, draws: Draws) -> Outcome | None:
+    """Hand every kept (Recheck, output) to ``verifier`` (okc.judge.verdict.verifier.Verifier) and gather its verdicts
+    (``draws``: the bench's, whose labels say how each output's input was drawn).
 
     None when nothing was re-checked or nothing can judge (a benchmark timing without a verifier).
     """
@@ -192,7 +206,7 @@ def judge(kept: list, verifier, cases: list, variant: str) -> Outcome | None:
         for recheck, out in entries:
             key = cases[recheck.case].key
             per_side[recheck.side] = per_side.get(recheck.side, 0) + 1
-            items.append(({"weights": "weights", "case": key, "input": [*recheck.label, key], "variant": variant,
+            items.append(({"weights": "weights", "case": key, "input": [*draws.label(recheck.draw), key], "variant": variant,
                            "tag": recheck.tag(key), "stream": recheck.side, "poisoned": recheck.poisoned}, out))
         verifier.submit_all(items)  # their bytes copied together (okc.judge.verdict.verifier)
         handed = time.monotonic()
