@@ -38,24 +38,21 @@ def main() -> None:
     if args.way == "same":
         PROBLEM.fill_input = lambda buffer, case, seed, variant: True
     spent = {"submit": 0.0, "collect": 0.0, "batches": 0}
-    submit, collect = timing.Protocol.submit, timing.Protocol.collect
+    def timed(name: str):
+        method = getattr(timing.Protocol, name)
 
-    def timed_submit(self, steps):
-        started = time.perf_counter()
-        try:
-            return submit(self, steps)
-        finally:
-            spent["submit"] += time.perf_counter() - started
-            spent["batches"] += 1
+        def wrapper(self, argument):
+            started = time.perf_counter()
+            try:
+                return method(self, argument)
+            finally:
+                spent[name] += time.perf_counter() - started
+                spent["batches"] += name == "submit"
 
-    def timed_collect(self, batch):
-        started = time.perf_counter()
-        try:
-            return collect(self, batch)
-        finally:
-            spent["collect"] += time.perf_counter() - started
+        setattr(timing.Protocol, name, wrapper)
 
-    timing.Protocol.submit, timing.Protocol.collect = timed_submit, timed_collect
+    timed("submit")
+    timed("collect")
     candidate = sorted((REPO / "candidates").glob("001_*.py"))[0]
     settings = BenchSettings.from_options({"min_pairs": args.pairs, "max_pairs": args.pairs, "target_half_width": 1e-6},
                                           PROBLEM)

@@ -322,14 +322,19 @@ def test_rechecks_can_be_turned_off_and_then_a_cheat_is_scored(tiny_lab):
     assert result["status"] == "ok" and result["rechecks"] is None and result["score"] > 0
 
 
-def test_a_memoising_candidate_never_meets_an_input_twice_in_a_bench():
-    """It keys its outputs on its input's bytes: with inputs cycled over replays it was 1.15x "faster"."""
-    bench = CpuBench(TINY, SOLUTIONS / "correct" / "memoises.py", Path(TINY.baseline_source), seed=11,
-                     settings=BenchSettings(rule=stats.StoppingRule(min_pairs=40, max_pairs=40),
+def _benched_on_the_cpu(correct: str, pairs: int = 40):
+    """tiny_matvec's ``correct/<correct>`` benched in this process (seed 11, exactly ``pairs`` pairs); (bench, its module)."""
+    bench = CpuBench(TINY, SOLUTIONS / "correct" / correct, Path(TINY.baseline_source), seed=11,
+                     settings=BenchSettings(rule=stats.StoppingRule(min_pairs=pairs, max_pairs=pairs),
                                             judge_overhead_us=0.0), log=lambda line: None)
     bench.setup()
     bench.measure()
-    module = bench.sides["candidate"].module
+    return bench, bench.sides["candidate"].module
+
+
+def test_a_memoising_candidate_never_meets_an_input_twice_in_a_bench():
+    """It keys its outputs on its input's bytes: with inputs cycled over replays it was 1.15x "faster"."""
+    bench, module = _benched_on_the_cpu("memoises.py")
     calls = len(bench.cases) * (WARMUP_PAIRS + 40 + 1)  # per case: the warm-up, the pairs, the final round
     assert len(module._memo) == calls + len(bench.cases)  # every timed input new, one warm input per case ...
     assert module.HITS == calls - len(bench.cases)  # ... so its only hits are untimed calls on the warm input
@@ -338,12 +343,7 @@ def test_a_memoising_candidate_never_meets_an_input_twice_in_a_bench():
 def test_a_candidate_that_knows_the_jobs_seed_cannot_foresee_the_timed_inputs():
     """It finds the seed in its process, draws the inputs `derive_seed(seed, "timed", n, key)` would give and computes
     their outputs in prepare, untimed: on main every timed call of its side was one of them, a lookup."""
-    bench = CpuBench(TINY, SOLUTIONS / "correct" / "predicts_inputs.py", Path(TINY.baseline_source), seed=11,
-                     settings=BenchSettings(rule=stats.StoppingRule(min_pairs=40, max_pairs=40),
-                                            judge_overhead_us=0.0), log=lambda line: None)
-    bench.setup()
-    bench.measure()
-    module = bench.sides["candidate"].module
+    bench, module = _benched_on_the_cpu("predicts_inputs.py")
     assert 11 in module.FOUND_SEEDS  # the job's seed is no secret ...
     assert module.PREDICTED == 0  # ... but it does not say which inputs come
     other = Draws(11, ["a"])
