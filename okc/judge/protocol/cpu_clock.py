@@ -245,6 +245,8 @@ class CpuBench:
 
     def measure(self) -> tuple[PairTable, str]:
         """Warm up, then run pairs until the stopping rule says enough, then the final re-checks."""
+        if self.draws.total == 0:  # made in setup, before the sides were imported: a nonce they never saw
+            self.draws.renew()
         threads = torch.get_num_threads()
         torch.set_num_threads(THREADS)
         try:

@@ -80,9 +80,10 @@ class Draws:
     A candidate can read the job's seed (its log says it, env.json holds it, and the job folder is reachable from
     the worker), and okc's own code is importable: with the seed alone it could draw the inputs a bench will time,
     compute their outputs in its untimed ``prepare`` and time a lookup, always right. So each draw's seed also
-    takes ``nonce``, this bench's secret from the operating system's randomness, made when the clock is (after
-    the candidate's capture on a GPU), handed to the verifier only with the outputs it judges, and written to the
-    result only after the last pair (``timed_inputs``)."""
+    takes ``nonce``, this bench's secret from the operating system's randomness, made after the candidate's
+    import and prepare (on a GPU the clock is made after its capture; the CPU's bench and a screen's points
+    :meth:`renew` it then), handed to the verifier only with the outputs it judges, and written to the result only
+    after the last pair (``timed_inputs``)."""
 
     def __init__(self, seed: int, keys: list[str], first: int = 0, nonce: int | None = None) -> None:
         """``first``: the first draw's number (a later bench of one job, okc.judge.protocol.variants, starts past
@@ -90,6 +91,12 @@ class Draws:
         self.seed, self.keys, self.first = seed, list(keys), first
         self.nonce = secrets.randbits(63) if nonce is None else nonce
         self.taken = [first] * len(self.keys)
+
+    def renew(self) -> None:
+        """A new nonce for the draws to come. Call it once the candidate is imported and prepared (where a clock's
+        Draws is made before that: the CPU's, a screen's points), and only before any draw whose output may yet
+        be judged: the verifier is handed the nonce when it judges."""
+        self.nonce = secrets.randbits(63)
 
     def take(self, case: int) -> tuple[int, int]:
         """The next draw of ``case``: (its number, the seed its input is drawn from)."""

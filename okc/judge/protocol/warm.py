@@ -189,6 +189,7 @@ class CudaScreener:
         """The point's per-case rows and its pairs. BenchFailed, TimingError or a CUDA error when it fails."""
         self.side = side = Side("candidate", source)
         self._make_ready(side, step)
+        self.draws.renew()  # the point's timed inputs: a nonce its import and prepare never saw (no re-checks here)
         step("stage")  # the clock's timed batches laid out
         sides = Sides(side, self.baseline, copies=self.copies, captures=self.settings.captures,
                       seed=self.slot_seed)
@@ -273,6 +274,7 @@ class CpuScreener:
 
     def time_point(self, source: Path, step: Step) -> tuple[list[dict], int]:
         self.side = self.bench.add_side("candidate", source, step)
+        self.bench.draws.renew()  # the point's timed inputs: a nonce its import and prepare never saw (no re-checks)
         step("time")
         table, _ = self.bench.measure()
         rows = case_rows(table, self.cases, self.settings.judge_overhead_us)

@@ -5,9 +5,11 @@ case key)``, n below PREDICT), computes their outputs there, untimed, and hands 
 timed input is one it drew (counted in PREDICTED). It leaves out an input of probe rows alone (1 in 8 one-row
 inputs: one of 18 K vectors, 2,304 for tiny_matvec, so one meets another by chance, not by foresight).
 
-Always right, so no check or re-check fails it. It is fast only if the job's seed says which inputs a bench
-will time. Since 2026-12-07 each timed input's seed also takes the bench's secret nonce (okc.judge.protocol.recheck.
-Draws), so PREDICTED stays 0 and the score is what its matmul earns. CPU only (it keys on the input's bytes).
+Always right, so no check or re-check fails it. It is fast only if what it can read in prepare says which
+inputs a bench will time. Since 2026-12-07 each timed input's seed also takes the bench's secret nonce
+(okc.judge.protocol.recheck.Draws); it reads that too where the bench holds it already, but the nonce the timed
+calls use is made after the sides' prepare. So PREDICTED stays 0 and the score is what its matmul earns. CPU only
+(it keys on the input's bytes).
 """
 
 import gc
@@ -62,9 +64,11 @@ def prepare(weights):
     for bench in _benches()[:4]:
         FOUND_SEEDS.append(bench.seed)
         variant = bench.problem.input_variants[0]
+        draws = getattr(bench, "draws", None)  # the nonce too, where the bench has made its draws already
+        label = ("timed",) if getattr(draws, "nonce", None) is None else ("timed", draws.nonce)
         for case in bench.cases:
             for number in range(PREDICT):
-                drawn = bench.problem.make_input(case, derive_seed(bench.seed, "timed", number, case.key), variant,
+                drawn = bench.problem.make_input(case, derive_seed(bench.seed, *label, number, case.key), variant,
                                                  torch.device("cpu"))
                 if len(drawn.probe_rows) < drawn.x.shape[0]:  # an input of probe rows alone is one of 18 K: it
                     _ahead[_key(drawn.x, case.layer)] = _compute(drawn.x, case.layer)  # repeats by chance
