@@ -89,7 +89,7 @@ class _TwoInFlight:
     def collect(self, handle, units):
         self.outstanding -= 1
         times = 10.0 * self.rng.lognormal(0.0, 0.01, sum(unit.samples for unit in units))
-        kept = [(Recheck(name, unit.case, unit.pair, unit.pair), torch.zeros(1024, dtype=torch.uint8))
+        kept = [(Recheck(name, unit.case, unit.pair, unit.pair, nonce=0), torch.zeros(1024, dtype=torch.uint8))
                 for unit in units if unit.case is not None for name in unit.sides]
         return times, kept
 

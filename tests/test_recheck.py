@@ -352,6 +352,18 @@ def test_a_candidate_that_knows_the_jobs_seed_cannot_foresee_the_timed_inputs():
     assert bench.draws.report()["nonce"] == bench.draws.nonce
 
 
+def test_a_rechecks_label_is_the_one_its_input_was_drawn_with_whatever_was_renewed_since():
+    from okc.judge.protocol.recheck import Recheck
+    from okc.seeds import derive_seed
+
+    draws = Draws(5, ["case0"])
+    number, seed = draws.take(0)
+    kept = Recheck("candidate", 0, 3, number, nonce=draws.nonce)
+    draws.renew()  # a screen's next point, or a CPU bench's measure
+    assert derive_seed(5, *kept.label, "case0") == seed  # what the verifier re-draws is what was timed
+    assert draws.take(0)[1] == derive_seed(5, "timed", draws.nonce, number + 1, "case0")  # later draws: the new one
+
+
 def test_a_memoising_candidate_is_not_scored_faster(tiny_lab):
     candidate = _candidate(tiny_lab, SOLUTIONS / "correct" / "memoises.py", "004")
     benched = runner.submit(tiny_lab, "bench", candidate, bench=QUICK)

@@ -96,7 +96,7 @@ def run_paired(bench, *, names: tuple[str, str], aa: bool, verifier, log, before
         spilled: list = []  # what was judged before the run ended (outputs past the loop's SPILL_BYTES)
         if verifier is not None and bench.loop is not None:
             bench.loop.spill = lambda kept: spilled.append(
-                recheck.judge(kept, verifier, bench.cases, bench.problem.input_variants[0], bench.draws))
+                recheck.judge(kept, verifier, bench.cases, bench.problem.input_variants[0]))
         log(f"bench {names[0]} against {names[1]}{' (A/A)' if aa else ''}: {len(bench.cases)} cases, "
             f"{bench.describe()}, target +-{settings.rule.target_half_width:.2%}")
         if before_timing is not None:
@@ -106,7 +106,7 @@ def run_paired(bench, *, names: tuple[str, str], aa: bool, verifier, log, before
         summary = bench.summary(table)
         extra = bench.report(summary)
         outcome = recheck.Outcome.merged([*spilled, recheck.judge(bench.loop.kept, verifier, bench.cases,
-                                                                 bench.problem.input_variants[0], bench.draws)])
+                                                                 bench.problem.input_variants[0])])
     except BenchFailed as exc:
         return error_result(str(exc), exc.error_kind, **identity)
     except TimingError as exc:

@@ -150,7 +150,7 @@ class CpuClock:
             side = self.sides[name]
             found[(index, name)], out = side.call(self.problem, case, side.inputs[unit.case])
             if final or (self.picker is not None and self.picker.pick(unit.pair)):
-                kept.append((Recheck(name, unit.case, None if final else unit.pair, numbers[name]),
+                kept.append((Recheck(name, unit.case, None if final else unit.pair, numbers[name], nonce=self.draws.nonce),
                              clone_data(out)))  # a copy: the next call may write there
             del out  # freed after the clock stopped, as a graph's output is never freed inside its replay
 
@@ -245,8 +245,7 @@ class CpuBench:
 
     def measure(self) -> tuple[PairTable, str]:
         """Warm up, then run pairs until the stopping rule says enough, then the final re-checks."""
-        if self.draws.total == 0:  # made in setup, before the sides were imported: a nonce they never saw
-            self.draws.renew()
+        self.draws.renew()  # made in setup, before the sides were imported: a nonce they never saw
         threads = torch.get_num_threads()
         torch.set_num_threads(THREADS)
         try:

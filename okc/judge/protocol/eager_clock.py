@@ -222,7 +222,7 @@ class EagerClock:
         self.tails[name].append(tail)
         self.times[name].append(us)
         if final or (self.picker is not None and self.picker.pick(unit.pair)):  # decided after the call returned
-            kept.append((Recheck(name, unit.case, None if final else unit.pair, number),
+            kept.append((Recheck(name, unit.case, None if final else unit.pair, number, nonce=self.draws.nonce),
                          clone_data(out)))  # a copy: the next call may write there
         return us
 

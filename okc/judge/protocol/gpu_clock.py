@@ -157,7 +157,7 @@ class GpuClock:
             out = _empty(scratch.shape, dtype=scratch.dtype, device=scratch.device) if picked else scratch
         if picked:
             kept.append((Recheck(name, unit.case, None if final else unit.pair, number, self.sides.slot_of(unit.pair, name),
-                                 poisoned=poison is not None), out))
+                                 poisoned=poison is not None, nonce=self.draws.nonce), out))
         after = () if out is None else ((out, place.view()),)
         return Step(captured.graph, before=tuple(before), after=after)
 

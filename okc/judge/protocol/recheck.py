@@ -53,6 +53,11 @@ class JudgeError(Exception):
     """The re-checked outputs could not be judged (the verifier failed): a harness error, never a pass."""
 
 
+def replay_label(nonce: int, number: int) -> tuple:
+    """The label of a timed input: derive_seed(seed, *label, case key) is its seed (Draws, and the verifier's ``input``)."""
+    return (REPLAY_LABEL, nonce, number)
+
+
 def rechecks_needed(fraction: float = MISSED_FRACTION, detection: float = DETECTION) -> int:
     """Re-checks a side so that a candidate wrong on ``fraction`` of its replays meets one with ``detection``."""
     return math.ceil(math.log(1 - detection) / math.log(1 - fraction))
@@ -68,6 +73,12 @@ class Recheck:
     draw: int  # the input's number among its case's draws (Draws)
     slot: int = 0
     poisoned: bool = False  # the output's place was NaN-filled before the replay (an all-NaN output is stale)
+    nonce: int = field(kw_only=True)  # the bench's nonce when the input was drawn (Draws.nonce)
+
+    @property
+    def label(self) -> tuple:
+        """derive_seed(seed, *label, case key) draws the replay's input (the verifier's ``input``)."""
+        return replay_label(self.nonce, self.draw)
 
     def tag(self, case_key: str) -> dict:
         return {"side": self.side, "case": case_key, "pair": self.pair, "draw": self.draw, "slot": self.slot}
@@ -93,9 +104,9 @@ class Draws:
         self.taken = [first] * len(self.keys)
 
     def renew(self) -> None:
-        """A new nonce for the draws to come. Call it once the candidate is imported and prepared (where a clock's
-        Draws is made before that: the CPU's, a screen's points), and only before any draw whose output may yet
-        be judged: the verifier is handed the nonce when it judges."""
+        """A new nonce for the draws to come: call it once the candidate is imported and prepared, where a clock's
+        Draws is made before that (the CPU's, a screen's points). Safe at any time: a re-check keeps the nonce its
+        input was drawn with (Recheck.nonce)."""
         self.nonce = secrets.randbits(63)
 
     def take(self, case: int) -> tuple[int, int]:
@@ -108,8 +119,8 @@ class Draws:
         return derive_seed(self.seed, *self.label(number), self.keys[case])
 
     def label(self, number: int) -> tuple:
-        """derive_seed(seed, *label, case key) draws the input of draw ``number`` (the verifier's ``input``)."""
-        return (REPLAY_LABEL, self.nonce, number)
+        """The label of draw ``number`` under the nonce now (:func:`replay_label`)."""
+        return replay_label(self.nonce, number)
 
     def report(self) -> dict:
         """result.json's ``timed_inputs`` (written after the last pair: the nonce is no secret then)."""
@@ -195,9 +206,8 @@ class Outcome:
                 f"({first['rule']}: {first['message']})")
 
 
-def judge(kept: list, verifier, cases: list, variant: str, draws: Draws) -> Outcome | None:
-    """Hand every kept (Recheck, output) to ``verifier`` (okc.judge.verdict.verifier.Verifier) and gather its verdicts
-    (``draws``: the bench's, whose labels say how each output's input was drawn).
+def judge(kept: list, verifier, cases: list, variant: str) -> Outcome | None:
+    """Hand every kept (Recheck, output) to ``verifier`` (okc.judge.verdict.verifier.Verifier) and gather its verdicts.
 
     None when nothing was re-checked or nothing can judge (a benchmark timing without a verifier).
     """
@@ -213,7 +223,7 @@ def judge(kept: list, verifier, cases: list, variant: str, draws: Draws) -> Outc
         for recheck, out in entries:
             key = cases[recheck.case].key
             per_side[recheck.side] = per_side.get(recheck.side, 0) + 1
-            items.append(({"weights": "weights", "case": key, "input": [*draws.label(recheck.draw), key], "variant": variant,
+            items.append(({"weights": "weights", "case": key, "input": [*recheck.label, key], "variant": variant,
                            "tag": recheck.tag(key), "stream": recheck.side, "poisoned": recheck.poisoned}, out))
         verifier.submit_all(items)  # their bytes copied together (okc.judge.verdict.verifier)
         handed = time.monotonic()

@@ -274,7 +274,6 @@ class CpuScreener:
 
     def time_point(self, source: Path, step: Step) -> tuple[list[dict], int]:
         self.side = self.bench.add_side("candidate", source, step)
-        self.bench.draws.renew()  # the point's timed inputs: a nonce its import and prepare never saw (no re-checks)
         step("time")
         table, _ = self.bench.measure()
         rows = case_rows(table, self.cases, self.settings.judge_overhead_us)
