@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on a GPU machine of the device tool: set up what the image lacks, run the GPU tests
 # and the benchmark scripts, and leave every log under $OUT (at most 8 files come back).
-# Usage there: bash benchmarks/device_run.sh [stage ...]   (stages: tests check bench floor ssh cli aa setup scaling keepcache protocached screen loop ab abmore abnext bisect alone recheck fresh vcost vprof profile vecdiag ctx eageraa gpumode pmpp survey)
+# Usage there: bash benchmarks/device_run.sh [stage ...]   (stages: tests check bench floor ssh cli aa setup scaling keepcache protocached screen loop ab abmore abnext bisect alone recheck fresh hostprof vcost vprof profile vecdiag ctx eageraa gpumode pmpp survey)
 # A stage's seconds are capped where it says ${OKC_T_<stage>:-N}: the call's 600 s must hold them all.
 set -uo pipefail
 export OUT=${OUT:-/tmp/okc-out}
@@ -55,6 +55,10 @@ for s in $stages; do
         recheck) stage recheck_cost timeout ${OKC_T_recheck:-90} python3 benchmarks/recheck_cost.py --runs ${OKC_RECHECK_RUNS:-1} ${OKC_RECHECK_ARGS:-}
                  [ "${OKC_T_transport:-40}" = 0 ] || stage verifier_transport timeout ${OKC_T_transport:-40} python3 benchmarks/verifier_transport.py --device cuda --total-mb 2048 ;;
         fresh) stage fresh_cost timeout ${OKC_T_fresh:-200} python3 benchmarks/fresh_cost.py --rounds ${OKC_FRESH_ROUNDS:-3} --pairs ${OKC_FRESH_PAIRS:-150} ;;
+        hostprof) for way in fresh same fresh same; do
+                      stage host_profile timeout ${OKC_T_hostprof:-60} python3 benchmarks/host_profile.py --pairs ${OKC_HP_PAIRS:-150} --way $way --no-profile
+                  done
+                  stage host_profile_cprofile timeout ${OKC_T_hostprof:-60} python3 benchmarks/host_profile.py --pairs ${OKC_HP_PAIRS:-150} --way fresh ;;
         vcost) stage verifier_cost timeout ${OKC_T_vcost:-90} python3 benchmarks/verifier_cost.py --device cuda ;;
         profile) stage profile_bench timeout ${OKC_T_profile:-60} python3 benchmarks/profile_bench.py ;;
         pmpp) stage eval_protocol timeout ${OKC_T_evalproto:-60} python3 benchmarks/eval_protocol.py .refk/pmpp_v2/matmul_py
