@@ -34,6 +34,9 @@ EXIT_BAD_JOB = 2
 VERIFIED_KINDS = ("check", "bench", "try")  # the kinds whose outputs the verifier process judges
 COMPILED_KINDS = ("screen",)  # the kinds whose points are compiled ahead (okc.ahead): a standby's stem serves them
 ENV_WAIT_S = 30.0  # at most this long for env.json at the end (nvidia-smi is asked twice at most, 10 s each)
+# The phases that time the GPU: env.json's nvidia-smi must be done before one begins (a warm standby's job reaches its
+# timing within a second, while nvidia-smi may still query the GPU). A try's steps name them "bench.bench".
+TIMING_PHASES = ("bench", "floor", "profile", "point")
 # okc.judge.verdict.verifier.COMMAND, spelled out: importing that module here would import torch first.
 VERIFIER_COMMAND = [sys.executable, "-c", "import os; os.nice(10); from okc.verify import main; main()"]
 
@@ -86,11 +89,27 @@ class Worker:
     def phase(self, name: str, **info) -> None:
         # log_at: where the log stood when the phase began; a process that dies without a result is
         # then described by what was printed during its phase (the candidate's words), never okc's earlier lines.
+        if name.rpartition(".")[2] in TIMING_PHASES:
+            self._env_done()
         write_json(self.job_dir / PHASE_FILE, {"phase": name, **info, "at_s": self.mark(name), "log_at": _log_offset()})
         if name.rpartition(".")[2] == "prepare":  # a try job's steps name theirs "check.prepare", "bench.prepare"
             self._deadline.arm(self.job.prepare_timeout_s, self._prepare_expired, self.job.prepare_timeout_s)
         else:
             self._deadline.disarm()
+
+    def _env_done(self) -> None:
+        """Wait for env.json's writer (nvidia-smi beside timed replays perturbs them), at most ENV_WAIT_S; say so when
+        it had to wait, and when it still runs after that (the timing then goes on beside it)."""
+        writer = self._env
+        if writer is None or writer is threading.current_thread() or not writer.is_alive():
+            return
+        started = time.monotonic()
+        writer.join(ENV_WAIT_S)
+        waited = time.monotonic() - started
+        if writer.is_alive():
+            self.log(f"env.json: nvidia-smi still runs after {waited:.1f} s; the timing begins beside it")
+        elif waited >= 0.05:
+            self.log(f"env.json: waited {waited:.2f} s for nvidia-smi before the timing began")
 
     def _prepare_expired(self, limit: float) -> None:
         self.log(f"prepare exceeded its {limit:g} s limit; stopping the job")

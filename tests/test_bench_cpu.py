@@ -4,6 +4,8 @@ GPU, result assembly, settings, and the refusal of bench and floor jobs on a CUD
 import json
 import math
 import os
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -349,6 +351,27 @@ def test_readings_try_the_older_field_name_but_never_wait_twice_on_a_hung_nvidia
     fake.write_text(f"#!/bin/sh\necho x >> {asked}\nexec sleep 5\n")  # hung
     monkeypatch.setattr(envinfo, "NVIDIA_SMI_TIMEOUT_S", 2.0)
     assert envinfo.gpu_readings(0) is None and len(asked.read_text().split()) == 1
+
+
+def test_no_timing_phase_begins_while_env_json_still_asks_nvidia_smi(tmp_path, capsys):
+    # A warm standby's job reaches its timing within a second of its start, while the thread writing env.json may
+    # still be running nvidia-smi, which perturbs the GPU it queries: a timing phase waits for it; the others do not.
+    from okc.worker import Worker
+
+    worker = Worker(tmp_path)
+    worker.job = type("Job", (), {"prepare_timeout_s": 60.0})()
+    for name, waits in (("check", False), ("setup", False), ("bench", True), ("bench.bench", True),
+                        ("floor", True), ("profile", True), ("point", True)):
+        release = threading.Event()
+        worker._env = threading.Thread(target=release.wait, args=(3.0,), daemon=True)
+        worker._env.start()
+        threading.Timer(0.3, release.set).start()
+        started = time.monotonic()
+        worker.phase(name)
+        assert (time.monotonic() - started >= 0.25) is waits, name
+        assert worker._env.is_alive() is not waits, name
+        worker._env.join()
+    assert "waited" in capsys.readouterr().out
 
 
 # --- refusal without CUDA, through the worker --------------------------------------------------
