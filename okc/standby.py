@@ -199,19 +199,17 @@ def become_worker(job_dir: Path, warm_s: float | None = None, verifier: subproce
     Worker(job_dir, standby_warm_s=warm_s, verifier=verifier, stem=stem, held=held).run()
 
 
-def _touch(path: Path | None) -> None:
+def _mark(path: Path | None, present: bool = True) -> None:
+    """Create (or, ``present`` False, remove) the empty marker file ``path``; a folder already gone is no fault:
+    the keeper claimed this standby, and the job is on its way."""
+    if path is None:
+        return
     try:
-        if path is not None:
+        if present:
             path.write_text("")
-    except OSError:  # the folder is gone: claimed already, and the job is on its way
-        pass
-
-
-def _remove(path: Path | None) -> None:
-    try:
-        if path is not None:
+        else:
             path.unlink(missing_ok=True)
-    except OSError:  # the folder is gone: claimed already
+    except OSError:
         pass
 
 
@@ -221,16 +219,16 @@ def main(argv: list[str]) -> None:
     ready = Path(argv[0]) if argv else None
     verifier, stem = warm_up()
     warm_at = time.monotonic()
-    _touch(ready)
+    _mark(ready)
     job_line = JobLine()
     held = make_ahead(Path(argv[1]), job_line.arrived) if len(argv) > 1 else None
     if held is not None and ready is not None:
-        _touch(ready.with_name(HELD_FILE))
+        _mark(ready.with_name(HELD_FILE))
     job_dir = job_line.wait(held_idle_s() if held is not None else None)
     if held is not None and job_line.line is None:  # no job came: the GPU memory it holds goes back, not only at exit
         held.drop()
         held = None
-        _remove(ready.with_name(HELD_FILE) if ready is not None else None)
+        _mark(ready.with_name(HELD_FILE) if ready is not None else None, present=False)
         job_dir = job_line.wait()
     if job_dir is None or not job_dir.is_dir():
         sys.exit(EXIT_BAD_JOB)  # no job came (the keeper gave up): nothing ran
