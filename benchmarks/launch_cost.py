@@ -1,0 +1,90 @@
+"""The host's microseconds for each stream operation of one timed replay (issue 31's cost, issue 35's pairs).
+
+A bench's timed replay is, on the host: the input's plan and its draw kernel (Triton), the output's NaN fill (a
+copy), the flush graph, an event, the candidate's graph, an event, the output's copy out (okc.judge.protocol.timing
+.Protocol.submit). This times each of them alone, ``--calls`` times back to back (the flush 200 times: the
+launch queue holds about a thousand, and more would make the host wait on the GPU), and the draw two more ways: its plan alone, and its
+compiled kernel launched directly (``CompiledKernel[grid]``, Triton's dispatch skipped), to say how much of the draw
+is Triton's Python dispatch.
+Usage (on the GPU machine, from the repository root): python3 benchmarks/launch_cost.py [--calls 2000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+
+def per_call_us(calls: int, action) -> float:
+    """The median over five rounds of the host's microseconds a call of ``action`` (the GPU is drained between)."""
+    import torch
+
+    rounds = []
+    for _ in range(5):
+        torch.cuda.synchronize()
+        started = time.perf_counter()
+        for index in range(calls):
+            action(index)
+        rounds.append((time.perf_counter() - started) / calls * 1e6)
+        torch.cuda.synchronize()
+    return sorted(rounds)[2]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=2000)
+    args = parser.parse_args()
+    import torch
+
+    from okc.judge.protocol import timing
+    from okc.problems import projection_draw as draw
+    from okc.problems.muse_bf16_proj import PROBLEM
+
+    device = torch.device("cuda")
+    calls = args.calls
+    rows = {}
+    for m in (1, 32, 256):
+        case = next(case for case in PROBLEM.scored_cases() if case.m == m)
+        layer = PROBLEM.layer(case.layer)
+        k = layer.k
+        x = torch.empty(m, k, dtype=layer.x_dtype, device=device)
+        seeds = [0x4000_0000_0000_0000 + 7919 * index for index in range(calls)]
+        rows[f"plan m={m}"] = per_call_us(calls, lambda i: draw.plan(seeds[i], m, k, "outlier"))
+        rows[f"draw m={m} (plan + Triton dispatch)"] = per_call_us(calls, lambda i: draw.draw(x, seeds[i], "outlier"))
+        kernel = draw._kernel()
+        chosen = draw.plan(seeds[0], m, k, "outlier")
+        grid = (m, -(-k // draw.BLOCK_K))
+        compiled = kernel[grid](x, m, k, chosen.x_seed, chosen.row_seed, chosen.forced, *chosen.outliers,
+                                draw.OUTLIER_SCALE, draw.PROBE_FRACTION, draw.PROBE_EXPONENTS.start,
+                                len(draw.PROBE_EXPONENTS), draw.PROBE_MIN_M, BLOCK_K=draw.BLOCK_K,
+                                ROWS=draw.ROWS_PER_PASS)
+        try:
+            direct = compiled[grid]
+            arguments = (x, m, k, chosen.x_seed, chosen.row_seed, chosen.forced, *chosen.outliers, draw.OUTLIER_SCALE,
+                         draw.PROBE_FRACTION, draw.PROBE_EXPONENTS.start, len(draw.PROBE_EXPONENTS), draw.PROBE_MIN_M,
+                         draw.BLOCK_K, draw.ROWS_PER_PASS)
+            rows[f"draw m={m}, compiled kernel direct"] = per_call_us(calls, lambda i: direct(*arguments))
+        except Exception as exc:  # noqa: BLE001 (Triton's internals differ by version: say so, go on)
+            rows[f"draw m={m}, compiled kernel direct"] = f"{type(exc).__name__}: {exc}"[:120]
+        poison = torch.full_like(x, float("nan"))
+        rows[f"copy_ m={m}"] = per_call_us(calls, lambda i: timing._copy(x, poison))
+    flush = timing.make_flush(device, "read")
+    rows["flush graph replay"] = per_call_us(min(calls, 200), lambda i: flush.run())
+    graph, _ = timing.trivial_graph(device)
+    rows["trivial graph replay"] = per_call_us(calls, lambda i: timing._replay(graph))
+    events = [torch.cuda.Event(enable_timing=True) for _ in range(calls)]
+    stream = torch.cuda.current_stream()
+    rows["event record"] = per_call_us(calls, lambda i: timing._record(events[i], stream))
+    width = max(len(name) for name in rows)
+    print(f"{'host us a call':>{width + 16}}")
+    for name, value in rows.items():
+        print(f"{name:<{width}}  {value:>12.2f}" if isinstance(value, float) else f"{name:<{width}}  {value}")
+
+
+if __name__ == "__main__":
+    main()
