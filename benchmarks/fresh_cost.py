@@ -6,7 +6,9 @@ set-up, warm-up, exactly ``--pairs`` pairs, no verifier), alternating two ways, 
 - ``fresh``: okc as it is: before every timed replay the problem draws a new input into the graph's
   input buffer on the stream (``Problem.fill_input``: one kernel for muse_bf16_proj);
 - ``same``: that draw left out (fill_input does nothing and says it drew), so every replay of a case
-  reads the buffer as the capture left it. Only a benchmark may do this: it is the cheat issue 31 closed.
+  reads the buffer as the capture left it. Only a benchmark may do this: it is the cheat issue 31 closed;
+- ``dispatch``: as ``fresh``, every draw launched through Triton's dispatch (okc before its direct launches:
+  okc.problems.projection_draw.Launcher).
 
 Prints each bench's seconds in its pairs and ms a pair, and the medians' difference: the draws' share
 of the pairs. What judging the re-checked outputs costs on top is benchmarks/recheck_cost.py's (the
@@ -26,7 +28,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-WAYS = ("fresh", "same")
+WAYS = ("fresh", "same", "dispatch")
 
 
 def run_one(way: str, pairs: int, seed: int) -> dict:
@@ -36,6 +38,10 @@ def run_one(way: str, pairs: int, seed: int) -> dict:
     from okc.judge.kinds.bench import Bench, BenchSettings
     from okc.problems.muse_bf16_proj import PROBLEM
 
+    if way == "dispatch":
+        from okc.problems import projection_draw
+
+        projection_draw._launcher.direct = False
     if way == "same":
         PROBLEM.fill_input = lambda buffer, case, seed, variant: True  # "drawn": the buffer keeps what it held
     candidate = sorted((REPO / "candidates").glob("001_*.py"))[0]
@@ -62,7 +68,7 @@ def main() -> None:
         return
     rows = []
     for index in range(args.rounds):
-        for way in WAYS if index % 2 == 0 else WAYS[::-1]:  # ABBA over the rounds
+        for way in WAYS[index % len(WAYS):] + WAYS[:index % len(WAYS)]:  # each way first in a round of its own
             done = subprocess.run([sys.executable, __file__, "--pairs", str(args.pairs), "--one", way, str(1000 + index)],
                                   capture_output=True, text=True, timeout=300)
             if done.returncode != 0:
@@ -73,8 +79,9 @@ def main() -> None:
                   f"({1000 * row['pairs_s'] / row['pairs']:.2f} ms a pair, {row['copies']} copies); "
                   f"score {row['score']:.4f}", flush=True)
     median = {way: statistics.median(r["pairs_s"] for r in rows if r["way"] == way) for way in WAYS}
-    print(f"median seconds in the pairs: fresh {median['fresh']:.3f}, same {median['same']:.3f}: the draws cost "
-          f"{median['fresh'] / median['same'] - 1:+.1%} of the pairs")
+    print(f"median seconds in the pairs: fresh {median['fresh']:.3f}, same {median['same']:.3f}, dispatch "
+          f"{median['dispatch']:.3f}: the draws cost {median['fresh'] / median['same'] - 1:+.1%} of the pairs "
+          f"({median['dispatch'] / median['same'] - 1:+.1%} through Triton's dispatch)")
 
 
 if __name__ == "__main__":

@@ -3,9 +3,9 @@
 A bench's timed replay is, on the host: the input's plan and its draw kernel (Triton), the output's NaN fill (a
 copy), the flush graph, an event, the candidate's graph, an event, the output's copy out (okc.judge.protocol.timing
 .Protocol.submit). This times each of them alone, ``--calls`` times back to back (the flush 200 times: the
-launch queue holds about a thousand, and more would make the host wait on the GPU), and the draw two more ways: its plan alone, and its
-compiled kernel launched directly (``CompiledKernel[grid]``, Triton's dispatch skipped), to say how much of the draw
-is Triton's Python dispatch.
+launch queue holds about a thousand, and more would make the host wait on the GPU), and the draw's plan
+alone, and the draw both ways: each launch through Triton's dispatch, and most launched directly
+(okc.problems.projection_draw.Launcher).
 Usage (on the GPU machine, from the repository root): python3 benchmarks/launch_cost.py [--calls 2000]
 """
 
@@ -55,22 +55,12 @@ def main() -> None:
         x = torch.empty(m, k, dtype=layer.x_dtype, device=device)
         seeds = [0x4000_0000_0000_0000 + 7919 * index for index in range(calls)]
         rows[f"plan m={m}"] = per_call_us(calls, lambda i: draw.plan(seeds[i], m, k, "outlier"))
-        rows[f"draw m={m} (plan + Triton dispatch)"] = per_call_us(calls, lambda i: draw.draw(x, seeds[i], "outlier"))
-        kernel = draw._kernel()
-        chosen = draw.plan(seeds[0], m, k, "outlier")
-        grid = (m, -(-k // draw.BLOCK_K))
-        compiled = kernel[grid](x, m, k, chosen.x_seed, chosen.row_seed, chosen.forced, *chosen.outliers,
-                                draw.OUTLIER_SCALE, draw.PROBE_FRACTION, draw.PROBE_EXPONENTS.start,
-                                len(draw.PROBE_EXPONENTS), draw.PROBE_MIN_M, BLOCK_K=draw.BLOCK_K,
-                                ROWS=draw.ROWS_PER_PASS)
-        try:
-            direct = compiled[grid]
-            arguments = (x, m, k, chosen.x_seed, chosen.row_seed, chosen.forced, *chosen.outliers, draw.OUTLIER_SCALE,
-                         draw.PROBE_FRACTION, draw.PROBE_EXPONENTS.start, len(draw.PROBE_EXPONENTS), draw.PROBE_MIN_M,
-                         draw.BLOCK_K, draw.ROWS_PER_PASS)
-            rows[f"draw m={m}, compiled kernel direct"] = per_call_us(calls, lambda i: direct(*arguments))
-        except Exception as exc:  # noqa: BLE001 (Triton's internals differ by version: say so, go on)
-            rows[f"draw m={m}, compiled kernel direct"] = f"{type(exc).__name__}: {exc}"[:120]
+        for direct in (False, True):
+            launcher = draw.Launcher()
+            launcher.direct = direct
+            draw._launcher = launcher
+            name = "direct launches (okc's Launcher)" if direct else "through Triton's dispatch"
+            rows[f"draw m={m}, {name}"] = per_call_us(calls, lambda i: draw.draw(x, seeds[i], "outlier"))
         poison = torch.full_like(x, float("nan"))
         rows[f"copy_ m={m}"] = per_call_us(calls, lambda i: timing._copy(x, poison))
     flush = timing.make_flush(device, "read")
