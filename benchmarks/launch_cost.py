@@ -35,6 +35,28 @@ def per_call_us(calls: int, action) -> float:
     return sorted(rounds)[2]
 
 
+def gpu_us_a_draw(draw, x, seeds: list[int]) -> float:
+    """The GPU's microseconds a draw: ``seeds``' draws captured in one CUDA graph, its replays timed by events."""
+    import torch
+
+    for seed in seeds[:2]:
+        draw.draw(x, seed, "outlier")  # compiled before the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for seed in seeds:
+            draw.draw(x, seed, "outlier")
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    readings = []
+    for _ in range(5):
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        readings.append(start.elapsed_time(end) * 1e3 / len(seeds))
+    return sorted(readings)[2]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=2000)
@@ -61,6 +83,7 @@ def main() -> None:
             draw._launcher = launcher
             name = "direct launches (okc's Launcher)" if direct else "through Triton's dispatch"
             rows[f"draw m={m}, {name}"] = per_call_us(calls, lambda i: draw.draw(x, seeds[i], "outlier"))
+        rows[f"draw m={m}: the GPU's us a draw (100 in a graph)"] = gpu_us_a_draw(draw, x, seeds[:100])
         poison = torch.full_like(x, float("nan"))
         rows[f"copy_ m={m}"] = per_call_us(calls, lambda i: timing._copy(x, poison))
     flush = timing.make_flush(device, "read")

@@ -52,3 +52,8 @@ def test_a_cpu_draw_scales_the_planned_columns_and_keeps_a_probe_row():
     assert hot > 20 * cold
     with pytest.raises(ValueError, match="unknown input variant"):
         draw.plan(seed, m, k, "bimodal")
+
+
+def test_a_pass_of_the_draw_kernel_reads_the_rows_next_power_of_two_within_its_bounds():
+    assert [draw.rows_per_pass(m) for m in (1, 2, 16, 17, 32, 33, 256, 1024, 1025, 5000)] == \
+        [16, 16, 16, 32, 32, 64, 256, 1024, 1024, 1024]

@@ -38,7 +38,14 @@ OUTLIER_COLUMNS = 4  # columns of x scaled up in the "outlier" variant
 OUTLIER_SCALE = 100.0
 VARIANTS = ("normal", "outlier")
 BLOCK_K = 1024  # columns per program of the kernel
-ROWS_PER_PASS = 1024  # rows whose probe draws one program reads per pass (it looks at every row)
+ROWS_PER_PASS = 1024  # at most this many rows' probe draws are read by one program per pass (it reads every row's)
+
+
+def rows_per_pass(m: int) -> int:
+    """The rows a program of the draw kernel reads per pass: m's next power of two (16 at least), at most
+    ROWS_PER_PASS. Each row's draws depend on its index alone, so this decides only how much of the GPU's work
+    is masked out (all but one lane of 1024 for a 1-row input at a flat 1024), never the input."""
+    return min(ROWS_PER_PASS, max(16, 1 << (m - 1).bit_length()))
 
 
 @dataclass(frozen=True)
@@ -94,7 +101,7 @@ def draw(out: torch.Tensor, seed: int, variant: str) -> bool:
             return False
         hot = (*chosen.outliers, *([-1] * (OUTLIER_COLUMNS - len(chosen.outliers))))
         arguments = (out, m, k, chosen.x_seed, chosen.row_seed, chosen.forced, *hot, OUTLIER_SCALE, PROBE_FRACTION,
-                     PROBE_EXPONENTS.start, len(PROBE_EXPONENTS), PROBE_MIN_M, BLOCK_K, ROWS_PER_PASS)
+                     PROBE_EXPONENTS.start, len(PROBE_EXPONENTS), PROBE_MIN_M, BLOCK_K, rows_per_pass(m))
         _launcher.launch(kernel, (m, -(-k // BLOCK_K)), arguments, chosen)
         return True
     out.copy_(_torch_draw(chosen, m, k, out.device))
