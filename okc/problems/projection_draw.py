@@ -158,8 +158,8 @@ class Launcher:
     A bench draws an input for every timed replay, thousands a run, and the host enqueues them (the pairs are
     bound by the host: benchmarks/NOTES.md, 2026-12-07). Triton's dispatch binds and specialises the arguments and
     looks the compiled kernel up anew at every call. Every argument the compiled variant depends on is fixed by the
-    key here: the buffer's form, device and 16-byte alignment, and whether each seed is a 32-bit or 64-bit integer
-    (the kernel is not specialised on the per-draw integers' values). The first launch of a key goes through
+    key here: the buffer's form, device and 16-byte alignment, whether each seed is a 32-bit or 64-bit integer
+    (the kernel is not specialised on the per-draw integers' values), and the constexprs. The first launch of a key goes through
     Triton, which compiles it and hands the compiled kernel back; later launches of the key call it directly,
     the way Triton itself does. Where anything of that differs (another Triton, a profiler's launch hooks), every
     launch goes through Triton's dispatch, as before.
@@ -174,7 +174,7 @@ class Launcher:
     def launch(self, kernel, grid: tuple[int, int], arguments: tuple, chosen: Plan) -> None:
         out = arguments[0]
         key = (tuple(out.shape), out.dtype, out.device.index, out.data_ptr() % 16 == 0,
-               chosen.x_seed < 2**31, chosen.row_seed < 2**31)
+               chosen.x_seed < 2**31, chosen.row_seed < 2**31, arguments[-2:])  # the last two: the constexprs
         compiled = self.compiled.get(key) if self.direct else None
         if compiled is not None:
             try:
