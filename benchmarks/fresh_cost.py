@@ -6,9 +6,7 @@ set-up, warm-up, exactly ``--pairs`` pairs, no verifier), alternating two ways, 
 - ``fresh``: okc as it is: before every timed replay the problem draws a new input into the graph's
   input buffer on the stream (``Problem.fill_input``: one kernel for muse_bf16_proj);
 - ``same``: that draw left out (fill_input does nothing and says it drew), so every replay of a case
-  reads the buffer as the capture left it. Only a benchmark may do this: it is the cheat issue 31 closed;
-- ``dispatch``: as ``fresh``, every draw launched through Triton's dispatch (okc before its direct launches:
-  okc.problems.projection_draw.Launcher).
+  reads the buffer as the capture left it. Only a benchmark may do this: it is the cheat issue 31 closed.
 
 Prints each bench's seconds in its pairs and ms a pair, and the medians' difference: the draws' share
 of the pairs. What judging the re-checked outputs costs on top is benchmarks/recheck_cost.py's (the
@@ -28,7 +26,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-WAYS = ("fresh", "same", "dispatch")
+WAYS = ("fresh", "same")
 
 
 def run_one(way: str, pairs: int, seed: int) -> dict:
@@ -38,10 +36,6 @@ def run_one(way: str, pairs: int, seed: int) -> dict:
     from okc.judge.kinds.bench import Bench, BenchSettings
     from okc.problems.muse_bf16_proj import PROBLEM
 
-    if way == "dispatch":
-        from okc.problems import projection_draw
-
-        projection_draw._launcher.direct = False
     if way == "same":
         PROBLEM.fill_input = lambda buffer, case, seed, variant: True  # "drawn": the buffer keeps what it held
     candidate = sorted((REPO / "candidates").glob("001_*.py"))[0]
@@ -79,9 +73,8 @@ def main() -> None:
                   f"({1000 * row['pairs_s'] / row['pairs']:.2f} ms a pair, {row['copies']} copies); "
                   f"score {row['score']:.4f}", flush=True)
     median = {way: statistics.median(r["pairs_s"] for r in rows if r["way"] == way) for way in WAYS}
-    print(f"median seconds in the pairs: fresh {median['fresh']:.3f}, same {median['same']:.3f}, dispatch "
-          f"{median['dispatch']:.3f}: the draws cost {median['fresh'] / median['same'] - 1:+.1%} of the pairs "
-          f"({median['dispatch'] / median['same'] - 1:+.1%} through Triton's dispatch)")
+    print(f"median seconds in the pairs: fresh {median['fresh']:.3f}, same {median['same']:.3f}: the draws cost "
+          f"{median['fresh'] / median['same'] - 1:+.1%} of the pairs")
 
 
 if __name__ == "__main__":

@@ -4,8 +4,7 @@ A bench's timed replay is, on the host: the input's plan and its draw kernel (Tr
 copy), the flush graph, an event, the candidate's graph, an event, the output's copy out (okc.judge.protocol.timing
 .Protocol.submit). This times each of them alone, ``--calls`` times back to back (the flush 200 times: the
 launch queue holds about a thousand, and more would make the host wait on the GPU), and the draw's plan
-alone, and the draw both ways: each launch through Triton's dispatch, and most launched directly
-(okc.problems.projection_draw.Launcher).
+alone; and the GPU's own time a draw (captured in a graph), at the rows a pass that okc reads now and at 1024.
 Usage (on the GPU machine, from the repository root): python3 benchmarks/launch_cost.py [--calls 2000]
 """
 
@@ -77,15 +76,10 @@ def main() -> None:
         x = torch.empty(m, k, dtype=layer.x_dtype, device=device)
         seeds = [0x4000_0000_0000_0000 + 7919 * index for index in range(calls)]
         rows[f"plan m={m}"] = per_call_us(calls, lambda i: draw.plan(seeds[i], m, k, "outlier"))
-        for direct in (False, True):
-            launcher = draw.Launcher()
-            launcher.direct = direct
-            draw._launcher = launcher
-            name = "direct launches (okc's Launcher)" if direct else "through Triton's dispatch"
-            rows[f"draw m={m}, {name}"] = per_call_us(calls, lambda i: draw.draw(x, seeds[i], "outlier"))
+        drawn = per_call_us(calls, lambda i: draw.draw(x, seeds[i], "outlier"))
+        rows[f"draw m={m} (its plan and Triton's dispatch)"] = drawn
         rows[f"draw m={m}: the GPU's us a draw (100 in a graph)"] = gpu_us_a_draw(draw, x, seeds[:100])
         fitted, draw.rows_per_pass = draw.rows_per_pass, lambda m: draw.ROWS_PER_PASS
-        draw._launcher = draw.Launcher()  # the constexprs are part of its keys; a new one all the same
         rows[f"draw m={m}: the GPU's us a draw, 1024 rows a pass (before a0d7a11)"] = gpu_us_a_draw(draw, x, seeds[:100])
         draw.rows_per_pass = fitted
         poison = torch.full_like(x, float("nan"))

@@ -100,9 +100,9 @@ def draw(out: torch.Tensor, seed: int, variant: str) -> bool:
         if kernel is None:
             return False
         hot = (*chosen.outliers, *([-1] * (OUTLIER_COLUMNS - len(chosen.outliers))))
-        arguments = (out, m, k, chosen.x_seed, chosen.row_seed, chosen.forced, *hot, OUTLIER_SCALE, PROBE_FRACTION,
-                     PROBE_EXPONENTS.start, len(PROBE_EXPONENTS), PROBE_MIN_M, BLOCK_K, rows_per_pass(m))
-        _launcher.launch(kernel, (m, -(-k // BLOCK_K)), arguments, chosen)
+        kernel[(m, -(-k // BLOCK_K))](out, m, k, chosen.x_seed, chosen.row_seed, chosen.forced, *hot,
+                                      OUTLIER_SCALE, PROBE_FRACTION, PROBE_EXPONENTS.start, len(PROBE_EXPONENTS),
+                                      PROBE_MIN_M, BLOCK_K=BLOCK_K, ROWS=rows_per_pass(m))
         return True
     out.copy_(_torch_draw(chosen, m, k, out.device))
     return True
@@ -152,53 +152,6 @@ def _torch_draw(chosen: Plan, m: int, k: int, device: torch.device) -> torch.Ten
     return torch.where(probe[:, None], probes, x)
 
 
-class Launcher:
-    """The draw kernel's launches, most without Triton's Python dispatch.
-
-    A bench draws an input for every timed replay, thousands a run, and the host enqueues them (the pairs are
-    bound by the host: benchmarks/NOTES.md, 2026-12-07). Triton's dispatch binds and specialises the arguments and
-    looks the compiled kernel up anew at every call. Every argument the compiled variant depends on is fixed by the
-    key here: the buffer's form, device and 16-byte alignment, whether each seed is a 32-bit or 64-bit integer
-    (the kernel is not specialised on the per-draw integers' values), and the constexprs. The first launch of a key goes through
-    Triton, which compiles it and hands the compiled kernel back; later launches of the key call it directly,
-    the way Triton itself does. Where anything of that differs (another Triton, a profiler's launch hooks), every
-    launch goes through Triton's dispatch, as before.
-    """
-
-    def __init__(self) -> None:
-        self.compiled: dict[tuple, object] = {}
-        self.direct = True  # False once the direct path failed: Triton's dispatch for good
-        self.direct_launches = 0
-        self._runtime = None  # (Triton's launch hooks, its current device, its current stream), at the first direct one
-
-    def launch(self, kernel, grid: tuple[int, int], arguments: tuple, chosen: Plan) -> None:
-        out = arguments[0]
-        key = (tuple(out.shape), out.dtype, out.device.index, out.data_ptr() % 16 == 0,
-               chosen.x_seed < 2**31, chosen.row_seed < 2**31, arguments[-2:])  # the last two: the constexprs
-        compiled = self.compiled.get(key) if self.direct else None
-        if compiled is not None:
-            try:
-                if self._runtime is None:
-                    from triton import knobs
-                    from triton.runtime import driver
-
-                    self._runtime = (knobs.runtime, driver.active.get_current_device, driver.active.get_current_stream)
-                hooks, device, stream = self._runtime
-                if hooks.launch_enter_hook is None and hooks.launch_exit_hook is None:
-                    compiled.run(grid[0], grid[1], 1, stream(device()), compiled.function, compiled.packed_metadata,
-                                 None, None, None, *arguments)
-                    self.direct_launches += 1
-                    return
-            except Exception:  # noqa: BLE001 (Triton's internals: any surprise means its own dispatch from now on)
-                self.direct = False
-                self.compiled.clear()
-        *values, block_k, rows = arguments
-        compiled = kernel[grid](*values, BLOCK_K=block_k, ROWS=rows)
-        if self.direct and compiled is not None and hasattr(compiled, "packed_metadata"):
-            self.compiled[key] = compiled
-
-
-_launcher = Launcher()
 _compiled: list = []  # [kernel or None], filled on first use
 
 
