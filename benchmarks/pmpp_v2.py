@@ -375,8 +375,13 @@ def figure_against_hand(figure: dict, record: dict, modes: list[str]) -> str | N
         return None
     errs = math.hypot(end.get("err_us") or 0.0, err or 0.0)
     apart = abs(end["mean_us"] - mean) / errs if errs else float("inf")
+    # eval.py's err is one run's std / sqrt(n); its runs in separate processes scatter by more (2026-12-07, NOTES):
+    # say too whether the by-hand mean lies among the figure's own runs of that case
+    runs = end.get("run_means_us") or []
+    among = (f"; the figure's runs {min(runs):.1f}-{max(runs):.1f}: by hand "
+             f"{'inside' if min(runs) <= mean <= max(runs) else 'outside'}") if runs else ""
     return (f"figure's candidate {fmt(end['mean_us'], '.1f')}±{fmt(end.get('err_us'), '.1f')} against by hand "
-            f"{fmt(mean, '.1f')}±{fmt(err, '.1f')}: {apart:.1f} errs apart")
+            f"{fmt(mean, '.1f')}±{fmt(err, '.1f')}: {apart:.1f} errs apart{among}")
 
 
 def order_key(problem: Problem) -> tuple:
