@@ -65,6 +65,9 @@ class GpuClock:
         self.variant = problem.input_variants[0]
         self._scratch: dict[tuple, torch.Tensor] = {}  # (case, side) -> where an unjudged replay's output goes
         self._poison: dict[tuple, torch.Tensor] = {}  # (case, side) -> NaNs of the output's form
+        # id(captured) -> (captured, a tensor over its output's place): made once (a view costs the host about 12 us,
+        # twice a timed replay), alive as long as the clock, never longer than the graphs (the sides outlive it)
+        self._views: dict[int, tuple[object, torch.Tensor]] = {}
         self._drawn_in_place: list[bool] = []  # per case: Problem.fill_input draws on the stream
         self.ops_cap: int | None = None  # the most ops a batch may hold for its drawn inputs' memory (stage)
         self.cap_reason = ""  # why, in a line of the bench's log
@@ -146,10 +149,9 @@ class GpuClock:
             fresh = self.problem.make_input(case, seed, self.variant, self.protocol.device).x
             drawn.append(fresh)  # alive until the batch is collected
             before = list(copy_pairs(buffer, fresh))
-        place = captured.place
         poison = self._poison.get((unit.case, name))
         if poison is not None:
-            before.append((place.view(), poison))
+            before.append((self._view(captured), poison))
         scratch = self._scratch.get((unit.case, name))
         picked = final or (self.picker is not None and self.picker.pick(unit.pair))
         out = None  # no CUDA tensor to copy: a picked replay then fails at collect (BenchFailed)
@@ -158,8 +160,15 @@ class GpuClock:
         if picked:
             kept.append((Recheck(name, unit.case, None if final else unit.pair, number, self.sides.slot_of(unit.pair, name),
                                  poisoned=poison is not None, nonce=self.draws.nonce), out))
-        after = () if out is None else ((out, place.view()),)
+        after = () if out is None else ((out, self._view(captured)),)
         return Step(captured.graph, before=tuple(before), after=after)
+
+    def _view(self, captured) -> torch.Tensor:
+        """A tensor over ``captured``'s output place (okc.judge.protocol.capture.OutputPlace.view), made once."""
+        kept = self._views.get(id(captured))
+        if kept is None:
+            kept = self._views[id(captured)] = (captured, captured.place.view())
+        return kept[1]
 
     def steps(self, units: list[Unit], number: int, final: bool = False) -> tuple[list[Step], list, list, list]:
         """The stream steps of ``units``; per timed replay (unit index, side); the kept (Recheck, buffer); the drawn inputs."""
