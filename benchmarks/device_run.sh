@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on a GPU machine of the device tool: set up what the image lacks, run the GPU tests
 # and the benchmark scripts, and leave every log under $OUT (at most 8 files come back).
-# Usage there: bash benchmarks/device_run.sh [stage ...]   (stages: tests check bench floor ssh cli aa setup scaling keepcache protocached screen loop ab abmore abnext bisect alone recheck fresh hostprof launch vcost vprof profile vecdiag ctx eageraa gpumode pmpp survey)
+# Usage there: bash benchmarks/device_run.sh [stage ...]   (stages: tests check bench floor ssh cli aa setup scaling keepcache protocached screen loop ab abmore abnext bisect alone recheck fresh hostprof launch drawvar vcost vprof profile vecdiag ctx eageraa gpumode pmpp survey)
 # A stage's seconds are capped where it says ${OKC_T_<stage>:-N}: the call's 600 s must hold them all.
 set -uo pipefail
 export OUT=${OUT:-/tmp/okc-out}
@@ -59,6 +59,7 @@ for s in $stages; do
                       stage host_profile timeout ${OKC_T_hostprof:-60} python3 benchmarks/host_profile.py --pairs ${OKC_HP_PAIRS:-150} --way $way --no-profile
                   done
                   stage host_profile_cprofile timeout ${OKC_T_hostprof:-60} python3 benchmarks/host_profile.py --pairs ${OKC_HP_PAIRS:-150} --way fresh ;;
+        drawvar) stage draw_variants timeout ${OKC_T_drawvar:-90} python3 benchmarks/draw_variants.py ;;
         launch) stage launch_cost timeout ${OKC_T_launch:-60} python3 benchmarks/launch_cost.py ;;
         vcost) stage verifier_cost timeout ${OKC_T_vcost:-90} python3 benchmarks/verifier_cost.py --device cuda ;;
         profile) stage profile_bench timeout ${OKC_T_profile:-60} python3 benchmarks/profile_bench.py ;;
