@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import math
 import os
 import select
 import subprocess
@@ -160,10 +161,12 @@ class JobLine:
 
 
 def held_idle_s() -> float:
+    """OKC_STANDBY_HELD_S, or HELD_IDLE_S where it is unset or no finite number (a wait of "inf" would not start)."""
     try:
-        return max(0.0, float(os.environ.get(HELD_IDLE_ENV) or HELD_IDLE_S))
+        seconds = float(os.environ.get(HELD_IDLE_ENV) or HELD_IDLE_S)
     except ValueError:
         return HELD_IDLE_S
+    return max(0.0, seconds) if math.isfinite(seconds) else HELD_IDLE_S
 
 
 def warm_up() -> tuple[subprocess.Popen, subprocess.Popen | None]:

@@ -76,6 +76,7 @@ class Worker:
         self._stem = stem  # a compile fork server started before the job (a standby's: okc.ahead.stem), else None
         self._held = held  # a screen's baseline made ready before the job (a standby's: okc.standby.Held), else None
         self._env: threading.Thread | None = None  # writes env.json beside the job's start
+        self._env_waited = False  # a timing phase waited for it once already (_env_done)
 
     def log(self, line: str) -> None:
         print(line, flush=True)
@@ -101,8 +102,9 @@ class Worker:
         """Wait for env.json's writer (nvidia-smi beside timed replays perturbs them), at most ENV_WAIT_S; say so when
         it had to wait, and when it still runs after that (the timing then goes on beside it)."""
         writer = self._env
-        if writer is None or writer is threading.current_thread() or not writer.is_alive():
+        if writer is None or writer is threading.current_thread() or not writer.is_alive() or self._env_waited:
             return
+        self._env_waited = True  # once: a sweep's every point must not wait again on a writer that hung
         started = time.monotonic()
         writer.join(ENV_WAIT_S)
         waited = time.monotonic() - started

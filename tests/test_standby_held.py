@@ -131,3 +131,16 @@ def test_a_standby_worker_that_died_before_its_job_does_not_fail_the_job(tiny):
         time.sleep(0.1)
     checked = invoke("check", "001", "--quick")
     assert checked.exit_code == 0 and "PASS 001_matmul" in checked.output, checked.output
+
+
+@pytest.mark.parametrize("value, seconds", [(None, 120.0), ("30", 30.0), ("-5", 0.0), ("soon", 120.0),
+                                            ("inf", 120.0), ("nan", 120.0)])
+def test_the_held_baselines_idle_time_is_read_or_falls_back_never_an_endless_wait(monkeypatch, value, seconds):
+    # select() refuses an infinite timeout (OverflowError): "inf" would end the standby before its job came
+    from okc.standby import HELD_IDLE_ENV, held_idle_s
+
+    if value is None:
+        monkeypatch.delenv(HELD_IDLE_ENV, raising=False)
+    else:
+        monkeypatch.setenv(HELD_IDLE_ENV, value)
+    assert held_idle_s() == seconds
