@@ -21,6 +21,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from launch_cost import gpu_us  # noqa: E402 (a sibling script's: after the path above)
 
 FORMS = ((1, 8192), (16, 8192), (32, 8192), (128, 8192), (256, 8192), (256, 1024))
 
@@ -86,27 +89,6 @@ def launcher(draw, kernel, block_k: int, warps: int | None):
                                       draw.PROBE_MIN_M, BLOCK_K=block_k, ROWS=draw.rows_per_pass(m), **extra)
 
     return launch
-
-
-def gpu_us(launch, x, seeds: list[int]) -> float:
-    import torch
-
-    for seed in seeds[:2]:
-        launch(x, seed)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for seed in seeds:
-            launch(x, seed)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    readings = []
-    for _ in range(5):
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        readings.append(start.elapsed_time(end) * 1e3 / len(seeds))
-    return sorted(readings)[2]
 
 
 def moments(launch, m: int, k: int, device) -> str:

@@ -34,17 +34,18 @@ def per_call_us(calls: int, action) -> float:
     return sorted(rounds)[2]
 
 
-def gpu_us_a_draw(draw, x, seeds: list[int]) -> float:
-    """The GPU's microseconds a draw: ``seeds``' draws captured in one CUDA graph, its replays timed by events."""
+def gpu_us(launch, x, seeds: list[int]) -> float:
+    """The GPU's microseconds a call of ``launch(x, seed)``: a call per seed captured in one CUDA graph, the median
+    of 5 replays timed by events (benchmarks/draw_variants.py times its kernels with it too)."""
     import torch
 
     for seed in seeds[:2]:
-        draw.draw(x, seed, "outlier")  # compiled before the capture
+        launch(x, seed)  # compiled before the capture
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         for seed in seeds:
-            draw.draw(x, seed, "outlier")
+            launch(x, seed)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     readings = []
     for _ in range(5):
@@ -69,6 +70,10 @@ def main() -> None:
     device = torch.device("cuda")
     calls = args.calls
     rows = {}
+
+    def drawn_on_gpu(x, seed: int) -> None:
+        draw.draw(x, seed, "outlier")
+
     for m in (1, 32, 256):
         case = next(case for case in PROBLEM.scored_cases() if case.m == m)
         layer = PROBLEM.layer(case.layer)
@@ -78,9 +83,9 @@ def main() -> None:
         rows[f"plan m={m}"] = per_call_us(calls, lambda i: draw.plan(seeds[i], m, k, "outlier"))
         drawn = per_call_us(calls, lambda i: draw.draw(x, seeds[i], "outlier"))
         rows[f"draw m={m} (its plan and Triton's dispatch)"] = drawn
-        rows[f"draw m={m}: the GPU's us a draw (100 in a graph)"] = gpu_us_a_draw(draw, x, seeds[:100])
+        rows[f"draw m={m}: the GPU's us a draw (100 in a graph)"] = gpu_us(drawn_on_gpu, x, seeds[:100])
         fitted, draw.rows_per_pass = draw.rows_per_pass, lambda m: draw.ROWS_PER_PASS
-        rows[f"draw m={m}: the GPU's us a draw, 1024 rows a pass (before a0d7a11)"] = gpu_us_a_draw(draw, x, seeds[:100])
+        rows[f"draw m={m}: the GPU's us a draw, 1024 rows a pass (before a0d7a11)"] = gpu_us(drawn_on_gpu, x, seeds[:100])
         draw.rows_per_pass = fitted
         poison = torch.full_like(x, float("nan"))
         rows[f"copy_ m={m}"] = per_call_us(calls, lambda i: timing._copy(x, poison))
