@@ -38,3 +38,53 @@ def test_the_rows_a_pass_reads_never_change_the_input(device, m):
             assert torch.equal(x, flat), (m, seed, variant)
             if m >= draw.PROBE_MIN_M:
                 assert len(draw.probe_rows(x)) >= 1
+
+
+def _launch(x, seed, variant, block_k):
+    m, k = x.shape
+    chosen = draw.plan(seed, m, k, variant)
+    hot = (*chosen.outliers, *([-1] * (draw.OUTLIER_COLUMNS - len(chosen.outliers))))
+    draw._kernel()[(m, -(-k // block_k))](x, m, k, chosen.x_seed, chosen.row_seed, chosen.forced, *hot,
+                                          draw.OUTLIER_SCALE, draw.PROBE_FRACTION, draw.PROBE_EXPONENTS.start,
+                                          len(draw.PROBE_EXPONENTS), draw.PROBE_MIN_M, BLOCK_K=block_k,
+                                          ROWS=draw.rows_per_pass(m))
+    return chosen
+
+
+@pytest.mark.parametrize("k", [5, 1024 + 7, 8192])
+def test_a_draw_is_the_same_bits_whatever_columns_a_program_writes(device, k):
+    # four normals a Philox counter: the counter is the row's group of four columns, never the program's block
+    for seed in (11, 2**62 + 3):
+        reference = torch.empty(40, k, dtype=torch.float32, device=device)
+        assert draw.draw(reference, seed, "outlier")
+        for block_k in (256, 512, 2048):
+            x = torch.empty_like(reference)
+            _launch(x, seed, "outlier", block_k)
+            torch.cuda.synchronize()
+            assert torch.equal(x, reference), (k, seed, block_k)
+
+
+def test_a_gpu_draw_is_standard_normal_with_its_outliers_and_probe_rows():
+    if not torch.cuda.is_available() or draw._kernel() is None:
+        pytest.skip("needs CUDA and Triton")
+    m, k = 256, 8192
+    normals, probes, outlier_sd = [], 0, []
+    for seed in range(500, 520):
+        x = torch.empty(m, k, dtype=torch.float32, device="cuda")
+        chosen = _launch(x, seed, "outlier", draw.BLOCK_K)
+        mask = draw.probe_mask(x)
+        probes += int(mask.sum())
+        plain = torch.ones(k, dtype=torch.bool, device="cuda")
+        plain[list(chosen.outliers)] = False
+        normals.append(x[~mask][:, plain].flatten())
+        outlier_sd.append(x[~mask][:, list(chosen.outliers)].std().item())
+    z = torch.cat(normals).double()
+    n = z.numel()  # about 37 M draws: the mean's standard error is 1.6e-4
+    assert abs(z.mean().item()) < 1e-3
+    assert abs(z.std().item() - 1) < 1e-3
+    assert abs((z.abs() > 3).double().mean().item() - 0.0026998) < 1e-4  # the tails, not just two moments
+    # neighbours in a row (the four normals of one counter among them) are uncorrelated
+    assert abs(torch.corrcoef(torch.stack([z[:-1], z[1:]]))[0, 1].item()) < 1e-3
+    assert n > 30_000_000
+    assert all(80 < sd < 120 for sd in outlier_sd)  # x100 columns
+    assert abs(probes / (20 * m) - draw.PROBE_FRACTION) < 0.02  # 5120 rows: sd of the fraction 0.005

@@ -176,33 +176,28 @@ def _make_kernel():
                     min_exponent, exponents, min_m, BLOCK_K: tl.constexpr, ROWS: tl.constexpr):
         row = tl.program_id(0)
         cols = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
-        inside = cols < K
-        z = tl.randn(x_seed, row * K + cols)
+        # Four normals from each Philox round (tl.randn draws one): counter g of the row gives columns
+        # 4g..4g+3, whatever BLOCK_K, so the bits are a function of (x_seed, row, column) alone.
+        groups = tl.program_id(1) * (BLOCK_K // 4) + tl.arange(0, BLOCK_K // 4)
+        n0, n1, n2, n3 = tl.randn4x(x_seed, row * tl.cdiv(K, 4) + groups)
+        z = tl.interleave(tl.interleave(n0, n2), tl.interleave(n1, n3))
         hot = (cols == o0) | (cols == o1) | (cols == o2) | (cols == o3)
         z = tl.where(hot, z * scale, z)
-        # Whether any row is a probe row by its own draw (every program reads every row's draw),
-        # and this row's four draws: probe or not, column, exponent, sign.
-        chosen = 0
-        mine_u = 0.0
-        mine_col = 0.0
-        mine_exp = 0.0
-        mine_sign = 0.0
-        for start in range(0, M, ROWS):
-            rows = start + tl.arange(0, ROWS)
-            u1, u2, u3, u4 = tl.rand4x(row_seed, rows)
-            valid = rows < M
-            chosen += tl.sum(((u1 < probe_fraction) & valid).to(tl.int32), axis=0)
-            here = rows == row
-            mine_u += tl.sum(tl.where(here, u1, 0.0), axis=0)
-            mine_col += tl.sum(tl.where(here, u2, 0.0), axis=0)
-            mine_exp += tl.sum(tl.where(here, u3, 0.0), axis=0)
-            mine_sign += tl.sum(tl.where(here, u4, 0.0), axis=0)
-        probe = (mine_u < probe_fraction) | ((chosen == 0) & (M >= min_m) & (row == forced))
+        # This row's four draws: probe or not, column, exponent, sign. Only the forced row's programs
+        # read every row's first draw, to learn whether any row is a probe row by its own.
+        mine_u, mine_col, mine_exp, mine_sign = tl.rand4x(row_seed, row)
+        probe = mine_u < probe_fraction
+        if (row == forced) & (M >= min_m):
+            chosen = 0
+            for start in range(0, M, ROWS):
+                rows = start + tl.arange(0, ROWS)
+                u1, _, _, _ = tl.rand4x(row_seed, rows)
+                chosen += tl.sum(((u1 < probe_fraction) & (rows < M)).to(tl.int32), axis=0)
+            probe = probe | (chosen == 0)
         column = tl.minimum((mine_col * K).to(tl.int32), K - 1)
         exponent = tl.minimum((mine_exp * exponents).to(tl.int32), exponents - 1) + min_exponent
         value = tl.where(mine_sign < 0.5, -1.0, 1.0) * tl.exp2(exponent.to(tl.float32))
-        probe_row = tl.where(cols == column, value, 0.0)
-        x = tl.where(probe, probe_row, z)
-        tl.store(x_ptr + row * K + cols, x.to(x_ptr.dtype.element_ty), mask=inside)
+        x = tl.where(probe, tl.where(cols == column, value, 0.0), z)
+        tl.store(x_ptr + row * K + cols, x.to(x_ptr.dtype.element_ty), mask=cols < K)
 
     return draw_kernel
