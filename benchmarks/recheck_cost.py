@@ -67,7 +67,10 @@ def main() -> None:
         # 001's re-checked run went first and read +24.9%, its prepare 0.91 s against 0.17 s).
         bench(number, aa, False)
         walls: dict[bool, list[float]] = {True: [], False: []}
-        judging: list[float] = []  # seconds the re-checks cost a run in itself: the judging and the final re-checks
+        jobs: dict[bool, list[float]] = {True: [], False: []}  # the job's own seconds (no process start in them)
+        # seconds the re-checks cost a run in itself: the wait for the verifier to be ready before the first pair
+        # (its start and warm-up, where they outlast the worker's own setup), the judging and the final re-checks
+        judging: list[float] = []
         for run in range(args.runs):
             for rechecks in ((True, False) if run % 2 == 0 else (False, True)):  # each first in half the runs
                 started = time.monotonic()
@@ -75,18 +78,25 @@ def main() -> None:
                 wall = time.monotonic() - started
                 result = json.loads((outcome.job_dir / "result.json").read_text())
                 walls[rechecks].append(wall)
+                jobs[rechecks].append(result.get("duration_s") or 0.0)
                 checks = result.get("rechecks") or {}
+                ready = result.get("verifier_ready_s") or 0.0
                 if rechecks:
-                    judging.append((checks.get("seconds") or 0) + (result.get("seconds") or {}).get("final_rechecks", 0))
+                    judging.append(ready + (checks.get("seconds") or 0)
+                                   + (result.get("seconds") or {}).get("final_rechecks", 0))
                 print(f"{number}{' A/A' if aa else ''} run {run} re-checks {'on ' if rechecks else 'off'}: "
                       f"{result['status']} wall {wall:.2f} s, job {result.get('duration_s', 0):.2f} s, "
                       f"{result.get('pairs')} pairs; judged {checks.get('judged', 0)} outputs in "
                       f"{checks.get('seconds', 0):.2f} s (handing over {checks.get('handing_s', 0):.2f} s, then waiting "
-                      f"{checks.get('waiting_s', 0):.2f} s); phases {result.get('seconds')}", flush=True)
+                      f"{checks.get('waiting_s', 0):.2f} s); waited {ready:.3f} s for the verifier; phases {result.get('seconds')}",
+                      flush=True)
         on, off = statistics.median(walls[True]), statistics.median(walls[False])
+        job_on, job_off = statistics.median(jobs[True]), statistics.median(jobs[False])
         print(f"{number}{' A/A' if aa else ''}: median wall {on:.2f} s with re-checks, {off:.2f} s without: "
-              f"{100 * (on / off - 1):+.1f}% (walls of separate processes: a few % apart run to run); within the "
-              f"runs, the judging and the final re-checks took a median {statistics.median(judging):.3f} s = "
+              f"{100 * (on / off - 1):+.1f}% (walls of separate processes: a few % apart run to run); the jobs' own "
+              f"{job_on:.2f} s against {job_off:.2f} s: {job_on - job_off:+.3f} s, {100 * (job_on - job_off) / off:+.1f}% "
+              f"of the wall without (the same pairs only with --pairs); within the runs, the verifier's ready wait, "
+              f"the judging and the final re-checks took a median {statistics.median(judging):.3f} s = "
               f"{100 * statistics.median(judging) / on:.1f}% of the median wall")
 
 
