@@ -272,9 +272,9 @@ def quad_stats(table: PairTable, matrix: np.ndarray, overhead_us: float, resampl
 
 
 def _score(quads: np.ndarray, slots: np.ndarray, resamples: int, seed: int) -> tuple[stats.Estimate, float | None]:
-    """The score's bootstrap CI widened by the slots' luck, and that luck's variance."""
+    """The score's CI (okc.judge.protocol.stats.score_with_ci) widened by the slots' luck, and that luck's variance."""
     luck = stats.placement_variance(np.log(quads).mean(axis=0), slots)
-    return stats.widen(stats.bootstrap_score(quads, resamples=resamples, seed=seed), luck), luck
+    return stats.widen(stats.score_with_ci(quads, resamples=resamples, seed=seed), luck), luck
 
 
 def score(table: PairTable, matrix: np.ndarray, overhead_us: float, resamples: int = stats.BOOTSTRAP_RESAMPLES,

@@ -15,7 +15,7 @@ its place in the quad. From the quads:
 - the score is the geometric mean of the load speedups, with a percentile bootstrap
   CI that resamples quads within each load, each resample's median rank drawn from its exact
   distribution rather than by drawing the quads (a fixed, recorded RNG seed makes it
-  reproducible from the same pairs);
+  reproducible from the same pairs); a score of one load is that load's speedup, CI and all;
 - where the sides' graphs come in several copies (slots) whose placement in memory moves
   their time, the luck of the copies a run drew does not average out over pairs: its
   variance is estimated from the spread between slots (a random-effects ANOVA) and added
@@ -252,6 +252,22 @@ def bootstrap_score(
     lo, hi = np.quantile(scores, [tail, 1.0 - tail])
     point = geomean(np.median(table, axis=1))
     return Estimate(point, float(lo), float(hi))
+
+
+def score_with_ci(
+    quads: np.ndarray,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = BOOTSTRAP_SEED,
+    confidence: float = CONFIDENCE,
+) -> Estimate:
+    """The score of ``quads`` (one row per load) with its CI: the bootstrap's over several loads; over one load
+    (a GPU MODE folder ranked by its last case) the score is that load's median, and its CI the load's
+    order-statistic one, which covers at least ``confidence`` at any n where the percentile bootstrap of one
+    median runs narrow (0.91 at 21 quads of t(3) noise, against 0.96: benchmarks/NOTES.md, 2026-12-07)."""
+    table = np.atleast_2d(np.asarray(quads, dtype=np.float64))
+    if table.shape[0] == 1:
+        return median_with_ci(table[0], confidence)
+    return bootstrap_score(table, resamples=resamples, seed=seed, confidence=confidence)
 
 
 def luck_half_width(variance: float | None, confidence: float = CONFIDENCE) -> float:
