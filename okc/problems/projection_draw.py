@@ -38,13 +38,13 @@ OUTLIER_COLUMNS = 4  # columns of x scaled up in the "outlier" variant
 OUTLIER_SCALE = 100.0
 VARIANTS = ("normal", "outlier")
 BLOCK_K = 1024  # columns per program of the kernel
-ROWS_PER_PASS = 1024  # at most this many rows' probe draws are read by one program per pass (it reads every row's)
+ROWS_PER_PASS = 1024  # at most this many rows' probe draws are read per pass by a program of the forced row (it reads every row's)
 
 
 def rows_per_pass(m: int) -> int:
-    """The rows a program of the draw kernel reads per pass: m's next power of two (16 at least), at most
-    ROWS_PER_PASS. Each row's draws depend on its index alone, so this decides only how much of the GPU's work
-    is masked out (all but one lane of 1024 for a 1-row input at a flat 1024), never the input."""
+    """The rows a program of the forced row reads per pass, to learn whether any row is a probe row by its own
+    draw: m's next power of two (16 at least), at most ROWS_PER_PASS. Each row's draws depend on its index alone,
+    so this decides only how much of the GPU's work is masked out, never the input."""
     return min(ROWS_PER_PASS, max(16, 1 << (m - 1).bit_length()))
 
 
