@@ -70,17 +70,8 @@ def make_randn1x():
 
 def launcher(draw, kernel, block_k: int, warps: int | None):
     """A draw(x, seed) of ``kernel`` with okc's arguments, BLOCK_K ``block_k`` and ``warps`` warps (None: Triton's)."""
-
-    def launch(x, seed: int) -> None:
-        m, k = x.shape
-        chosen = draw.plan(seed, m, k, "outlier")
-        hot = (*chosen.outliers, *([-1] * (draw.OUTLIER_COLUMNS - len(chosen.outliers))))
-        extra = {} if warps is None else {"num_warps": warps}
-        kernel[(m, -(-k // block_k))](x, m, k, chosen.x_seed, chosen.row_seed, chosen.forced, *hot, draw.OUTLIER_SCALE,
-                                      draw.PROBE_FRACTION, draw.PROBE_EXPONENTS.start, len(draw.PROBE_EXPONENTS),
-                                      draw.PROBE_MIN_M, BLOCK_K=block_k, ROWS=draw.rows_per_pass(m), **extra)
-
-    return launch
+    extra = {} if warps is None else {"num_warps": warps}
+    return lambda x, seed: draw.launch(kernel, x, seed, "outlier", block_k, **extra)
 
 
 def moments(launch, m: int, k: int, device) -> str:

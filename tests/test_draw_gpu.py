@@ -19,18 +19,6 @@ def device():
     return torch.device("cuda")
 
 
-def _launch(x, seed, variant, block_k, rows=None):
-    """The draw kernel's launch as okc.problems.projection_draw.draw makes it, with another BLOCK_K or ROWS."""
-    m, k = x.shape
-    chosen = draw.plan(seed, m, k, variant)
-    hot = (*chosen.outliers, *([-1] * (draw.OUTLIER_COLUMNS - len(chosen.outliers))))
-    draw._kernel()[(m, -(-k // block_k))](x, m, k, chosen.x_seed, chosen.row_seed, chosen.forced, *hot,
-                                          draw.OUTLIER_SCALE, draw.PROBE_FRACTION, draw.PROBE_EXPONENTS.start,
-                                          len(draw.PROBE_EXPONENTS), draw.PROBE_MIN_M, BLOCK_K=block_k,
-                                          ROWS=rows or draw.rows_per_pass(m))
-    return chosen
-
-
 @pytest.mark.parametrize("m", [1, 7, 8, 16, 17, 32, 128, 256, 1100])
 def test_the_rows_a_pass_reads_never_change_the_input(device, m):
     k = 1024 + 7  # a partial column block too
@@ -39,7 +27,7 @@ def test_the_rows_a_pass_reads_never_change_the_input(device, m):
             x = torch.empty(m, k, dtype=torch.bfloat16, device=device)
             assert draw.draw(x, seed, variant)
             flat = torch.empty_like(x)
-            _launch(flat, seed, variant, draw.BLOCK_K, rows=draw.ROWS_PER_PASS)
+            draw.launch(draw._kernel(), flat, seed, variant, rows=draw.ROWS_PER_PASS)
             torch.cuda.synchronize()
             assert torch.equal(x, flat), (m, seed, variant)
             if m >= draw.PROBE_MIN_M:
@@ -54,7 +42,7 @@ def test_a_draw_is_the_same_bits_whatever_columns_a_program_writes(device, k):
         assert draw.draw(reference, seed, "outlier")
         for block_k in (256, 512, 2048):
             x = torch.empty_like(reference)
-            _launch(x, seed, "outlier", block_k)
+            draw.launch(draw._kernel(), x, seed, "outlier", block_k)
             torch.cuda.synchronize()
             assert torch.equal(x, reference), (k, seed, block_k)
 
@@ -64,7 +52,7 @@ def test_a_gpu_draw_is_standard_normal_with_its_outliers_and_probe_rows(device):
     normals, probes, outlier_sd = [], 0, []
     for seed in range(500, 520):
         x = torch.empty(m, k, dtype=torch.float32, device=device)
-        chosen = _launch(x, seed, "outlier", draw.BLOCK_K)
+        chosen = draw.launch(draw._kernel(), x, seed, "outlier")
         mask = draw.probe_mask(x)
         probes += int(mask.sum())
         plain = torch.ones(k, dtype=torch.bool, device=device)

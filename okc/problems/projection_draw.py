@@ -93,19 +93,29 @@ def draw(out: torch.Tensor, seed: int, variant: str) -> bool:
     sync; True. On the CPU: torch operations; True. On CUDA without Triton: nothing, False
     (:func:`draw_new` then draws with torch operations, which copy from the host).
     """
-    m, k = out.shape
-    chosen = plan(seed, m, k, variant)
     if out.device.type == "cuda":
         kernel = _kernel()
         if kernel is None:
             return False
-        hot = (*chosen.outliers, *([-1] * (OUTLIER_COLUMNS - len(chosen.outliers))))
-        kernel[(m, -(-k // BLOCK_K))](out, m, k, chosen.x_seed, chosen.row_seed, chosen.forced, *hot,
-                                      OUTLIER_SCALE, PROBE_FRACTION, PROBE_EXPONENTS.start, len(PROBE_EXPONENTS),
-                                      PROBE_MIN_M, BLOCK_K=BLOCK_K, ROWS=rows_per_pass(m))
+        launch(kernel, out, seed, variant)
         return True
-    out.copy_(_torch_draw(chosen, m, k, out.device))
+    m, k = out.shape
+    out.copy_(_torch_draw(plan(seed, m, k, variant), m, k, out.device))
     return True
+
+
+def launch(kernel, out: torch.Tensor, seed: int, variant: str, block_k: int = BLOCK_K, rows: int | None = None,
+           **options) -> Plan:
+    """Enqueue ``kernel`` (the draw kernel, or one with its arguments) to write the input of ``seed`` into ``out``,
+    ``block_k`` columns a program and ``rows`` (None: :func:`rows_per_pass`) a probe pass, ``options`` for Triton's
+    launch (num_warps); the plan it drew. :func:`draw` launches okc's kernel so; a test or a benchmark, another way."""
+    m, k = out.shape
+    chosen = plan(seed, m, k, variant)
+    hot = (*chosen.outliers, *([-1] * (OUTLIER_COLUMNS - len(chosen.outliers))))
+    kernel[(m, -(-k // block_k))](out, m, k, chosen.x_seed, chosen.row_seed, chosen.forced, *hot, OUTLIER_SCALE,
+                                  PROBE_FRACTION, PROBE_EXPONENTS.start, len(PROBE_EXPONENTS), PROBE_MIN_M,
+                                  BLOCK_K=block_k, ROWS=rows or rows_per_pass(m), **options)
+    return chosen
 
 
 def draw_new(m: int, k: int, dtype: torch.dtype, seed: int, variant: str, device: torch.device) -> torch.Tensor:
