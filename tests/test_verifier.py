@@ -464,3 +464,22 @@ def test_ready_waits_for_a_warm_up_asked_after_the_hello(monkeypatch):
         assert session.ready(timeout=30) >= 0 and session.warm_s == 0.0
     finally:
         session.close()
+
+
+def test_a_repeated_output_that_is_right_for_its_input_is_not_stale():
+    # A one-row call on a probe row has one right answer per (column, value): two different inputs can share it,
+    # and an honest baseline's output then repeats bit for bit (tiny_matvec's A/A failed so, once in a suite).
+    from okc.judge.problem import Inputs, Tolerance
+
+    weight = torch.randn(128, 96, dtype=torch.float64)
+    x = torch.zeros(1, 128, dtype=torch.float64)
+    x[0, 7] = 2.0
+    right = (x @ weight).float()
+    tolerance = Tolerance(whole=1e-2, probe=1e-3)
+    repeated = rules.judge(right.clone(), lambda: x @ weight, Inputs(x, (0,)), right.clone(), False, None, tolerance)
+    assert repeated.passed, repeated
+    other = torch.zeros_like(x)
+    other[0, 9] = 2.0  # another column: the same output is now a cached one
+    cached = rules.judge(right.clone(), lambda: other @ weight, Inputs(other, (0,)), right.clone(), False, None,
+                         tolerance)
+    assert not cached.passed and cached.rule == rules.STALE, cached

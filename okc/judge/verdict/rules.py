@@ -158,12 +158,15 @@ def conclude(measured: Measured, packed: torch.Tensor) -> Verdict:
     if read.get("all_nan"):
         return fail(STALE, "the replay wrote nothing into the output (its NaN poison survived everywhere): "
                     "a cached output, or one computed outside the captured work")
-    if read.get("same"):
-        return fail(STALE, "the output is bit-identical to the previous call's, for a different input: a cached output")
     probe_rows = measured.probe_rows
     if measured.probes:
         probe_rows = tuple(row for row, flag in enumerate(packed[count:count + measured.probes].tolist()) if flag)
     verdict = _values_verdict(packed[count + measured.probes:], measured.out, measured.tolerance, probe_rows)
+    # Two inputs may share their right answer (two probe rows of one column and value, in a one-row call): a
+    # repeated output is stale only where it is wrong for this input.
+    if read.get("same") and not verdict.passed:
+        return fail(STALE, "the output is bit-identical to the previous call's, for a different input, and wrong "
+                    "for this one: a cached output")
     if measured.poisoned and verdict.rule == NONFINITE:
         verdict = replace(verdict, message=verdict.message + " (the output was NaN-poisoned before the replay: "
                           "an element the graph never writes stays NaN)")
