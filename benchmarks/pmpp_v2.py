@@ -370,7 +370,7 @@ def figure_against_hand(figure: dict, record: dict, modes: list[str]) -> str | N
     if "leaderboard" not in modes:
         return None
     end = ((figure.get("candidate") or {}).get("cases") or [{}])[-1]
-    mean, err, _, _ = hand_summary(record, "leaderboard")
+    mean, err, speedup, _ = hand_summary(record, "leaderboard")
     if mean is None or end.get("mean_us") is None:
         return None
     errs = math.hypot(end.get("err_us") or 0.0, err or 0.0)
@@ -380,8 +380,13 @@ def figure_against_hand(figure: dict, record: dict, modes: list[str]) -> str | N
     runs = end.get("run_means_us") or []
     among = (f"; the figure's runs {min(runs):.1f}-{max(runs):.1f}: by hand "
              f"{'inside' if min(runs) <= mean <= max(runs) else 'outside'}") if runs else ""
+    # eval.py misses its own err against itself (two by-hand runs 3-3.5 errs apart): the figure's speedup range, every
+    # pairing of its runs widened by their errs, is the claim a by-hand speedup can be held to
+    span = figure.get("with_errs")
+    ratio = (f"; by hand x{fmt(speedup)}: {'inside' if span[0] <= speedup <= span[1] else 'outside'} the figure's "
+             f"range with errs {fmt(span[0])}-{fmt(span[1])}") if span and speedup else ""
     return (f"figure's candidate {fmt(end['mean_us'], '.1f')}±{fmt(end.get('err_us'), '.1f')} against by hand "
-            f"{fmt(mean, '.1f')}±{fmt(err, '.1f')}: {apart:.1f} errs apart{among}")
+            f"{fmt(mean, '.1f')}±{fmt(err, '.1f')}: {apart:.1f} errs apart{among}{ratio}")
 
 
 def order_key(problem: Problem) -> tuple:
