@@ -364,6 +364,20 @@ def test_a_candidate_that_knows_the_jobs_seed_cannot_foresee_the_timed_inputs():
     assert bench.draws.report()["nonce"] == bench.draws.nonce
 
 
+def test_a_bench_like_object_of_another_problem_does_not_fail_the_predicting_candidate():
+    """predicts_inputs takes every object with ``seed``, ``cases`` and ``problem.make_input`` for a bench: one of
+    another problem alive in the process (a verifier test's, in a suite) made its correct matmul raise in prepare."""
+    from okc.judge.kinds.check import run_check
+
+    wide = SimpleNamespace(x=torch.zeros(8, 1024), probe_rows=[])  # K 1024: not tiny_matvec's
+    stray = SimpleNamespace(seed=7, cases=[SimpleNamespace(key="k", layer="proj")],
+                            problem=SimpleNamespace(input_variants=["normal"], make_input=lambda *args: wide))
+    result = run_check(TINY, SOLUTIONS / "correct" / "predicts_inputs.py", device=torch.device("cpu"), seed=2024,
+                       weight_seeds=1, log=lambda line: None)
+    assert stray.seed == 7  # alive through the check
+    assert result["status"] == "pass", result["failures"]
+
+
 def test_a_rechecks_label_is_the_one_its_input_was_drawn_with_whatever_was_renewed_since():
     from okc.judge.protocol.recheck import Recheck
     from okc.seeds import derive_seed
