@@ -348,8 +348,22 @@ def test_a_memoising_candidate_never_meets_an_input_twice_in_a_bench():
     """It keys its outputs on its input's bytes: with inputs cycled over replays it was 1.15x "faster"."""
     bench, module = _benched_on_the_cpu("memoises.py")
     calls = len(bench.cases) * (WARMUP_PAIRS + 40 + 1)  # per case: the warm-up, the pairs, the final round
-    assert len(module._memo) == calls + len(bench.cases)  # every timed input new, one warm input per case ...
-    assert module.HITS == calls - len(bench.cases)  # ... so its only hits are untimed calls on the warm input
+    warm = [key for key, seen in module.SEEN.items() if seen > 2]  # one warm input per case, called untimed
+    # A timed input met twice is by chance alone, and only of one-row probe inputs (one of 2,304 for tiny_matvec;
+    # 1 in 8 one-row draws): with the bench's secret nonce 34 benches of 2,547 met one, each a probe input (a suite failed so once)
+    again = [key for key, seen in module.SEEN.items() if seen == 2]
+    assert len(warm) == len(bench.cases) and all(_probe_rows_only(key) for key in again), again
+    assert len(module._memo) == calls + len(bench.cases) - len(again)  # every other timed input new ...
+    assert module.HITS == calls - len(bench.cases) + len(again)  # ... so its other hits are untimed calls on the warm input
+
+
+def _probe_rows_only(key) -> bool:
+    """Whether a memo key of tiny_matvec (layer, shape, dtype, bytes) is an input of probe rows alone."""
+    from okc.problems.projection_draw import probe_rows
+
+    _, shape, dtype, data = key
+    x = torch.frombuffer(bytearray(data), dtype=dtype).view(shape)
+    return len(probe_rows(x)) == x.shape[0]
 
 
 def test_a_candidate_that_knows_the_jobs_seed_cannot_foresee_the_timed_inputs():

@@ -9,6 +9,8 @@ CPU only: it reads its input's bytes on the host, which a captured CUDA graph ca
 muse_bf16_proj's correct/counts_repeats.py fingerprints every input on the device instead.
 """
 
+from collections import Counter
+
 import torch
 import torch.nn.functional as F
 
@@ -16,6 +18,7 @@ PROJ_SLICE_MAX_M = 2
 PROJ_SLICE_ROWS = 32
 
 HITS = 0
+SEEN = Counter()  # every input it was called with, by its key: how many times
 _weights = {}
 _memo = {}
 
@@ -26,11 +29,13 @@ def prepare(weights):
     _weights.clear()
     _weights.update(weights)
     _memo.clear()
+    SEEN.clear()
 
 
 def kernel_fn(x, layer):
     global HITS
     key = (layer, tuple(x.shape), x.dtype, x.contiguous().view(torch.uint8).numpy().tobytes())
+    SEEN[key] += 1
     found = _memo.get(key)
     if found is not None:
         HITS += 1
