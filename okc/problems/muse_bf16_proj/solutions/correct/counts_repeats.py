@@ -4,7 +4,8 @@ Each call fingerprints its input with one Triton kernel (a hash over every eleme
 looks the fingerprint up among the last RING of its shape; a match adds one to a counter in
 device memory. This is where a memoising candidate (issue 31) hands back a stored output instead
 of computing; in a bench every timed replay reads an input drawn for it alone, so the counter
-does not move while pairs run. It counts inside captured graphs too (replays() says how often).
+does not move while pairs run (a one-row input of one non-zero, a probe row alone, is left out: one of
+about K x its values, two of a bench may meet by chance). It counts inside captured graphs too (replays() says how often).
 """
 
 import torch
@@ -22,15 +23,19 @@ _counts: list[torch.Tensor] = []  # [calls, repeats], int64 on the device
 
 
 @triton.jit
-def _fingerprint(x_ptr, n, ring_ptr, next_ptr, counts_ptr, RING: tl.constexpr, BLOCK: tl.constexpr):
+def _fingerprint(x_ptr, n, rows, ring_ptr, next_ptr, counts_ptr, RING: tl.constexpr, BLOCK: tl.constexpr):
     acc = tl.zeros((BLOCK,), dtype=tl.int64)
+    nonzero = tl.zeros((BLOCK,), dtype=tl.int64)
     for start in range(0, n, BLOCK):
         offs = start + tl.arange(0, BLOCK)
         bits = tl.load(x_ptr + offs, mask=offs < n, other=0).to(tl.int64)
         acc += (bits + 40503) * (offs.to(tl.int64) * 2654435761 + 1)
+        nonzero += (bits != 0).to(tl.int64)
     key = tl.sum(acc, axis=0)
     ring = tl.load(ring_ptr + tl.arange(0, RING))
-    seen = tl.max((ring == key).to(tl.int64), axis=0)
+    # one row of probe rows alone (one non-zero: one of K x its values) meets another by chance, not by a repeat
+    chance = ((tl.sum(nonzero, axis=0) == 1) & (rows == 1)).to(tl.int64)  # the tensor first: rows may be a constexpr 1
+    seen = tl.max((ring == key).to(tl.int64), axis=0) * (1 - chance)
     tl.atomic_add(counts_ptr, 1)
     tl.atomic_add(counts_ptr + 1, seen)
     slot = tl.load(next_ptr)
@@ -59,7 +64,7 @@ def kernel_fn(x, layer):
         _rings[key] = (torch.full((RING,), -1, dtype=torch.int64, device=x.device),
                        torch.zeros(1, dtype=torch.int64, device=x.device))
     ring, following = _rings[key]
-    _fingerprint[(1,)](x.view(torch.int16), x.numel(), ring, following, _counts[0], RING=RING, BLOCK=BLOCK)
+    _fingerprint[(1,)](x.view(torch.int16), x.numel(), x.shape[0], ring, following, _counts[0], RING=RING, BLOCK=BLOCK)
     if layer == "router":
         return torch.matmul(x.float(), _transposed["router"])
     if layer == "unpooler" and x.shape[0] <= UNPOOLER_SLICE_MAX_M:
