@@ -95,6 +95,8 @@ def _in_process_bench(candidate: str, pairs: int = 60):
 def test_no_timed_replay_reads_an_input_that_an_earlier_call_read():
     """A memoising candidate's test: it fingerprints every input on the device. With 16 inputs cycled
     over a case's replays (main before issue 31) a memo scored 1.08x "faster" while 0.45x on fresh ones."""
+    import torch
+
     bench, module = _in_process_bench("counts_repeats")
     calls, repeats = module.replays()
     bench.measure()
@@ -102,6 +104,15 @@ def test_no_timed_replay_reads_an_input_that_an_earlier_call_read():
     replays = len(bench.cases) * (bench.settings.warmup_pairs + 60 + 1)  # warm-up, pairs, final round
     assert after - calls == replays  # the fingerprint ran in every timed replay ...
     assert repeated == repeats  # ... and met no input twice (one row of one non-zero, met by chance, is not counted)
+    # the counter does count a repeat (else the line above could not fail), and leaves a lone probe row out
+    layer = bench.cases[0].layer
+    width = module._transposed[layer].shape[0]
+    x = torch.randn(3, width, dtype=torch.bfloat16, device="cuda")
+    probe = torch.zeros(1, width, dtype=torch.bfloat16, device="cuda")
+    probe[0, 7] = 1.5
+    for given in (x, x, probe, probe):
+        module.kernel_fn(given, layer)
+    assert module.replays() == (after + 4, repeated + 1)
 
 
 def test_every_timed_replay_finds_its_output_poisoned_not_only_the_judged_ones():
