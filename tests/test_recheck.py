@@ -404,6 +404,15 @@ def test_a_rechecks_label_is_the_one_its_input_was_drawn_with_whatever_was_renew
     assert draws.take(0)[1] == derive_seed(5, "timed", draws.nonce, number + 1, "case0")  # later draws: the new one
 
 
+def test_a_bench_says_it_is_setting_up_before_it_does(tiny_lab):
+    """A folder's slow generate_input left the log at its header for minutes: the set-up is announced first."""
+    candidate = _candidate(tiny_lab, SOLUTIONS / "correct" / "memoises.py", "005")
+    benched = runner.submit(tiny_lab, "bench", candidate, bench=QUICK)
+    log = (benched.job_dir / "log.txt").read_text()
+    announced = log.index("bench 005_memoises against baseline: setting up 4 cases")
+    assert announced < log.index("bench 005_memoises against baseline: 4 cases"), log
+
+
 def test_a_memoising_candidate_is_not_scored_faster(tiny_lab):
     candidate = _candidate(tiny_lab, SOLUTIONS / "correct" / "memoises.py", "004")
     benched = runner.submit(tiny_lab, "bench", candidate, bench=QUICK)

@@ -92,6 +92,10 @@ def run_paired(bench, *, names: tuple[str, str], aa: bool, verifier, log, before
     identity = {"problem": bench.problem.name, "candidate": names[0], "against": names[1], "aa": aa,
                 "seed": bench.seed, "protocol": settings.protocol()}
     try:
+        # said before: a folder's generate_input can take minutes (a 32768 x 32768 case on a CPU), and until the
+        # line after it the job's log said nothing
+        log(f"bench {names[0]} against {names[1]}{' (A/A)' if aa else ''}: setting up {len(bench.cases)} cases "
+            "(each side's import and prepare, an input for each case)")
         bench.setup()
         spilled: list = []  # what was judged before the run ended (outputs past the loop's SPILL_BYTES)
         if verifier is not None and bench.loop is not None:
