@@ -169,7 +169,7 @@ def test_running_out_of_gpu_memory_is_said_as_such_not_as_a_lost_context():
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 256.00 MiB.\nmore")
 
     bench = SimpleNamespace(settings=settings(min_pairs=24, max_pairs=24), problem=SimpleNamespace(name="p"), seed=1,
-                            setup=setup)
+                            cases=[], setup=setup)
     result = benchcases.run_paired(bench, names=("001", "000"), aa=False, verifier=None, log=lambda line: None)
     assert result["status"] == "error"
     assert result["reason"] == "the GPU ran out of memory during the bench: CUDA out of memory. Tried to allocate 256.00 MiB."
