@@ -77,11 +77,13 @@ def main() -> None:
                 outcome = bench(number, aa, rechecks)
                 wall = time.monotonic() - started
                 result = json.loads((outcome.job_dir / "result.json").read_text())
-                walls[rechecks].append(wall)
-                jobs[rechecks].append(result.get("duration_s") or 0.0)
                 checks = result.get("rechecks") or {}
                 ready = result.get("verifier_ready_s") or 0.0
-                if rechecks:
+                counted = result["status"] == "ok"  # a failed run is printed below, and kept out of the medians
+                if counted:
+                    walls[rechecks].append(wall)
+                    jobs[rechecks].append(result.get("duration_s") or 0.0)
+                if counted and rechecks:
                     judging.append(ready + (checks.get("seconds") or 0)
                                    + (result.get("seconds") or {}).get("final_rechecks", 0))
                 print(f"{number}{' A/A' if aa else ''} run {run} re-checks {'on ' if rechecks else 'off'}: "
@@ -90,6 +92,9 @@ def main() -> None:
                       f"{checks.get('seconds', 0):.2f} s (handing over {checks.get('handing_s', 0):.2f} s, then waiting "
                       f"{checks.get('waiting_s', 0):.2f} s); waited {ready:.3f} s for the verifier; phases {result.get('seconds')}",
                       flush=True)
+        if not (walls[True] and walls[False] and judging):
+            print(f"{number}{' A/A' if aa else ''}: no ok run on one side: no medians", flush=True)
+            continue
         on, off = statistics.median(walls[True]), statistics.median(walls[False])
         job_on, job_off = statistics.median(jobs[True]), statistics.median(jobs[False])
         print(f"{number}{' A/A' if aa else ''}: median wall {on:.2f} s with re-checks, {off:.2f} s without: "
