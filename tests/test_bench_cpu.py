@@ -508,3 +508,22 @@ def test_a_sweeps_settings_go_through_the_benchs_one_parser():
         with pytest.raises(ValueError, match=message):
             parse_settings(bad, PROBLEM, on_cuda=True)
 
+
+
+def test_slow_inputs_are_said_case_by_case_and_fast_ones_not():
+    """linalg/cholesky_py's generate_input kept a bench's log at "setting up" for 300 s: past a few seconds of
+    making inputs, each further case is said before its input is made; a quick problem's log stays as it was."""
+    from okc.judge.protocol.benchcases import make_inputs
+
+    cases, said = TINY.scored_cases(), []
+    made = make_inputs(TINY, cases, 7, "capture", 2, torch.device("cpu"), say=said.append, slow_s=0.0)
+    assert len(said) == 2 * len(cases), said
+    assert said[0].startswith(f"making {cases[0].key}'s input (1 of {len(cases)}, set 1;"), said[0]
+    assert said[-1].startswith(f"making {cases[-1].key}'s input ({len(cases)} of {len(cases)}, set 2;"), said[-1]
+    # the same inputs as without the telling, set by set and case by case
+    quiet = make_inputs(TINY, cases, 7, "capture", 2, torch.device("cpu"))
+    assert all(torch.equal(a, b) for row, other in zip(made, quiet) for a, b in zip(row, other))
+    assert not torch.equal(made[0][0], made[1][0])
+    said.clear()
+    make_inputs(TINY, cases, 7, "capture", 1, torch.device("cpu"), say=said.append)
+    assert said == []

@@ -93,7 +93,7 @@ class Bench:
         self.sides.copies = copies_that_fit(settings.copies, settings.captures,
                                             sum(w.numel() * w.element_size() for w in weights.values()),
                                             torch.cuda.mem_get_info(device)[0], rule.max_pairs, rule.target_half_width)
-        first = make_inputs(problem, self.cases, self.seed, "capture", 1, device)[0]
+        first = make_inputs(problem, self.cases, self.seed, "capture", 1, device, say=self.log)[0]
         self.shape_rows = shape_rows(problem, self.cases, first)
         self.sides.setup(problem, self.cases, weights, first, phase,
                          after_prepare=lambda name: self.persisting.check(f"after_prepare_{name}"))

@@ -9,6 +9,7 @@ place (:func:`run_paired`); both stop with :class:`BenchFailed` when a side cann
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -43,12 +44,28 @@ def scored_cases(problem: Problem, keys: list[str] | None) -> list[Case]:
     return [case for case in cases if case.key in set(keys)]
 
 
+# Once making a bench's inputs has taken this long, each further case's input is said before it is made: a GPU MODE
+# folder's generate_input can take minutes a case, and the log would otherwise sit at "setting up" all that time.
+SLOW_INPUTS_S = 2.0
+
+
 def make_inputs(problem: Problem, cases: list[Case], seed: int, label: str, sets: int,
-                device) -> list[list[torch.Tensor]]:
-    """``sets`` fresh inputs per case (one list per set, in case order), drawn from ``seed`` and ``label``."""
+                device, say: Callable[[str], None] | None = None,
+                slow_s: float = SLOW_INPUTS_S) -> list[list[torch.Tensor]]:
+    """``sets`` fresh inputs per case (one list per set, in case order), drawn from ``seed`` and ``label``; once
+    ``slow_s`` has passed, ``say`` hears of each case before its input is made."""
     variant = problem.input_variants[0]
-    return [[problem.make_input(case, derive_seed(seed, label, index, case.key), variant, device).x for case in cases]
-            for index in range(sets)]
+    started, made = time.monotonic(), []
+    for index in range(sets):
+        row = []
+        for number, case in enumerate(cases, 1):
+            elapsed = time.monotonic() - started
+            if say is not None and elapsed >= slow_s:
+                say(f"making {case.key}'s input ({number} of {len(cases)}{'' if sets == 1 else f', set {index + 1}'}"
+                    f"; {elapsed:.0f} s on inputs so far)")
+            row.append(problem.make_input(case, derive_seed(seed, label, index, case.key), variant, device).x)
+        made.append(row)
+    return made
 
 
 def shape_rows(problem: Problem, cases: list[Case], inputs: list[torch.Tensor]) -> list[dict]:

@@ -215,8 +215,8 @@ class CpuBench:
         """The weights, the fresh inputs, the loop: what both sides share."""
         problem = self.problem
         self.weights = problem.make_weights(derive_seed(self.seed, "weights"), CPU)
-        self.first = make_inputs(problem, self.cases, self.seed, "capture", 1, CPU)[0]
-        self.warm = make_inputs(problem, self.cases, self.seed, "warm", 1, CPU)[0]
+        self.first = make_inputs(problem, self.cases, self.seed, "capture", 1, CPU, say=self.log)[0]
+        self.warm = make_inputs(problem, self.cases, self.seed, "warm", 1, CPU, say=self.log)[0]
         self.shape_rows = shape_rows(problem, self.cases, self.first)
         picker = Picker(len(self.cases), self.settings.rule.min_pairs) if self.settings.rechecks else None
         self.draws = Draws(self.seed, [case.key for case in self.cases], first=self.settings.first_draw)

@@ -261,7 +261,7 @@ class EagerBench:
     def setup(self) -> None:
         problem, device, rule = self.problem, self.device, self.settings.rule
         weights = problem.make_weights(derive_seed(self.seed, "weights"), device)
-        first = make_inputs(problem, self.cases, self.seed, "capture", 1, device)[0]
+        first = make_inputs(problem, self.cases, self.seed, "capture", 1, device, say=self.log)[0]
         self.shape_rows = shape_rows(problem, self.cases, first)
         sides = {}
         self.placed = placing_order(self.seed)  # which side takes the first place in memory: a coin per bench
@@ -269,7 +269,7 @@ class EagerBench:
             side = CpuSide("against" if name == "baseline" else name, self.sources[name])
             side.load()
             side.prepare(problem, weights)
-            side.inputs = make_inputs(problem, self.cases, self.seed, "capture", 1, device)[0]  # its own buffers
+            side.inputs = make_inputs(problem, self.cases, self.seed, "capture", 1, device, say=self.log)[0]  # its own buffers
             sides[name] = side
         # the judge's eval.py decides whether a call finds L2 cleared; where it does, by the flush asked for
         clears = problem.eager_timing.clears_l2
