@@ -518,8 +518,8 @@ def test_slow_inputs_are_said_case_by_case_and_fast_ones_not():
     cases, said = TINY.scored_cases(), []
     made = make_inputs(TINY, cases, 7, "capture", 2, torch.device("cpu"), say=said.append, slow_s=0.0)
     assert len(said) == 2 * len(cases), said
-    assert said[0].startswith(f"making {cases[0].key}'s input (1 of {len(cases)}, set 1;"), said[0]
-    assert said[-1].startswith(f"making {cases[-1].key}'s input ({len(cases)} of {len(cases)}, set 2;"), said[-1]
+    assert said[0].startswith(f"okc: making {cases[0].key}'s input (1 of {len(cases)}, set 1;"), said[0]
+    assert said[-1].startswith(f"okc: making {cases[-1].key}'s input ({len(cases)} of {len(cases)}, set 2;"), said[-1]
     # the same inputs as without the telling, set by set and case by case
     quiet = make_inputs(TINY, cases, 7, "capture", 2, torch.device("cpu"))
     assert all(torch.equal(a, b) for row, other in zip(made, quiet) for a, b in zip(row, other))
