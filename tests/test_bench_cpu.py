@@ -509,7 +509,6 @@ def test_a_sweeps_settings_go_through_the_benchs_one_parser():
             parse_settings(bad, PROBLEM, on_cuda=True)
 
 
-
 def test_slow_inputs_are_said_case_by_case_and_fast_ones_not():
     """linalg/cholesky_py's generate_input kept a bench's log at "setting up" for 300 s: past a few seconds of
     making inputs, each further case is said before its input is made; a quick problem's log stays as it was."""
