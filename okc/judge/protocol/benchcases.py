@@ -61,9 +61,9 @@ def make_inputs(problem: Problem, cases: list[Case], seed: int, label: str, sets
         for number, case in enumerate(cases, 1):
             elapsed = time.monotonic() - started
             if say is not None and elapsed >= slow_s:
+                where = f"{number} of {len(cases)}" + (f", set {index + 1}" if sets > 1 else "")
                 # "okc: " lines reach the terminal of a bench, whose log is otherwise not shown (cli.app.echo_okc_lines)
-                say(f"okc: making {case.key}'s input ({number} of {len(cases)}{'' if sets == 1 else f', set {index + 1}'}"
-                    f"; {elapsed:.0f} s on inputs so far)")
+                say(f"okc: making {case.key}'s input ({where}; {elapsed:.0f} s on inputs so far)")
             row.append(problem.make_input(case, derive_seed(seed, label, index, case.key), variant, device).x)
         made.append(row)
     return made
