@@ -17,7 +17,7 @@ import torch
 from conftest import GPUMODE_FOLDERS, REPO, gpumode_problem
 
 from okc.benchrules import EagerTiming
-from okc.judge.problem import Problem
+from okc.judge.problem import Problem, tensors_of
 from okc.judge.protocol import eager_clock
 from okc.problems.gpumode import figure
 from okc.problems.gpumode.taskfile import eager_timing, eval_clock
@@ -305,3 +305,55 @@ def test_which_side_takes_the_first_place_in_memory_is_a_coin_per_bench_not_alwa
     assert firsts == [{"candidate": "candidate", "baseline": "against"}[eager_clock.placing_order(seed)[0]]
                       for seed in range(12)]
     assert eager_clock.placing_order(5) == eager_clock.placing_order(5)  # a bench's seed decides it: reproducible
+
+
+def test_the_eager_bench_makes_each_case_input_once_and_gives_each_side_its_own_buffers(tmp_path, monkeypatch):
+    # main: set-up made every case's input three times (one for the shapes, one per side): a GPU MODE folder whose
+    # generate_input takes a minute a case waited three
+    from okc.judge.protocol.settings import BenchSettings
+    from okc.seeds import derive_seed
+
+    monkeypatch.setattr(eager_clock, "_device_synchronize", lambda: None)  # no CUDA here
+    problem = gpumode_problem(tmp_path, FIRSTSET)
+    made: list[int] = []
+    make_input = problem.make_input
+    monkeypatch.setattr(problem, "make_input", lambda case, seed, *rest: made.append(seed) or make_input(case, seed, *rest))
+    settings = BenchSettings.from_options({"min_pairs": 24, "max_pairs": 24, "overhead_us": 0.0}, problem)
+    bench = eager_clock.EagerBench(problem, FIRSTSET / "submission.py", REPO / "okc/problems/gpumode/baseline.py",
+                                   device=torch.device("cpu"), seed=7, settings=settings, log=lambda line: None)
+    bench.setup()
+    cases = bench.cases
+    assert sorted(made) == sorted(derive_seed(7, "capture", 0, case.key) for case in cases)  # each once, and no other
+    sides = bench.clock.sides
+    for index in range(len(cases)):
+        ours, theirs = (sides[name].inputs[index] for name in ("candidate", "baseline"))
+        first = make_input(cases[index], derive_seed(7, "capture", 0, cases[index].key), "normal", torch.device("cpu")).x
+        assert type(ours) is type(theirs) is type(first)
+        for mine, other, drawn in zip(*(tensors_of(x) for x in (ours, theirs, first))):
+            assert torch.equal(mine, drawn) and torch.equal(other, drawn)
+            assert mine.untyped_storage().data_ptr() != other.untyped_storage().data_ptr()
+
+
+def test_buffers_like_copies_into_new_memory_and_keeps_a_view_a_view():
+    # clone_data would split a view from what it views: a call writing through one would not change the other
+    from collections import namedtuple
+
+    from okc.judge.problem import buffers_like, clone_data
+
+    Data = namedtuple("Data", "a b rest")
+    a = torch.arange(24.0).reshape(4, 6)
+    data = Data(a, a[1:3].T, {"out": torch.empty(3), "n": 5, "empty": torch.empty(0)})
+    copy = buffers_like(data)
+    assert type(copy) is Data and copy.rest["n"] == 5 and set(copy.rest) == {"out", "n", "empty"}
+    for mine, theirs in zip(tensors_of(copy), tensors_of(data)):
+        assert mine.shape == theirs.shape and mine.stride() == theirs.stride() and mine.dtype == theirs.dtype
+        assert mine.storage_offset() == theirs.storage_offset()
+        if theirs.numel():
+            assert mine.untyped_storage().data_ptr() != theirs.untyped_storage().data_ptr()
+    assert torch.equal(copy.a, a) and torch.equal(copy.b, data.b)
+    copy.b.fill_(-1.0)  # through the view: its base changes, the original does not
+    assert (copy.a[1:3] == -1).all() and (a[1:3] >= 0).all()
+    assert copy.rest["out"].untyped_storage().data_ptr() != copy.a.untyped_storage().data_ptr()
+    split = clone_data(data)
+    split.b.fill_(-1.0)
+    assert (split.a[1:3] >= 0).all()  # the contrast: a clone per tensor

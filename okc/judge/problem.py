@@ -8,6 +8,7 @@ floor) is written once against this class and knows nothing about any one proble
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -91,21 +92,49 @@ _clone = torch._C.TensorBase.clone  # bound at okc's import, before any candidat
 _Tensor = torch.Tensor
 
 
+def _each_tensor(data: object, fn: Callable[[torch.Tensor], torch.Tensor]) -> object:
+    """``data`` with ``fn`` of each tensor in its place (tuples, lists, namedtuples and dicts rebuilt; plain values
+    shared: they cannot be written)."""
+    if isinstance(data, torch.Tensor):
+        return fn(data)
+    if isinstance(data, dict):
+        return {key: _each_tensor(value, fn) for key, value in data.items()}
+    if isinstance(data, (tuple, list)):
+        items = [_each_tensor(item, fn) for item in data]
+        return type(data)(*items) if hasattr(data, "_fields") else type(data)(items)  # a namedtuple by field
+    return data
+
+
+def _clone_one(t: torch.Tensor) -> torch.Tensor:
+    return _clone(t) if type(t) is _Tensor else t.clone()
+
+
 def clone_data(data: object) -> object:
     """A copy of ``data`` whose tensors are clones (plain values are shared: they cannot be written). A torch.Tensor of
     exactly that type is cloned by the clone bound above, so a timed call's output kept for its re-check is copied as
     returned even where a candidate patched torch; the clocks keep every re-checked output so, tuples too (the next
     call may write the same tensors again: right under GPU MODE's eval.py, which checks each call before the next)."""
-    if type(data) is _Tensor:
-        return _clone(data)
-    if isinstance(data, torch.Tensor):
-        return data.clone()
-    if isinstance(data, dict):
-        return {key: clone_data(value) for key, value in data.items()}
-    if isinstance(data, (tuple, list)):
-        items = [clone_data(item) for item in data]
-        return type(data)(*items) if hasattr(data, "_fields") else type(data)(items)  # a namedtuple by field
-    return data
+    return _each_tensor(data, _clone_one)
+
+
+def buffers_like(data: object) -> object:
+    """A copy of ``data`` in new memory whose tensors share memory where ``data``'s do: a view of another input stays a
+    view of that input's copy, so a call into the copy reads and writes as it would into ``data``
+    (:func:`clone_data` would make them two). A bench's other side gets its own input buffers so, without making
+    the input again (a GPU MODE folder's generate_input may take minutes)."""
+    copies: dict[tuple, torch.UntypedStorage] = {}
+
+    def one(t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        if type(t) is not _Tensor or storage.nbytes() == 0:
+            return _clone_one(t)
+        key = (storage.device, storage.data_ptr())
+        if key not in copies:
+            copies[key] = storage.clone()
+        view = torch.empty(0, dtype=t.dtype, device=t.device)
+        return view.set_(copies[key], t.storage_offset(), t.size(), t.stride()).requires_grad_(t.requires_grad)
+
+    return _each_tensor(data, one)
 
 
 def copy_pairs(dst: object, src: object) -> list[tuple[torch.Tensor, torch.Tensor]]:

@@ -42,7 +42,7 @@ import numpy as np
 import torch
 
 from okc.benchrules import EagerTiming
-from okc.judge.problem import Problem, clone_data, copy_data
+from okc.judge.problem import Problem, buffers_like, clone_data, copy_data
 from okc.judge.protocol import pairs, timing
 from okc.judge.protocol.benchcases import (
     BenchFailed,
@@ -269,7 +269,7 @@ class EagerBench:
             side = CpuSide("against" if name == "baseline" else name, self.sources[name])
             side.load()
             side.prepare(problem, weights)
-            side.inputs = make_inputs(problem, self.cases, self.seed, "capture", 1, device, say=self.log)[0]  # its own buffers
+            side.inputs = [buffers_like(x) for x in first]  # its own buffers, refilled before each call
             sides[name] = side
         # the judge's eval.py decides whether a call finds L2 cleared; where it does, by the flush asked for
         clears = problem.eager_timing.clears_l2
