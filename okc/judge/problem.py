@@ -125,9 +125,9 @@ def buffers_like(data: object) -> object:
     copies: dict[tuple, torch.UntypedStorage] = {}
 
     def one(t: torch.Tensor) -> torch.Tensor:
+        if type(t) is not _Tensor or t.layout != torch.strided or t.is_quantized or not t.untyped_storage().nbytes():
+            return _clone_one(t)  # a subclass, a sparse tensor or nothing to share: a clone of its own
         storage = t.untyped_storage()
-        if type(t) is not _Tensor or storage.nbytes() == 0:
-            return _clone_one(t)
         key = (storage.device, storage.data_ptr())
         if key not in copies:
             copies[key] = storage.clone()
