@@ -149,3 +149,22 @@ def test_marks_of_one_millisecond_keep_the_order_the_worker_made_them():
              "done": 5.0}
     assert [(s.name, s.start_s, s.seconds) for s in spans(marks)][-3:] == [
         ("bench.capture", 1.0, 1.0), ("check.verdicts", 2.0, 0.0), ("bench.timing", 2.0, 3.0)]
+
+
+def test_marks_of_one_millisecond_keep_the_order_they_were_made_in_through_result_json(tmp_path, monkeypatch):
+    # main: result.json sorts its keys, so a try's "check.verdicts" and "bench.timing", marked in one millisecond
+    # on an H100, came back name first: the pairs' seconds were shown as the wait for the check's verdict
+    from okc import worker
+    from okc.contract import write_json
+
+    clock = iter([10.0, 10.5, 12.0, 12.0, 12.0002, 12.0002, 15.0])
+    monkeypatch.setattr(worker.time, "monotonic", lambda: next(clock))
+    job = worker.Worker(tmp_path)  # started at 10.0
+    job.mark("torch")  # 0.5
+    assert [job.mark(name) for name in ("check.verdicts", "bench.timing", "check.verdicts")] == [2.0, 2.001, 2.0]
+    job.mark("bench.timing")  # again: its first mark stands
+    assert job.mark("result") == 5.0
+    write_json(tmp_path / "result.json", {"timeline": job.timeline})
+    back = json.loads((tmp_path / "result.json").read_text())["timeline"]
+    assert [(s.name, s.start_s, s.seconds) for s in spans(back)][-2:] == [("check.verdicts", 2.0, 0.001),
+                                                                          ("bench.timing", 2.001, 2.999)]
