@@ -358,6 +358,7 @@ def test_buffers_like_copies_into_new_memory_and_keeps_a_view_a_view():
     split.b.fill_(-1.0)
     assert (split.a[1:3] >= 0).all()  # the contrast: a clone per tensor
     # a sparse tensor has no one storage to share: it is cloned, not an error
-    sparse = torch.sparse_coo_tensor(torch.tensor([[0, 1], [1, 0]]), torch.tensor([1.0, 2.0]), (2, 2))
+    sparse = torch.sparse_coo_tensor(torch.tensor([[0, 1], [1, 0]]), torch.tensor([1.0, 2.0]), (2, 2),
+                                     check_invariants=True)
     copied = buffers_like((sparse, a))[0]
     assert copied is not sparse and torch.equal(copied.to_dense(), sparse.to_dense())
