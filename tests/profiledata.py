@@ -78,7 +78,7 @@ def profile_job(lab, ref: str, against: str = "0", replays: int = 5, layers=None
                 plans["candidate"][0] = (kernel_name, *plans["candidate"][0][1:])
             path = job_dir / TRACES_DIR / trace_name(Case(layer[0], m, load))
             path.write_text(json.dumps(gpu_trace(plans, replays)))
-            segments = traces.gpu_replays(traces.load_events(path), FLUSH_KERNEL, 2 * replays, copied=True)
+            segments = traces.gpu_replays(traces.load_events(path), FLUSH_KERNEL, 2 * replays, copies=1)
             sequence = [side for pair in range(replays) for side in order(pair)]
             sides = {side: traces.summarize([s for s, who in zip(segments, sequence) if who == side]) for side in SIDES}
             shapes.append({"load": load, "layer": layer[0], "m": m, "n": row["n"], "k": row["k"],

@@ -41,14 +41,21 @@ def test_a_gpu_trace_splits_at_each_flush_and_leaves_the_next_inputs_copy_out():
               kernel("reduce", 69, 2), kernel("Memcpy DtoD", 80, 1, "gpu_memcpy"), kernel(flush, 85, 50),
               kernel("gemm", 140, 9, grid=[18, 1, 4]), kernel("reduce", 150, 2), kernel("Memset (Device)", 153, 1, "gpu_memset"),
               {"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "ts": 141, "dur": 3}]
-    first, second = traces.gpu_replays(events, flush, 2, copied=True)
+    first, second = traces.gpu_replays(events, flush, 2, copies=1)
     assert [a.name for a in first] == ["gemm", "reduce"]  # the copy for the next replay is not the graph's
     assert [a.name for a in second] == ["gemm", "reduce", "Memset (Device)"]  # a memset of the graph's own stays
     assert first[0].grid == (18, 1, 4) and first[1].grid is None
+    # an input of three tensors takes three copies, all the next replay's; a copy of the graph's own before them stays
+    three = [kernel(flush, 0, 50), kernel("gemm", 60, 8), kernel("Memcpy DtoD", 70, 1, "gpu_memcpy")]
+    three += [kernel("Memcpy DtoD", 75 + i, 1, "gpu_memcpy") for i in range(3)] + [kernel(flush, 85, 50), kernel("gemm", 140, 9)]
+    first, second = traces.gpu_replays(three, flush, 2, copies=3)
+    assert [a.name for a in first] == ["gemm", "Memcpy DtoD"] and [a.name for a in second] == ["gemm"]
+    assert [len(s) for s in traces.gpu_replays(three, flush, 2, copies=1)] == [4, 1]  # main's one copy: two were the graph's
+    assert [len(s) for s in traces.gpu_replays(three, flush, 2, copies=0)] == [5, 1]
     with pytest.raises(traces.TraceError, match="2 flush kernels for 3 replays"):
-        traces.gpu_replays(events, flush, 3, copied=True)
+        traces.gpu_replays(events, flush, 3, copies=1)
     with pytest.raises(traces.TraceError, match="no device activity"):
-        traces.gpu_replays([e for e in events if e["cat"] == "cuda_runtime"], flush, 2, copied=True)
+        traces.gpu_replays([e for e in events if e["cat"] == "cuda_runtime"], flush, 2, copies=1)
 
 
 def test_a_sides_summary_has_launches_per_call_median_times_gaps_and_span():
@@ -447,3 +454,69 @@ def test_a_profile_on_a_pod_comes_home_with_its_traces_and_is_recorded_once(ssh_
     assert tuple(row) == (POD_NAME, "ok")
     pulled = invoke("pull")
     assert pulled.exit_code == 0 and "0 job(s) pulled" in pulled.output
+
+
+@pytest.mark.parametrize("folder", ["vectoradd", "outplace", "globalrng"])
+def test_a_gpumode_folders_inputs_of_several_tensors_are_profiled(tmp_path, monkeypatch, folder):
+    # main: okc profile ended in a traceback on every GPU MODE folder ("'tuple' object has no attribute 'clone'"):
+    # it took a case's input for one tensor, and asked the folder for an output shape it does not have
+    from conftest import GPUMODE_FOLDERS, gpumode_lab
+
+    root = gpumode_lab(tmp_path, monkeypatch, GPUMODE_FOLDERS / folder)
+    done = invoke("profile", "1", "--replays", "3", "--json")
+    assert done.exit_code == 0, done.output
+    data = json.loads(done.output)
+    assert data["activity"] == "cpu" and data["recorded"] is True
+    job = json.loads((root / "results" / data["job_id"] / "result.json").read_text())
+    cases = {(shape["load"], shape["layer"]) for shape in job["profile"]}
+    assert len(cases) == len(job["profile"]) >= 1
+    for shape in job["profile"]:
+        assert shape["n"] is None and shape["k"] is None  # a folder has no n and k: none said, none made up
+        assert shape["floor_us"] > 0  # from the bytes of its input and output, as the bench's
+        assert all(shape["sides"][side]["kernel_us"] > 0 for side in ("candidate", "against"))
+    shown = {(r["shape"], r["side"]) for r in data["shapes"]}
+    assert len(shown) == 2 * len(job["profile"]) and {side for _, side in shown} == {"candidate", "against"}
+
+
+def test_a_folder_benched_on_eager_calls_is_profiled_on_eager_calls_behind_the_flush(tmp_path, monkeypatch):
+    # main: on a GPU, okc profile captured a GPU MODE folder's calls into graphs and replayed them, while okc bench
+    # times that folder's eager calls (its eval.py's clock), and a call that waits on the host failed the profile.
+    # The GPU's steps, on this CPU: timing's flush, synchronisation and capture stand in.
+    from types import SimpleNamespace
+
+    import torch
+    from conftest import GPUMODE_FOLDERS, REPO, gpumode_problem
+
+    from okc.judge.protocol import timing
+
+    said: list[str] = []
+    monkeypatch.setattr(judge_profile, "capture", lambda *args, **kwargs: pytest.fail("a graph was captured"))
+    monkeypatch.setattr(timing, "make_flush", lambda device: SimpleNamespace(run=lambda: said.append("flush")))
+    monkeypatch.setattr(timing, "synchronize", lambda: said.append("synchronise"))
+    monkeypatch.setattr(timing, "PersistingL2", lambda device: SimpleNamespace(clear=lambda: None))
+    monkeypatch.setattr(torch.cuda, "init", lambda: None)
+    problem = gpumode_problem(tmp_path, GPUMODE_FOLDERS / "histogram")  # its call waits on the host: no graph
+    assert problem.default_clock == "eager"
+    sources = {"candidate": GPUMODE_FOLDERS / "histogram" / "submission.py",
+               "against": REPO / "okc/problems/gpumode/baseline.py"}
+    profiler = judge_profile.Profiler(problem, sources, device=torch.device("cpu"), seed=7, replays=2, cases=None,
+                                      job_dir=tmp_path, phase=lambda *args, **kwargs: None, log=lambda line: None)
+    profiler.on_gpu = True  # what the device says on a GPU; the calls themselves run here
+    assert profiler.eager
+    profiler.setup()
+    calls = []
+    monkeypatch.setattr(problem, "call", lambda module, x, case: said.append("call") or calls.append(x))
+    said.clear()
+    profiler._call("candidate", 0)
+    assert said == ["flush", "call", "synchronise"]  # as the eager clock: the flush, one call, its end waited for
+    assert calls == [profiler.buffers[0]] and profiler._replay == 1
+    # what okc profile says of it: eager calls, and where the judge clears no L2, that the flush is the profile's
+    assert judge_profile.eager_notes(problem) == [judge_profile.EAGER_NOTE]
+    quiet = SimpleNamespace(default_clock="eager", eager_timing=SimpleNamespace(clears_l2=False))
+    assert judge_profile.eager_notes(quiet) == [judge_profile.EAGER_NOTE, judge_profile.NO_CLEAR_NOTE]
+    assert judge_profile.eager_notes(TINY) == []  # a graph-clock problem: its graphs, as before
+    graphs = judge_profile.Profiler(TINY, sources, device=torch.device("cpu"), seed=7, replays=2, cases=None,
+                                    job_dir=tmp_path, phase=lambda *args, **kwargs: None, log=lambda line: None)
+    assert graphs.eager  # a CPU's calls are eager whatever the problem
+    graphs.on_gpu = True
+    assert not graphs.eager

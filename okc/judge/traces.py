@@ -75,11 +75,12 @@ def device_activities(events: list[dict]) -> list[Activity]:
     return sorted(found, key=lambda a: a.start)
 
 
-def gpu_replays(events: list[dict], flush_name: str, replays: int, copied: bool) -> list[list[Activity]]:
+def gpu_replays(events: list[dict], flush_name: str, replays: int, copies: int) -> list[list[Activity]]:
     """The device activity of each replay: what runs after each flush kernel, up to the next.
 
-    ``copied``: a fresh input was copied in before each flush (as the bench does), so every
-    replay but the last ends with the next one's copy, which is not the graph's.
+    ``copies``: the copies a fresh input takes (one a tensor), made before each flush as the bench makes them, so
+    every replay but the last ends with the next one's copies, which are not the graph's: up to that many trailing
+    memcpys are left out (0: none; a copy of the graph's own comes before them and stays).
     """
     activities = device_activities(events)
     if not activities:
@@ -91,8 +92,11 @@ def gpu_replays(events: list[dict], flush_name: str, replays: int, copied: bool)
     for number, index in enumerate(flushes):
         stop = flushes[number + 1] if number + 1 < len(flushes) else len(activities)
         segment = activities[index + 1:stop]
-        if copied and number + 1 < len(flushes) and segment and "memcpy" in segment[-1].name.lower():
-            segment = segment[:-1]
+        if number + 1 < len(flushes):
+            for _ in range(copies):
+                if not segment or "memcpy" not in segment[-1].name.lower():
+                    break
+                segment = segment[:-1]
         segments.append(segment)
     return segments
 

@@ -8,7 +8,9 @@ graph is replayed ``replays`` times under torch.profiler with CUDA activity trac
 replay, as in the bench, a fresh input is copied into the buffer and L2 is read-flushed
 (okc.judge.protocol.timing's flush); the sides alternate, the order swapped every pair. Each case's
 trace is written to ``traces/`` in the job folder (Chrome/Perfetto JSON) and read back by
-okc.judge.traces into per-kernel medians.
+okc.judge.traces into per-kernel medians. A problem whose bench times eager calls (a GPU MODE
+folder's, as its eval.py does) is not captured: each replay is one eager call, behind the same
+flush, ended by a synchronisation as the eager clock ends it.
 
 A problem meant for a CPU, on a machine without a GPU, is profiled with the profiler's CPU
 activity instead: eager calls, aten ops by self time, no graph and no flush.
@@ -26,11 +28,11 @@ import torch
 
 from okc.judge import traces
 from okc.judge.loader import CandidateLoadError, load_candidate
-from okc.judge.problem import Case, Problem
+from okc.judge.problem import Case, Problem, buffers_like, copy_data, tensors_of
 
 # Importing timing binds torch's timing objects, before any candidate module is imported.
 from okc.judge.protocol import timing
-from okc.judge.protocol.benchcases import BenchFailed, error_result, make_inputs, scored_cases
+from okc.judge.protocol.benchcases import BenchFailed, error_result, make_inputs, scored_cases, shape_rows
 from okc.judge.protocol.capture import CaptureError, capture
 from okc.judge.tracebacks import explain
 from okc.podfiles import is_numeric
@@ -44,6 +46,9 @@ FLUSH_KERNEL = "read_reduce_kernel"  # okc.judge.protocol.kernels' read: the flu
 SIDES = ("candidate", "against")
 CPU_NOTE = ("CPU profile: eager calls, aten ops by self time (no CUDA graph, no L2 flush); "
             "the numbers are not the GPU's")
+EAGER_NOTE = "eager calls, as okc bench times this problem (its judge's clock), each behind the L2 flush"
+NO_CLEAR_NOTE = ("its judge clears no L2 before a call, and the bench does not either; the profile flushes anyway: "
+                 "the flush's kernel is where each call's activity begins")
 NEEDS_CUDA = ("okc profile needs a CUDA GPU for this problem; this machine has none. "
               "Run it on a pod: okc profile NNN --on POD")
 
@@ -89,10 +94,18 @@ class Profiler:
         self.on_gpu = device.type == "cuda"
         self.modules: dict[str, object] = {}
         self.graphs: dict[str, list] = {side: [] for side in SIDES}  # per case; every graph lives for the job
-        self.buffers: list[torch.Tensor] = []
-        self.pool: list[list[torch.Tensor]] = []
+        self.buffers: list = []  # per case: its input (a tensor, or a GPU MODE folder's tuple or dict of them)
+        self.pool: list[list] = []
+        self.shape_rows: list[dict] = []  # per case: the bench's description of it (shape, speed of light)
         self.flush: timing.Flush | None = None
         self._replay = 0  # the number of the next profiled call within a case (its okc_replay_<n> range)
+
+    @property
+    def eager(self) -> bool:
+        """Whether each call is an eager call: on a CPU, and on a GPU where the bench times eager calls (a GPU MODE
+        folder: its eval.py's clock); else a graph replay. On a GPU either comes behind the flush, whose kernel also
+        marks where each call begins in the trace."""
+        return not self.on_gpu or self.problem.default_clock == "eager"
 
     def setup(self) -> None:
         problem, device = self.problem, self.device
@@ -114,14 +127,18 @@ class Profiler:
                 raise BenchFailed(f"{side}: prepare raised {type(exc).__name__}: {exc}".splitlines()[0], side) from None
         del weights
         # The bench's inputs: the capture's first set, then fresh sets copied in before each replay.
-        self.buffers = [x.clone() for x in make_inputs(problem, self.cases, self.seed, "capture", 1, device)[0]]
+        first = make_inputs(problem, self.cases, self.seed, "capture", 1, device)[0]
+        self.shape_rows = shape_rows(problem, self.cases, first)  # as the bench says them (n, k, the floor)
+        self.buffers = [buffers_like(x) for x in first]
+        del first
         self.pool = make_inputs(problem, self.cases, self.seed, "input", INPUT_SETS, device)
-        if self.on_gpu:
+        if self.on_gpu and not self.eager:
             self.phase("capture")
             for index, case in enumerate(self.cases):
                 pool = torch.cuda.graph_pool_handle()
                 for side in SIDES:
                     self.graphs[side].append(self._capture(side, case, self.buffers[index], pool))
+        if self.on_gpu:
             self.flush = timing.make_flush(device)
             # As the bench: the persisting-L2 carve-out off and its lines reset once, after every prepare.
             timing.PersistingL2(device).clear()
@@ -144,15 +161,18 @@ class Profiler:
     def _call(self, side: str, index: int) -> None:
         if self.on_gpu:
             self.flush.run()
-            with torch.profiler.record_function(f"{traces.REPLAY_MARK}{self._replay}"):
-                timing.replay(self.graphs[side][index].graph)
-        else:
-            with torch.profiler.record_function(f"{traces.REPLAY_MARK}{self._replay}"):
+        with torch.profiler.record_function(f"{traces.REPLAY_MARK}{self._replay}"):
+            if self.eager:
                 self._eager(side, index)
+                if self.on_gpu:
+                    timing.synchronize()  # as the bench's eager clock: each call ends before the next begins
+            else:
+                timing.replay(self.graphs[side][index].graph)
         self._replay += 1
 
     def _eager(self, side: str, index: int) -> None:
-        """One eager ``kernel_fn`` call (a CPU profile); what it raises is the side's failure."""
+        """One eager ``kernel_fn`` call (a CPU profile, or a problem benched on eager calls); what it raises is the
+        side's failure."""
         case = self.cases[index]
         try:
             self.problem.call(self.modules[side], self.buffers[index], case)
@@ -174,7 +194,7 @@ class Profiler:
         with profile(activities=[activity]) as prof:
             for pair in range(self.replays):
                 for side in order(pair):
-                    self.buffers[index].copy_(self.pool[pair % len(self.pool)][index])
+                    copy_data(self.buffers[index], self.pool[pair % len(self.pool)][index])
                     self._call(side, index)
                     sequence.append(side)
             if self.on_gpu:
@@ -185,21 +205,26 @@ class Profiler:
         prof.export_chrome_trace(str(path))
         events = traces.load_events(path)
         if self.on_gpu:
-            segments = traces.gpu_replays(events, FLUSH_KERNEL, len(sequence), copied=True)
+            copies = len(tensors_of(self.buffers[index]))  # a GPU MODE folder's input is several tensors
+            segments = traces.gpu_replays(events, FLUSH_KERNEL, len(sequence), copies=copies)
         else:
             segments = traces.cpu_replays(events, len(sequence))
         sides = {side: traces.summarize([s for s, who in zip(segments, sequence) if who == side]) for side in SIDES}
-        return {"load": case.load, "layer": case.layer, "m": case.m, "n": self.problem.output_spec(case)[0][-1],
-                "k": self.buffers[index].shape[-1], "floor_us": round(self.problem.floor_us(case), 3),
-                "trace": f"{TRACES_DIR}/{path.name}", "sides": sides}
+        row = self.shape_rows[index]  # n and k None where a problem has no such shape (a GPU MODE folder's)
+        floor = row["floor_us"]
+        return {"load": case.load, "layer": case.layer, "m": case.m, "n": row["n"], "k": row["k"],
+                "floor_us": None if floor is None else round(floor, 3), "trace": f"{TRACES_DIR}/{path.name}",
+                "sides": sides}
 
     def _call_untraced(self, side: str, index: int) -> None:
         if self.on_gpu:
             self.flush.run()
-            timing.replay(self.graphs[side][index].graph)
-            timing.synchronize()
-        else:
+        if self.eager:
             self._eager(side, index)
+        else:
+            timing.replay(self.graphs[side][index].graph)
+        if self.on_gpu:
+            timing.synchronize()
 
     def run(self) -> list[dict]:
         from okc.judge.protocol.cpu_clock import THREADS
@@ -227,6 +252,13 @@ class Profiler:
         return ", ".join(parts)
 
 
+def eager_notes(problem: Problem) -> list[str]:
+    """What a GPU profile says of its calls where the bench times ``problem``'s eagerly (none where it replays graphs)."""
+    if problem.default_clock != "eager":
+        return []
+    return [EAGER_NOTE] + ([] if problem.eager_timing.clears_l2 else [NO_CLEAR_NOTE])
+
+
 def run_profile(problem: Problem, sources: dict[str, Path], *, device: torch.device, seed: int, replays: int,
                 counters: bool, cases: list[str] | None, names: tuple[str, str], job_dir: Path,
                 phase: Callable[..., None], log: Log) -> dict:
@@ -240,7 +272,7 @@ def run_profile(problem: Problem, sources: dict[str, Path], *, device: torch.dev
         return error_result(NEEDS_CUDA, "usage", **identity)
     profiler = Profiler(problem, sources, device=device, seed=seed, replays=replays, cases=cases, job_dir=job_dir,
                         phase=phase, log=log)
-    notes = [CPU_NOTE] if on_cpu else []
+    notes = [CPU_NOTE] if on_cpu else eager_notes(problem)
     counter_report = None
     try:
         profiler.setup()
@@ -263,8 +295,10 @@ def run_profile(problem: Problem, sources: dict[str, Path], *, device: torch.dev
         return error_result(f"the profiler's trace cannot be read: {exc}", "harness", **identity)
     except RuntimeError as exc:  # a CUDA error in a replay: the context is gone
         return error_result(f"CUDA error during the profile: {exc}".splitlines()[0], **identity)
-    # The reason is the CPU caveat; the counters' line is its own (okc.reports.profile prints both).
-    return {**identity, "status": "ok", "reason": CPU_NOTE if on_cpu else None, "notes": notes, "replays": replays,
+    # The reason is the CPU caveat, or how a problem benched eagerly was called; the counters' line is its own
+    # (okc.reports.profile prints both).
+    reason = CPU_NOTE if on_cpu else "; ".join(eager_notes(problem)) or None
+    return {**identity, "status": "ok", "reason": reason, "notes": notes, "replays": replays,
             "activity": "cpu" if on_cpu else "cuda", "counters": counter_report, "profile": shapes,
             "duration_s": round(time.monotonic() - started, 3)}
 
