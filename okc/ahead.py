@@ -154,6 +154,7 @@ class Compiler:
         from triton import knobs
 
         from okc.judge.loader import CandidateLoadError, load_candidate
+        from okc.judge.problem import clone_data
         from okc.judge.tracebacks import describe
 
         started = time.monotonic()
@@ -184,7 +185,7 @@ class Compiler:
             skipped = None
             for case, x in zip(self.cases, self.inputs):
                 try:
-                    self.problem.call(module, x.clone(), case)
+                    self.problem.call(module, clone_data(x), case)  # a tensor, or a folder's tuple of them
                 except CompileFailed as exc:
                     return ended("compile_failed", f"{case.key}: {exc}")
                 except Exception as exc:  # the point may need CUDA to run; what it compiled so far still counts

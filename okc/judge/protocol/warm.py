@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from okc.judge.problem import Problem
+from okc.judge.problem import Problem, clone_data
 from okc.judge.protocol import timing
 from okc.judge.protocol.benchcases import case_load_matrix, make_inputs, scored_cases, scored_loads
 from okc.judge.protocol.capture import release_memory
@@ -157,7 +157,7 @@ class CudaScreener:
                                       torch.cuda.mem_get_info(device)[0], settings.rule.max_pairs,
                                       settings.rule.target_half_width)
         first = make_inputs(problem, self.cases, self.seed, "capture", 1, device)[0]
-        self.inputs = [x.clone() for x in first]  # per case, the one buffer every graph of both sides reads
+        self.inputs = [clone_data(x) for x in first]  # per case, the buffers every graph of both sides reads
         self.pools = [torch.cuda.graph_pool_handle() for _ in self.cases]
         self._make_ready(self.baseline, step, each_case=lambda: step("capture"))
         step("protocol")
