@@ -136,6 +136,22 @@ def test_the_checks_last_verdicts_are_read_after_the_benchs_set_up_and_before_it
     assert json.loads((job_dir / CHECK_FILE).read_text())["status"] == "pass"
 
 
+def test_a_check_judged_in_the_worker_marks_its_verdict_before_the_bench_and_the_timing_where_the_pairs_begin(
+        tmp_path, monkeypatch):
+    # main: a GPU MODE folder's check is judged in the worker (own_judge), its verdict read before the bench began,
+    # and that read also marked "bench.timing": the timeline put the bench's import, prepare and inputs in the pairs'
+    from conftest import GPUMODE_FOLDERS, gpumode_lab
+
+    from okc.lab.config import find_lab
+
+    gpumode_lab(tmp_path, monkeypatch, GPUMODE_FOLDERS / "vectoradd")
+    done = invoke("try", "001", *QUICK_BENCH)
+    assert done.exit_code == 0, done.output
+    marks = json.loads((only_job(find_lab()) / "result.json").read_text())["timeline"]
+    assert marks["check.check"] < marks["check.verdicts"] < marks["bench.import"] < marks["bench.prepare"]
+    assert marks["bench.prepare"] < marks["bench.timing"] < marks["done"]
+
+
 def test_a_check_that_fails_only_in_its_last_weight_set_times_no_pair(tiny):
     # The failure is known only once the bench has set up: it is the job's verdict, and nothing is timed.
     add(tiny, "004_second_wrong.py", text=WRONG_FROM_THE_SECOND_IMPORT)

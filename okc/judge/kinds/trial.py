@@ -87,10 +87,15 @@ class CheckVerdict:
             self.waited = True
             self.phase("check.verdicts")
             self.reader.join()
-            if self.passed:
-                self.phase("bench.timing")  # the bench's own "bench" mark came before the wait (its set-up's end)
         if not self.passed:
             raise CheckEnded
+
+    def before_timing(self) -> None:
+        """The bench's step between its set-up and its first timed call: the verdict, then "bench.timing" (the
+        bench's own "bench" mark came before, at its set-up's end). Only the bench marks it: a verdict read before
+        the bench began (a check judged in this process) is not the start of its pairs."""
+        self.wait()
+        self.phase("bench.timing")
 
     def close(self) -> None:
         if self.reader.ident is not None:
@@ -126,7 +131,8 @@ def run_kind(job: JobSpec, job_dir: Path, problem, *, device, seed: int, phase: 
             try:
                 benched = bench.run_kind(dataclasses.replace(job, kind="bench"), job_dir, problem, device=device,
                                          seed=seed, phase=step_phase(phase, "bench"), log=log,
-                                         session=None if problem.own_judge else session, before_timing=verdict.wait)
+                                         session=None if problem.own_judge else session,
+                                         before_timing=verdict.before_timing)
             except CheckEnded:
                 raise
             except Exception as exc:  # a failure of the bench's own; the check's verdict comes first
