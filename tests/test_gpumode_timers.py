@@ -362,3 +362,26 @@ def test_buffers_like_copies_into_new_memory_and_keeps_a_view_a_view():
                                      check_invariants=True)
     copied = buffers_like((sparse, a))[0]
     assert copied is not sparse and torch.equal(copied.to_dense(), sparse.to_dense())
+
+
+def test_the_eager_bench_runs_before_timing_after_its_set_up_and_before_its_first_timed_call(tmp_path, monkeypatch):
+    # main: the bench kind ran a try's before_timing before the eager bench had imported either side, so the
+    # timeline's "bench.timing" came before "bench.import" and the set-up was shown as the pairs'
+    from okc.judge.protocol.settings import BenchSettings
+    from okc.problems.gpumode.judging import FolderVerifier
+
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(eager_clock, "_device_synchronize", lambda: None)  # no CUDA here
+    problem = gpumode_problem(tmp_path, FIRSTSET)
+    made: list[int] = []
+    make_input = problem.make_input
+    monkeypatch.setattr(problem, "make_input", lambda case, seed, *rest: made.append(seed) or make_input(case, seed, *rest))
+    settings = BenchSettings.from_options({"min_pairs": 24, "max_pairs": 24, "overhead_us": 0.0}, problem)
+    seen: list[int] = []
+    result = eager_clock.run_eager(problem, FIRSTSET / "submission.py", REPO / "okc/problems/gpumode/baseline.py",
+                                   device=cpu, seed=7, settings=settings, names=("001", "baseline"), aa=False,
+                                   verifier=FolderVerifier(problem, 7, cpu), log=lambda line: None,
+                                   before_timing=lambda: seen.append(len(made)))
+    assert result["status"] == "ok", result["reason"]
+    cases = len(eager_clock.scored_cases(problem, None))
+    assert seen == [cases] and len(made) > cases  # once: after the set-up's inputs, before any timed call's

@@ -285,9 +285,10 @@ class Problem(abc.ABC):
 
     def bench_eagerly(self, candidate: Path, against: Path, *, device: torch.device, seed: int, settings,
                       names: tuple[str, str], aa: bool, log, cases: list[str] | None = None, explain=None,
-                      progress=None) -> dict:
+                      progress=None, before_timing=None) -> dict:
         """(requires_capture False only) The paired bench on the eager clock (okc.judge.protocol.eager_clock): the
-        judge's clock, one asked for, or the graph clock's fallback for a call that cannot be captured."""
+        judge's clock, one asked for, or the graph clock's fallback for a call that cannot be captured.
+        ``before_timing`` runs between its set-up and its first timed call (benchcases.run_paired's)."""
         raise NotImplementedError(f"{self.name} is judged on CUDA graph replays: it has no eager clock")
 
     def after_bench(self, result: dict, candidate: Path, against: Path, *, device: torch.device, seed: int, log,

@@ -226,10 +226,10 @@ def run_kind(job, job_dir: Path, problem: Problem, *, device: torch.device, seed
     before_timing = before_timing or (lambda: None)
     names = (job.candidate.name, against_name)
 
-    def eagerly() -> dict:
-        before_timing()
+    def eagerly() -> dict:  # before_timing after the eager sides' set-up, as run_paired runs it for the graph's
         return problem.bench_eagerly(candidate, against, device=device, seed=seed, settings=settings, names=names,
-                                     aa=job.aa, log=log, cases=job.cases, explain=explain, progress=common["progress"])
+                                     aa=job.aa, log=log, cases=job.cases, explain=explain, progress=common["progress"],
+                                     before_timing=before_timing)
 
     try:
         if settings.clock == "eager" and not on_cpu:  # the judge's or asked for: nothing captured (a CPU's is eager)

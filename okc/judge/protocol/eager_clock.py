@@ -304,7 +304,8 @@ class EagerBench:
 
 def run_eager(problem: Problem, candidate: Path, against: Path, *, device: torch.device, seed: int, settings,
               names: tuple[str, str], aa: bool, verifier, log, cases: list[str] | None = None,
-              explain: Callable[[object], None] | None = None, progress: Callable[[dict], None] | None = None) -> dict:
+              explain: Callable[[object], None] | None = None, progress: Callable[[dict], None] | None = None,
+              before_timing: Callable[[], None] | None = None) -> dict:
     """The paired bench on the eager clock: result.json's bench fields, ``protocol.clock`` "eager". ``explain``
     wraps the bench's steps, as the worker's bench kind wraps its own (a side's traceback and file:line);
     ``progress`` gets the loop's states (the worker's progress.json: okc bench's progress line)."""
@@ -312,7 +313,7 @@ def run_eager(problem: Problem, candidate: Path, against: Path, *, device: torch
                        progress=progress)
     if explain is not None:
         explain(bench)
-    result = run_paired(bench, names=names, aa=aa, verifier=verifier, log=log)
+    result = run_paired(bench, names=names, aa=aa, verifier=verifier, log=log, before_timing=before_timing)
     placed = {"placed_first": bench.placed[0]} if bench.placed else {}
     return {**result, "protocol": {**result.get("protocol", {}), **protocol_fields(settings, problem.eager_timing),
                                    **placed}}

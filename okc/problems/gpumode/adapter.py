@@ -292,13 +292,14 @@ class GpuModeProblem(Problem):
     # --- the bench's second figure -------------------------------------------------------------------
     def bench_eagerly(self, candidate: Path, against: Path, *, device: torch.device, seed: int, settings,
                       names: tuple[str, str], aa: bool, log, cases: list[str] | None = None, explain=None,
-                      progress=None) -> dict:
+                      progress=None, before_timing=None) -> dict:
         """The paired bench on the eager clock, its timed outputs re-judged by check_implementation."""
         verifier = self.own_verifier(seed, device)
         try:
             result = eager_clock.run_eager(self, candidate, against, device=device, seed=seed,
                                            settings=dataclasses.replace(settings, rechecks=True), names=names, aa=aa,
-                                           verifier=verifier, log=log, cases=cases, explain=explain, progress=progress)
+                                           verifier=verifier, log=log, cases=cases, explain=explain, progress=progress,
+                                           before_timing=before_timing)
         finally:
             verifier.close()
         return {**result, "device": device.type}
