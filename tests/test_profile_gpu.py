@@ -59,3 +59,23 @@ def test_the_kernels_sum_to_the_bench_shape_time(tmp_path, monkeypatch):
     for row in shapes:
         slack = 0.05 * row["bench_us"] + 1.0 * row["launches"]
         assert abs(row["kernel_us"] + row["gap_us"] - row["bench_us"]) <= slack, row
+
+
+def test_a_gpumode_folder_is_profiled_on_eager_calls_and_the_next_inputs_copies_are_left_out(tmp_path, monkeypatch):
+    # main: a traceback ('tuple' object has no attribute 'clone'); on a GPU its calls would have been graph replays
+    # while okc bench times that folder's eager calls, and only one of an input's copies would have been left out
+    from conftest import GPUMODE_FOLDERS, gpumode_lab
+
+    from okc.judge.kinds.profile import EAGER_NOTE
+
+    root = gpumode_lab(tmp_path, monkeypatch, GPUMODE_FOLDERS / "vectoradd")
+    done = runner.invoke(app, ["profile", "1", "--replays", "10", "--json"])
+    assert done.exit_code == 0, done.output
+    data = json.loads(done.output)
+    assert data["activity"] == "cuda" and data["shapes"]
+    result = json.loads((root / "results" / data["job_id"] / "result.json").read_text())
+    assert result["reason"].startswith(EAGER_NOTE)
+    for record in data["shapes"]:
+        mine = [k["kernel"] for k in data["kernels"] if (k["shape"], k["side"]) == (record["shape"], record["side"])]
+        assert mine and not any(FLUSH_KERNEL in name or "memcpy" in name.lower() for name in mine), mine
+        assert record["kernel_us"] > 0
