@@ -307,18 +307,34 @@ def test_which_side_takes_the_first_place_in_memory_is_a_coin_per_bench_not_alwa
     assert eager_clock.placing_order(5) == eager_clock.placing_order(5)  # a bench's seed decides it: reproducible
 
 
-def test_the_eager_bench_makes_each_case_input_once_and_gives_each_side_its_own_buffers(tmp_path, monkeypatch):
-    # main: set-up made every case's input three times (one for the shapes, one per side): a GPU MODE folder whose
-    # generate_input takes a minute a case waited three
+def counted_firstset(tmp_path, monkeypatch):
+    """The first set's folder on this CPU's eager clock, 24 pairs: (problem, settings, the seed of every input made;
+    ``problem.make_input.__wrapped__`` makes one uncounted)."""
+    import functools
+
     from okc.judge.protocol.settings import BenchSettings
-    from okc.seeds import derive_seed
 
     monkeypatch.setattr(eager_clock, "_device_synchronize", lambda: None)  # no CUDA here
     problem = gpumode_problem(tmp_path, FIRSTSET)
     made: list[int] = []
-    make_input = problem.make_input
-    monkeypatch.setattr(problem, "make_input", lambda case, seed, *rest: made.append(seed) or make_input(case, seed, *rest))
+
+    @functools.wraps(problem.make_input)
+    def counted(case, seed, *rest):
+        made.append(seed)
+        return counted.__wrapped__(case, seed, *rest)
+
+    monkeypatch.setattr(problem, "make_input", counted)
     settings = BenchSettings.from_options({"min_pairs": 24, "max_pairs": 24, "overhead_us": 0.0}, problem)
+    return problem, settings, made
+
+
+def test_the_eager_bench_makes_each_case_input_once_and_gives_each_side_its_own_buffers(tmp_path, monkeypatch):
+    # main: set-up made every case's input three times (one for the shapes, one per side): a GPU MODE folder whose
+    # generate_input takes a minute a case waited three
+    from okc.seeds import derive_seed
+
+    problem, settings, made = counted_firstset(tmp_path, monkeypatch)
+    make_input = problem.make_input.__wrapped__
     bench = eager_clock.EagerBench(problem, FIRSTSET / "submission.py", REPO / "okc/problems/gpumode/baseline.py",
                                    device=torch.device("cpu"), seed=7, settings=settings, log=lambda line: None)
     bench.setup()
@@ -367,16 +383,10 @@ def test_buffers_like_copies_into_new_memory_and_keeps_a_view_a_view():
 def test_the_eager_bench_runs_before_timing_after_its_set_up_and_before_its_first_timed_call(tmp_path, monkeypatch):
     # main: the bench kind ran a try's before_timing before the eager bench had imported either side, so the
     # timeline's "bench.timing" came before "bench.import" and the set-up was shown as the pairs'
-    from okc.judge.protocol.settings import BenchSettings
     from okc.problems.gpumode.judging import FolderVerifier
 
     cpu = torch.device("cpu")
-    monkeypatch.setattr(eager_clock, "_device_synchronize", lambda: None)  # no CUDA here
-    problem = gpumode_problem(tmp_path, FIRSTSET)
-    made: list[int] = []
-    make_input = problem.make_input
-    monkeypatch.setattr(problem, "make_input", lambda case, seed, *rest: made.append(seed) or make_input(case, seed, *rest))
-    settings = BenchSettings.from_options({"min_pairs": 24, "max_pairs": 24, "overhead_us": 0.0}, problem)
+    problem, settings, made = counted_firstset(tmp_path, monkeypatch)
     seen: list[int] = []
     result = eager_clock.run_eager(problem, FIRSTSET / "submission.py", REPO / "okc/problems/gpumode/baseline.py",
                                    device=cpu, seed=7, settings=settings, names=("001", "baseline"), aa=False,
