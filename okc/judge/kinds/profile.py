@@ -127,11 +127,11 @@ class Profiler:
                 raise BenchFailed(f"{side}: prepare raised {type(exc).__name__}: {exc}".splitlines()[0], side) from None
         del weights
         # The bench's inputs: the capture's first set, then fresh sets copied in before each replay.
-        first = make_inputs(problem, self.cases, self.seed, "capture", 1, device)[0]
+        first = make_inputs(problem, self.cases, self.seed, "capture", 1, device, say=self.log)[0]
         self.shape_rows = shape_rows(problem, self.cases, first)  # as the bench says them (n, k, the floor)
         self.buffers = [buffers_like(x) for x in first]
         del first
-        self.pool = make_inputs(problem, self.cases, self.seed, "input", INPUT_SETS, device)
+        self.pool = make_inputs(problem, self.cases, self.seed, "input", INPUT_SETS, device, say=self.log)
         if self.on_gpu and not self.eager:
             self.phase("capture")
             for index, case in enumerate(self.cases):
@@ -159,16 +159,22 @@ class Profiler:
         return captured
 
     def _call(self, side: str, index: int) -> None:
+        """One profiled call, in its okc_replay_<n> range."""
+        with torch.profiler.record_function(f"{traces.REPLAY_MARK}{self._replay}"):
+            self._run(side, index)
+        self._replay += 1
+
+    def _run(self, side: str, index: int) -> None:
+        """The flush (on a GPU), then one call of ``side`` on case ``index``: an eager call, ended on a GPU as the
+        bench's eager clock ends it (each call before the next begins), or a graph replay."""
         if self.on_gpu:
             self.flush.run()
-        with torch.profiler.record_function(f"{traces.REPLAY_MARK}{self._replay}"):
-            if self.eager:
-                self._eager(side, index)
-                if self.on_gpu:
-                    timing.synchronize()  # as the bench's eager clock: each call ends before the next begins
-            else:
-                timing.replay(self.graphs[side][index].graph)
-        self._replay += 1
+        if not self.eager:
+            timing.replay(self.graphs[side][index].graph)
+            return
+        self._eager(side, index)
+        if self.on_gpu:
+            timing.synchronize()
 
     def _eager(self, side: str, index: int) -> None:
         """One eager ``kernel_fn`` call (a CPU profile, or a problem benched on eager calls); what it raises is the
@@ -217,14 +223,9 @@ class Profiler:
                 "sides": sides}
 
     def _call_untraced(self, side: str, index: int) -> None:
-        if self.on_gpu:
-            self.flush.run()
-        if self.eager:
-            self._eager(side, index)
-        else:
-            timing.replay(self.graphs[side][index].graph)
-        if self.on_gpu:
-            timing.synchronize()
+        self._run(side, index)
+        if self.on_gpu and not self.eager:
+            timing.synchronize()  # an eager call's end was waited for already
 
     def run(self) -> list[dict]:
         from okc.judge.protocol.cpu_clock import THREADS
@@ -272,7 +273,8 @@ def run_profile(problem: Problem, sources: dict[str, Path], *, device: torch.dev
         return error_result(NEEDS_CUDA, "usage", **identity)
     profiler = Profiler(problem, sources, device=device, seed=seed, replays=replays, cases=cases, job_dir=job_dir,
                         phase=phase, log=log)
-    notes = [CPU_NOTE] if on_cpu else eager_notes(problem)
+    eager = [] if on_cpu else eager_notes(problem)  # how a problem benched on eager calls was called, on a GPU
+    notes = [CPU_NOTE] if on_cpu else list(eager)
     counter_report = None
     try:
         profiler.setup()
@@ -297,7 +299,7 @@ def run_profile(problem: Problem, sources: dict[str, Path], *, device: torch.dev
         return error_result(f"CUDA error during the profile: {exc}".splitlines()[0], **identity)
     # The reason is the CPU caveat, or how a problem benched eagerly was called; the counters' line is its own
     # (okc.reports.profile prints both).
-    reason = CPU_NOTE if on_cpu else "; ".join(eager_notes(problem)) or None
+    reason = CPU_NOTE if on_cpu else "; ".join(eager) or None
     return {**identity, "status": "ok", "reason": reason, "notes": notes, "replays": replays,
             "activity": "cpu" if on_cpu else "cuda", "counters": counter_report, "profile": shapes,
             "duration_s": round(time.monotonic() - started, 3)}
