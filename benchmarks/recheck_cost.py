@@ -5,7 +5,9 @@ fresh lab: on a CUDA machine the muse_bf16_proj lab (candidate 001 and the A/A o
 baseline), else the tiny_matvec lab on the CPU. Each configuration runs ``--runs`` times
 alternating re-checks on and off; prints per run the job's duration, the seconds the
 re-checks' judging took, how many outputs were judged, and the medians' difference.
-Target: re-checks at most 5% of a bench's wall time.
+Target: re-checks at most 5% of a bench's wall time. Each run's wall is also printed by part (aa_bias.wall_parts:
+launcher, worker start, torch, the job's phases, and from its result to the return), so a gap between the walls
+that the jobs' own seconds do not show can be placed.
 
 With ``--pairs N`` every bench runs exactly N pairs (min = max = N), so both configurations time
 the same work; without it each stops by its own rule (the pairs then differ between them).
@@ -37,6 +39,7 @@ def main() -> None:
     args = parser.parse_args()
 
     import torch
+    from aa_bias import wall_parts  # this folder's: where one run's wall went, mark by mark
 
     from okc.jobs import runner
     from okc.lab.candidates import resolve
@@ -73,9 +76,9 @@ def main() -> None:
         judging: list[float] = []
         for run in range(args.runs):
             for rechecks in ((True, False) if run % 2 == 0 else (False, True)):  # each first in half the runs
-                started = time.monotonic()
+                started, started_at = time.monotonic(), time.time()
                 outcome = bench(number, aa, rechecks)
-                wall = time.monotonic() - started
+                wall, ended_at = time.monotonic() - started, time.time()
                 result = json.loads((outcome.job_dir / "result.json").read_text())
                 checks = result.get("rechecks") or {}
                 ready = result.get("verifier_ready_s") or 0.0
@@ -92,6 +95,7 @@ def main() -> None:
                       f"{checks.get('seconds', 0):.2f} s (handing over {checks.get('handing_s', 0):.2f} s, then waiting "
                       f"{checks.get('waiting_s', 0):.2f} s); waited {ready:.3f} s for the verifier; phases {result.get('seconds')}",
                       flush=True)
+                print(f"  wall parts (s): {wall_parts(outcome.job_dir, result, started_at, ended_at)}", flush=True)
         if not (walls[True] and walls[False] and judging):
             print(f"{number}{' A/A' if aa else ''}: no ok run on one side: no medians", flush=True)
             continue
