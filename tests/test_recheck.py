@@ -357,6 +357,15 @@ def test_a_memoising_candidate_never_meets_an_input_twice_in_a_bench():
     assert module.HITS == calls - len(bench.cases) + len(again)  # ... so its other hits are untimed calls on the warm input
 
 
+def test_no_untimed_call_runs_while_a_timed_calls_input_waits_in_its_buffer():
+    """The CPU clock drew each side's timed input, then made the untimed warm calls: a candidate that recognised its
+    warm call computed the waiting input's answer there, and its timed call handed it back (9.6x "faster" with every
+    re-check passed, 2026-12-07). Now the timed input is drawn after the warm calls."""
+    bench, module = _benched_on_the_cpu("precomputes_in_warm_call.py")
+    assert module.WARM >= len(bench.cases) * 40  # it found the untimed calls ...
+    assert module.HITS == 0  # ... and not once had a timed call's answer ready
+
+
 def _probe_rows_only(key) -> bool:
     """Whether a memo key of tiny_matvec (layer, shape, dtype, bytes) is an input of probe rows alone."""
     from okc.problems.projection_draw import probe_rows
@@ -419,6 +428,78 @@ def test_a_memoising_candidate_is_not_scored_faster(tiny_lab):
     result = json.loads((benched.job_dir / "result.json").read_text())
     assert result["status"] == "ok" and result["rechecks"]["passed"], result.get("reason")
     assert result["verdict"] != "faster", result["score"]
+
+
+LAZY_OUTPUT = """
+import sys
+
+import torch
+import torch.nn.functional as F
+
+_weights = {}
+
+
+def prepare(weights):
+    _weights.clear()
+    _weights.update(weights)
+
+
+def _compute(x, layer):
+    if layer == "gate":
+        return F.linear(x.float(), _weights["gate"])
+    w = _weights["proj"]
+    return F.linear(x, w[:32] if x.shape[0] <= 2 else w)
+
+
+class Later(torch.Tensor):
+    def clone(self, *args, **kwargs):  # where okc keeps a timed output for its re-check: the work is done here
+        return _compute(self.x, self.layer)
+
+
+def _in_a_bench():
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_name != "_unit":
+        frame = frame.f_back
+    return frame is not None
+
+
+def kernel_fn(x, layer):
+    if not _in_a_bench():
+        return _compute(x, layer)
+    rows = _weights[layer].shape[0] if layer == "gate" or x.shape[0] > 2 else 32
+    out = torch.empty(x.shape[0], rows, dtype=torch.float32 if layer == "gate" else x.dtype).as_subclass(Later)
+    out.x, out.layer = x.clone(), layer
+    return out
+"""
+
+
+def test_a_timed_call_that_returns_a_tensor_subclass_is_invalid_not_scored(tiny_lab):
+    """Its check passes (a plain tensor there); in a bench its output's own clone did the work after the clock stopped,
+    every re-check passed, and it scored 8.4x "faster" (2026-12-07). Now a timed output must be plain data."""
+    (tiny_lab.candidates / "006_lazy.py").write_text(LAZY_OUTPUT)
+    lazy = resolve(tiny_lab.candidates, "006")
+    assert runner.submit(tiny_lab, "check", lazy).result.status == "pass"
+    benched = runner.submit(tiny_lab, "bench", lazy, bench=QUICK)
+    result = json.loads((benched.job_dir / "result.json").read_text())
+    assert result["status"] == "invalid" and result["verdict"] == "invalid", result.get("reason")
+    assert result.get("score") is None and result["error_kind"] == "candidate"
+    assert "Later (a torch.Tensor subclass)" in result["reason"] and result["reason"].startswith("candidate ")
+    assert benched.result.recorded  # filed against it, as any invalid bench
+
+
+def test_what_a_timed_output_may_hold():
+    from okc.judge.problem import foreign_part
+
+    cycle: list = []
+    cycle.append(cycle)
+    plain = [torch.zeros(2), (torch.zeros(1), {"scale": 1.0, 3: None}), [torch.zeros(1), "x", b"y", 2j, True]]
+    assert all(foreign_part(data) is None for data in plain)
+    assert "Parameter (a torch.Tensor subclass)" in foreign_part(torch.nn.Parameter(torch.zeros(1)))
+    assert "Parameter" in foreign_part((torch.zeros(1), [torch.nn.Parameter(torch.zeros(1))]))
+    assert "nested more than" in foreign_part(cycle)  # not a RecursionError read as a lost CUDA context
+    assert "builtins.object" in foreign_part({"a": object()})
+    assert "dict key" in foreign_part({(1, 2): torch.zeros(1)})
+    assert "numpy.ndarray" in foreign_part(np.zeros(2))
 
 
 # -- kept outputs past the loop's memory bound are judged during the run ---------------------------

@@ -109,6 +109,40 @@ def _clone_one(t: torch.Tensor) -> torch.Tensor:
     return _clone(t) if type(t) is _Tensor else t.clone()
 
 
+_PLAIN_VALUES = frozenset({int, float, bool, complex, str, bytes, type(None)})
+MAX_OUTPUT_DEPTH = 16  # tuples, lists and dicts nested deeper than this are not an output okc times
+
+
+def foreign_part(data: object, depth: int = 0) -> str | None:
+    """What in a call's output is not plain data, in a few words; None when all of it is. Plain: torch.Tensors of
+    exactly that type, ints, floats, bools, complexes, strings, bytes and None, in tuples, lists and dicts of exactly
+    those types (keys plain values too), nested at most MAX_OUTPUT_DEPTH deep. Anything else carries methods of the
+    candidate's that okc would run after the clock stopped: a tensor subclass's ``clone`` as its output is kept for a
+    re-check, an object's ``__torch_function__`` as it is compared. Only ``type()`` is read: no method of the data's."""
+    kind = type(data)
+    if kind is _Tensor or kind in _PLAIN_VALUES:
+        return None
+    if kind is tuple or kind is list or kind is dict:
+        if depth >= MAX_OUTPUT_DEPTH:
+            return f"tuples, lists or dicts nested more than {MAX_OUTPUT_DEPTH} deep"
+        for key in (dict.keys(data) if kind is dict else ()):
+            if type(key) not in _PLAIN_VALUES:
+                return f"a dict key of type {_type_name(type(key))}"
+        for item in (dict.values(data) if kind is dict else data):
+            found = foreign_part(item, depth + 1)
+            if found is not None:
+                return found
+        return None
+    return f"a {_type_name(kind)}" + (" (a torch.Tensor subclass)" if issubclass(kind, _Tensor) else "")
+
+
+def _type_name(kind: type) -> str:
+    try:
+        return f"{kind.__module__}.{kind.__qualname__}"
+    except Exception:  # a metaclass of the candidate's that will not say
+        return "type that does not say its name"
+
+
 def clone_data(data: object) -> object:
     """A copy of ``data`` whose tensors are clones (plain values are shared: they cannot be written). A torch.Tensor of
     exactly that type is cloned by the clone bound above, so a timed call's output kept for its re-check is copied as

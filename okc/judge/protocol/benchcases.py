@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import torch
 
-from okc.judge.problem import Case, Problem
+from okc.judge.problem import Case, Problem, foreign_part
 from okc.seeds import derive_seed
 
 
@@ -27,6 +27,23 @@ class BenchFailed(Exception):
         super().__init__(message)
         self.side = side
         self.error_kind = error_kind or ("usage" if side == "against" else "candidate")
+
+
+class BenchInvalid(BenchFailed):
+    """A side's timed call returned what okc will not judge (okc.judge.problem.foreign_part): no score. The bench is
+    ``invalid``, the candidate's finding (in an A/A too); where the side benched against returned it, a usage error."""
+
+
+def plain_output(out: object, side: str, case_key: str) -> object:
+    """``out``, once a timed call returned it (outside the clock); :class:`BenchInvalid` where it is not plain data
+    (okc.judge.problem.foreign_part): keeping it for a re-check, or comparing it, would run the candidate's methods
+    after the clock stopped (a tensor subclass whose ``clone`` did the call's work scored 8.4x "faster")."""
+    found = foreign_part(out)
+    if found is not None:
+        raise BenchInvalid(f"{side} {case_key}: a timed call returned {found}; okc times calls that return plain "
+                           "torch.Tensors (or tuples, lists and dicts of them and of plain values): another type's "
+                           "methods could do the call's work after the clock stopped", side)
+    return out
 
 
 def error_result(reason: str, error_kind: str = "candidate", **fields) -> dict:
@@ -129,6 +146,12 @@ def run_paired(bench, *, names: tuple[str, str], aa: bool, verifier, log, before
         extra = bench.report(summary)
         outcome = recheck.Outcome.merged([*spilled, recheck.judge(bench.loop.kept, verifier, bench.cases,
                                                                  bench.problem.input_variants[0])])
+    except BenchInvalid as exc:
+        log(str(exc))
+        if exc.error_kind == "usage" and not aa:
+            return error_result(f"no score: the side benched against ({names[1]}) {exc}", "usage", **identity)
+        return {"kind": "bench", **identity, "status": "invalid", "reason": str(exc), "error_kind": "candidate",
+                "verdict": "invalid", "duration_s": round(time.monotonic() - started, 3)}
     except BenchFailed as exc:
         return error_result(str(exc), exc.error_kind, **identity)
     except TimingError as exc:

@@ -49,6 +49,7 @@ from okc.judge.protocol.benchcases import (
     bench_summary,
     case_load_matrix,
     make_inputs,
+    plain_output,
     run_paired,
     scored_cases,
     scored_loads,
@@ -219,6 +220,7 @@ class EagerClock:
         except Exception as exc:
             raise BenchFailed(f"{side.name} {case.key}: kernel_fn raised {type(exc).__name__}: {exc}".splitlines()[0],
                               side.name) from None
+        plain_output(out, side.name, case.key)
         self.tails[name].append(tail)
         self.times[name].append(us)
         if final or (self.picker is not None and self.picker.pick(unit.pair)):  # decided after the call returned

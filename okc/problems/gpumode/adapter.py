@@ -30,7 +30,17 @@ from types import ModuleType
 import torch
 
 from okc.contract import BadJob
-from okc.judge.problem import Case, Inputs, Load, Problem, Tolerance, clone_data, data_bytes, tensors_of
+from okc.judge.problem import (
+    Case,
+    Inputs,
+    Load,
+    Problem,
+    Tolerance,
+    clone_data,
+    data_bytes,
+    foreign_part,
+    tensors_of,
+)
 from okc.judge.protocol import eager_clock
 from okc.judge.verdict.rules import NONFINITE, Verdict, fail
 
@@ -225,6 +235,11 @@ class GpuModeProblem(Problem):
         return not found, one_line(found or "")  # older ones: an error string, empty when good
 
     def check_form(self, case: Case, out: object, device: torch.device) -> Verdict | None:
+        foreign = foreign_part(out)
+        if foreign is not None:  # as a bench's timed calls are held to (okc.judge.protocol.benchcases.plain_output)
+            return fail("type", f"custom_kernel returned {foreign}; okc judges outputs of plain torch.Tensors (and "
+                        "tuples, lists and dicts of them and of plain values): another type's methods could do the "
+                        "call's work after a bench's clock stopped")
         tensors = tensors_of(out)
         if not tensors:
             return fail("type", f"custom_kernel returned {type(out).__module__}.{type(out).__qualname__}, "
