@@ -220,6 +220,39 @@ def test_ctrl_c_stops_a_local_job_and_leaves_no_ledger_row(lab):
         assert records.record_job(conn, job_dir) is False
 
 
+def test_a_sigkilled_local_launcher_takes_its_worker_with_it_and_its_job_is_lost_while_still_unreaped(tiny_lab):
+    """The launcher of a local job is okc's own child: SIGKILLed, it stayed a zombie until okc reaped it, and okc
+    took a zombie for a live launcher, so `okc bench` followed the job for ever; its worker, in a session of its
+    own, went on timing beside the next job, whose lock was free (a red-team pass, 2026-12-07)."""
+    hang = Path(runner.__file__).parents[1] / "problems/tiny_matvec/solutions/wrong/hang.py"
+    (tiny_lab.candidates / "007_hang.py").write_text(hang.read_text())
+    job_dir = job_folder.create_job(tiny_lab, "check", resolve(tiny_lab.candidates, "7"), job_timeout_s=120)
+    with LocalTarget(tiny_lab.results) as target:
+        target.start(job_dir, "0")
+        agent = target.processes[job_dir.name]
+        _wait(lambda: "job " in (job_dir / "log.txt").read_text() and _children(agent.pid), "the worker to start")
+        (worker,) = _children(agent.pid)
+        assert launcher.job_state(str(job_dir))["state"] == "running"
+        os.kill(agent.pid, signal.SIGKILL)
+        _wait(lambda: launcher.process_start(worker) is None, "the worker to die with its launcher")
+        # not reaped yet: a zombie of this process (it has a start time, but no living one)
+        assert launcher.process_start(agent.pid) is not None and launcher.process_start(agent.pid, living=True) is None
+        assert launcher.job_state(str(job_dir))["state"] == "lost"
+        agent.wait()
+
+
+def _children(pid: int) -> list[int]:
+    found = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
+    return [int(child) for child in found]
+
+
+def _wait(condition, what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"waited {timeout:g} s for {what}"
+        time.sleep(0.05)
+
+
 def test_sigterm_is_ctrl_c_only_while_a_local_job_is_followed_and_an_ignored_sighup_stays_ignored():
     def before(signum, frame):
         raise AssertionError("the handler from before the follow ran inside it")

@@ -492,7 +492,8 @@ def test_what_a_timed_output_may_hold():
 
     cycle: list = []
     cycle.append(cycle)
-    plain = [torch.zeros(2), (torch.zeros(1), {"scale": 1.0, 3: None}), [torch.zeros(1), "x", b"y", 2j, True]]
+    plain = [torch.zeros(2), (torch.zeros(1), {"scale": 1.0, 3: None}), [torch.zeros(1), "x", b"y", 2j, True],
+             torch.geqrf(torch.eye(3))]  # torch's named tuple: linalg's qr folders return it (their references too)
     assert all(foreign_part(data) is None for data in plain)
     assert "Parameter (a torch.Tensor subclass)" in foreign_part(torch.nn.Parameter(torch.zeros(1)))
     assert "Parameter" in foreign_part((torch.zeros(1), [torch.nn.Parameter(torch.zeros(1))]))
@@ -500,6 +501,7 @@ def test_what_a_timed_output_may_hold():
     assert "builtins.object" in foreign_part({"a": object()})
     assert "dict key" in foreign_part({(1, 2): torch.zeros(1)})
     assert "numpy.ndarray" in foreign_part(np.zeros(2))
+    assert "Parameter" in foreign_part(torch.return_types.max((torch.zeros(1), torch.nn.Parameter(torch.zeros(1)))))
 
 
 # -- kept outputs past the loop's memory bound are judged during the run ---------------------------

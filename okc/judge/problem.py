@@ -110,19 +110,23 @@ def _clone_one(t: torch.Tensor) -> torch.Tensor:
 
 
 _PLAIN_VALUES = frozenset({int, float, bool, complex, str, bytes, type(None)})
+# torch's own named tuples (torch.geqrf's, torch.max's ...): tuples of plain tensors, taken at okc's import
+_TORCH_TUPLES = frozenset(kind for kind in vars(torch.return_types).values()
+                          if isinstance(kind, type) and issubclass(kind, tuple))
 MAX_OUTPUT_DEPTH = 16  # tuples, lists and dicts nested deeper than this are not an output okc times
 
 
 def foreign_part(data: object, depth: int = 0) -> str | None:
     """What in a call's output is not plain data, in a few words; None when all of it is. Plain: torch.Tensors of
     exactly that type, ints, floats, bools, complexes, strings, bytes and None, in tuples, lists and dicts of exactly
-    those types (keys plain values too), nested at most MAX_OUTPUT_DEPTH deep. Anything else carries methods of the
+    those types and torch's own named tuples (``torch.return_types``: what ``torch.geqrf`` returns), keys plain values
+    too, nested at most MAX_OUTPUT_DEPTH deep. Anything else carries methods of the
     candidate's that okc would run after the clock stopped: a tensor subclass's ``clone`` as its output is kept for a
     re-check, an object's ``__torch_function__`` as it is compared. Only ``type()`` is read: no method of the data's."""
     kind = type(data)
     if kind is _Tensor or kind in _PLAIN_VALUES:
         return None
-    if kind is tuple or kind is list or kind is dict:
+    if kind is tuple or kind is list or kind is dict or kind in _TORCH_TUPLES:
         if depth >= MAX_OUTPUT_DEPTH:
             return f"tuples, lists or dicts nested more than {MAX_OUTPUT_DEPTH} deep"
         for key in (dict.keys(data) if kind is dict else ()):

@@ -18,7 +18,7 @@ import traceback
 from pathlib import Path
 
 from okc.contract import EXIT_FILE, JOB_FILE, LAUNCHER_FILE, LOG_FILE, PID_FILE, is_job_id, read_json, write_json
-from okc.launch.proc import NVIDIA_DRIVER, process_start, start_worker
+from okc.launch.proc import NVIDIA_DRIVER, dies_with_this_process, process_start, start_worker
 from okc.podfiles import is_numeric
 
 LOCKS_DIR = ".locks"  # under the results folder: one flock file per GPU
@@ -224,7 +224,8 @@ def supervise(results: str, folder: str, job_id: str, indexes: list, code_dir: s
             standby = None
         proc = standby.take(locks, index, code_dir, folder, env) if standby else None
         if proc is None:
-            proc = start_worker(os.path.abspath(folder), env=env, start_new_session=True)
+            proc = start_worker(os.path.abspath(folder), env=env, start_new_session=True,
+                                preexec_fn=dies_with_this_process())
         while proc.poll() is None:
             if cancel.requested or time.monotonic() - started > float(timeout):
                 launcher["timed_out"] = not cancel.requested
@@ -270,7 +271,9 @@ def launcher_alive(marker: dict) -> bool:
     if not is_numeric(pid, int) or pid <= 0:
         return False
     if marker.get("start") is not None:
-        return process_start(pid) == marker["start"]
+        # a zombie is not our launcher: killed and not yet reaped by its parent (okc's own process, for a local
+        # job), it had kept `okc bench` following a job that could never end
+        return process_start(pid, living=True) == marker["start"]
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -3,6 +3,9 @@ from its reuse), and how a job's worker is started."""
 
 from __future__ import annotations
 
+import ctypes
+import os
+import signal
 import subprocess
 import sys
 
@@ -18,6 +21,29 @@ def process_start(pid: int, living: bool = False) -> str | None:
     except OSError:
         return None
     return None if living and fields[0] == "Z" else fields[19]
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def dies_with_this_process():
+    """A ``preexec_fn`` for Popen: Linux kills the child when the process that started it dies, so a worker never
+    outlives its launcher (a SIGKILLed launcher left its worker timing beside the next job, and its result was
+    filed as clean). None where there is no prctl (not Linux). libc is loaded here, before the fork."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def in_the_child() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # the launcher died before the request was made
+            os._exit(1)
+
+    return in_the_child
 
 
 def start_worker(job_dir: str, **options) -> subprocess.Popen:
