@@ -504,6 +504,74 @@ def test_what_a_timed_output_may_hold():
     assert "Parameter" in foreign_part(torch.return_types.max((torch.zeros(1), torch.nn.Parameter(torch.zeros(1)))))
 
 
+SLOWS_THE_OTHER_SIDE = """
+import torch
+import torch.nn.functional as F
+
+_linear = F.linear  # its own, kept before it rebinds torch's for everyone else in the process
+_weights = {}
+
+
+def _thrice(*args, **kwargs):
+    _linear(*args, **kwargs)
+    _linear(*args, **kwargs)
+    return _linear(*args, **kwargs)
+
+
+F.linear = torch.nn.functional.linear = _thrice
+
+
+def prepare(weights):
+    _weights.clear()
+    _weights.update(weights)
+
+
+def kernel_fn(x, layer):
+    if layer == "gate":
+        return _linear(x.float(), _weights["gate"])
+    w = _weights["proj"]
+    return _linear(x, w[:32] if x.shape[0] <= 2 else w)
+"""
+
+
+@pytest.mark.parametrize("change", ["rebinds", "threads"])
+def test_a_side_that_changes_torch_for_the_other_side_gets_no_score(tiny_lab, change):
+    """The sides run in one process: a candidate that rebound F.linear at import, keeping the original for itself,
+    slowed only its baseline (2.4x "faster", every re-check passed, 2026-12-07). Now a change to torch's functions or
+    its process-wide settings made by a side's import or prepare is that side's bench error."""
+    source = SLOWS_THE_OTHER_SIDE if change == "rebinds" else SLOWS_THE_OTHER_SIDE.replace(
+        "F.linear = torch.nn.functional.linear = _thrice", "torch.set_num_threads(1)")
+    (tiny_lab.candidates / "008_slows.py").write_text(source)
+    slows = resolve(tiny_lab.candidates, "008")
+    assert runner.submit(tiny_lab, "check", slows).result.status == "pass"  # it is right, and alone in its check
+    benched = runner.submit(tiny_lab, "bench", slows, bench=QUICK)
+    result = json.loads((benched.job_dir / "result.json").read_text())
+    assert result["status"] == "error" and result["error_kind"] == "candidate", result.get("reason")
+    assert result.get("score") is None
+    said = "torch.nn.functional.linear (rebound)" if change == "rebinds" else "torch.get_num_threads()"
+    assert result["reason"].startswith(f"candidate: its import or prepare changed {said}"), result["reason"]
+    # the side benched against is blamed for its own change: the candidate's bench is a usage error
+    benched = runner.submit(tiny_lab, "bench", resolve(tiny_lab.candidates, "000"), against=slows, bench=QUICK)
+    result = json.loads((benched.job_dir / "result.json").read_text())
+    assert result["status"] == "error" and result["error_kind"] == "usage", result.get("reason")
+
+
+def test_torchs_own_rebinding_and_new_names_are_not_a_sides_change():
+    from okc.judge.protocol import shared_torch
+
+    before = shared_torch.take()
+    saved = torch.manual_seed
+    torch.manual_seed = torch.nn.init.calculate_gain  # a function of torch's own files, as torch._dynamo's is
+    torch.okc_test_new_name = 1
+    try:
+        assert shared_torch.changes(before, shared_torch.take()) == []
+        torch.manual_seed = lambda seed: None  # this file's
+        assert shared_torch.changes(before, shared_torch.take()) == ["torch.manual_seed (rebound)"]
+    finally:
+        torch.manual_seed = saved
+        del torch.okc_test_new_name
+
+
 # -- kept outputs past the loop's memory bound are judged during the run ---------------------------
 
 

@@ -50,6 +50,7 @@ from okc.judge.protocol.benchcases import (
 from okc.judge.protocol.loop import PairLoop
 from okc.judge.protocol.pairs import PairTable, Unit
 from okc.judge.protocol.recheck import Draws, Picker, Recheck
+from okc.judge.protocol.shared_torch import unchanged_by
 from okc.seeds import derive_seed
 
 _now = time.perf_counter_ns  # bound at import: see the module docstring
@@ -231,14 +232,15 @@ class CpuBench:
         """Import and prepare ``source`` as side ``name`` (replacing the one it had); ``step`` hears
         "load" and "prepare" as they start (a warm screen's accounting). BenchFailed."""
         side = CpuSide("against" if name == "baseline" else name, source)
-        self.phase("import", side=name)
-        if step is not None:
-            step("load")
-        side.load()
-        self.phase("prepare", side=name)
-        if step is not None:
-            step("prepare")
-        side.prepare(self.problem, self.weights)
+        with unchanged_by(side.name):  # the sides share torch: neither may change the other's calls
+            self.phase("import", side=name)
+            if step is not None:
+                step("load")
+            side.load()
+            self.phase("prepare", side=name)
+            if step is not None:
+                step("prepare")
+            side.prepare(self.problem, self.weights)
         side.inputs = [clone_data(x) for x in self.first]
         side.warm = [clone_data(x) for x in self.warm]
         self.sides[name] = side

@@ -59,6 +59,7 @@ from okc.judge.protocol.cpu_clock import CpuSide
 from okc.judge.protocol.loop import PairLoop
 from okc.judge.protocol.pairs import Unit
 from okc.judge.protocol.recheck import Draws, Picker, Recheck
+from okc.judge.protocol.shared_torch import unchanged_by
 from okc.seeds import derive_seed
 
 _event_new = torch.cuda.Event.__new__
@@ -269,8 +270,9 @@ class EagerBench:
         self.placed = placing_order(self.seed)  # which side takes the first place in memory: a coin per bench
         for name in self.placed:
             side = CpuSide("against" if name == "baseline" else name, self.sources[name])
-            side.load()
-            side.prepare(problem, weights)
+            with unchanged_by(side.name):  # the sides share torch: neither may change the other's calls
+                side.load()
+                side.prepare(problem, weights)
             side.inputs = [buffers_like(x) for x in first]  # its own buffers, refilled before each call
             sides[name] = side
         # the judge's eval.py decides whether a call finds L2 cleared; where it does, by the flush asked for

@@ -39,6 +39,7 @@ from okc.judge.protocol import pairs, stats, timing
 from okc.judge.protocol.benchcases import BenchFailed
 from okc.judge.protocol.capture import Captured, CaptureError, OutputPlace, capture
 from okc.judge.protocol.settings import MAX_SLOTS
+from okc.judge.protocol.shared_torch import unchanged_by
 
 MEMORY_SHARE = 0.4  # of the GPU memory free before setup, the most the copies of both sides may take
 REPACK_ALLOWANCE = 2  # a copy is counted as this many clones of the weights (a candidate may repack)
@@ -164,10 +165,11 @@ class Sides:
         started = time.monotonic()
         for copy, order in enumerate(self.ordered(0, self.copies)):
             for name, side in order:
-                phase("import", side=name, copy=copy)
-                side.load()
-                phase("prepare", side=name, copy=copy)
-                side.prepare(problem, copy, weights)
+                with unchanged_by(side.name):  # the sides share torch: neither may change the other's calls
+                    phase("import", side=name, copy=copy)
+                    side.load()
+                    phase("prepare", side=name, copy=copy)
+                    side.prepare(problem, copy, weights)
                 phase("capture", side=name, copy=copy)
                 after_prepare(name)
             spent = time.monotonic() - started

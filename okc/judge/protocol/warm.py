@@ -29,6 +29,7 @@ from okc.judge.protocol.loop import PairLoop, freeze_for_the_job
 from okc.judge.protocol.pairs import case_rows
 from okc.judge.protocol.recheck import Draws
 from okc.judge.protocol.settings import BenchSettings
+from okc.judge.protocol.shared_torch import unchanged_by
 from okc.judge.protocol.sides import Side, Sides, copies_that_fit
 from okc.seeds import derive_seed
 
@@ -125,12 +126,13 @@ class CudaScreener:
         """Import, prepare (each copy its own clone of the weights) and capture every copy of ``side``; ``each_case``
         is called before each case's captures (a standby stops there for a job that needs none of it)."""
         problem, copies = self.problem, self.copies
-        step("load")
-        for _ in range(copies):
-            side.load()
-        step("prepare")
-        for copy in range(copies):
-            side.prepare(problem, copy, self.weights)
+        with unchanged_by(side.name):  # the sides share torch: neither may change the other's calls
+            step("load")
+            for _ in range(copies):
+                side.load()
+            step("prepare")
+            for copy in range(copies):
+                side.prepare(problem, copy, self.weights)
         self.persisting.check(f"after_prepare_{side.name}")
         step("capture")
         for case, x, pool in zip(self.cases, self.inputs, self.pools):
