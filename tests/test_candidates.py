@@ -114,3 +114,13 @@ def test_the_labs_baseline_is_the_problems_reference_baseline():
     repo = Path(__file__).resolve().parent.parent
     lab_copy = (repo / "candidates" / "000_baseline.py").read_bytes()
     assert lab_copy == (repo / "okc" / "problems" / "muse_bf16_proj" / "baseline.py").read_bytes()
+
+
+def test_a_name_longer_than_a_job_can_carry_is_refused_before_any_job(lab):
+    """A 244-character name was listed, then failed inside the worker ("job.json.candidate.name must be text of at
+    most 200 characters"), and left job folders that `okc pull` could never take (a bad-luck pass, 2026-12-07)."""
+    write(lab.candidates / f"003_{'x' * 240}.py")
+    write(lab.candidates / f"004_{'y' * 196}.py")  # 200 exactly: fine
+    assert [c.number for c in discover(lab.candidates)] == [0, 4]
+    with pytest.raises(CandidateError, match="at most 200 characters, this one has 244; rename it"):
+        resolve(lab.candidates, "3")

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from okc.errors import CandidateError, ConfigError
+from okc.podfiles import MAX_NAME_CHARS
 
 NAME_PATTERN = re.compile(r"^(?P<number>\d{3})_(?P<slug>[A-Za-z0-9][A-Za-z0-9_-]*)$")
 FOLDER_ENTRY = "submission.py"
@@ -65,6 +66,9 @@ def parse_name(path: Path) -> Candidate:
     match = NAME_PATTERN.match(stem)
     if not match:
         raise CandidateError(f"{path}: a candidate is named NNN_slug.py or NNN_slug/ (e.g. 036_c10_vector.py)")
+    if len(stem) > MAX_NAME_CHARS:  # a job names its candidate, and a job's name fields are bounded there
+        raise CandidateError(f"{path.parent / (stem[:40] + '...')}: a candidate's name (NNN_slug) is at most "
+                             f"{MAX_NAME_CHARS} characters, this one has {len(stem)}; rename it")
     if path.is_dir() and not (path / FOLDER_ENTRY).is_file():
         raise CandidateError(f"{path}: a folder candidate needs a {FOLDER_ENTRY}")
     candidate = Candidate(number=int(match["number"]), name=stem, path=path)
