@@ -56,7 +56,8 @@ def test_init_makes_a_lab_with_the_problems_baseline_a_second_candidate_and_its_
     assert ledger.exit_code == 0 and "001_matmul" in ledger.output
 
 
-@pytest.mark.parametrize("setup", ["a lab", "a lab in another problem", "a candidate file", "bad toml"])
+@pytest.mark.parametrize("setup", ["a lab", "a lab in another problem", "a candidate file",
+                                   "a candidate of a starter's number", "bad toml"])
 def test_init_refuses_a_folder_it_would_change_and_writes_nothing(tmp_path, setup):
     root = tmp_path / "laptop"
     expected = "holds an okc lab already"
@@ -67,6 +68,10 @@ def test_init_refuses_a_folder_it_would_change_and_writes_nothing(tmp_path, setu
         (root / "candidates").mkdir(parents=True)
         (root / "candidates" / "001_matmul.py").write_text("# the user's own 001\n")
         expected = "candidates/001_matmul.py already; nothing written"
+    elif setup == "a candidate of a starter's number":  # init wrote 000_baseline.py beside it: no command worked
+        (root / "candidates").mkdir(parents=True)
+        (root / "candidates" / "000_mine.py").write_text("# the user's own 000\n")
+        expected = "candidates/000_mine.py already; nothing written"
     else:
         root.mkdir()
         (root / "pyproject.toml").write_text("[project\n")

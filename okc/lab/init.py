@@ -186,6 +186,17 @@ class _Writes:
                 path.unlink(missing_ok=True)
 
 
+def _numbers_taken(root: Path, files: dict) -> list[str]:
+    """The candidates already in ``root`` under a number that a starter of ``files`` takes (a 000_mine.py beside the
+    000 the lab would write: two candidates of one number, and a lab that refused every command)."""
+    folder = root / "candidates"
+    numbers = {Path(rel).name[:4] for rel in files if Path(rel).parent.name == "candidates"}
+    if not folder.is_dir():
+        return []
+    return [f"candidates/{entry.name}" for entry in sorted(folder.iterdir())
+            if entry.name[:4] in numbers and f"candidates/{entry.name}" not in files]
+
+
 def init_lab(root: str | Path, problem: str = DEFAULT_PROBLEM, gpumode: Path | None = None) -> Created:
     """Make a new lab of ``problem`` (or of the GPU MODE folder ``gpumode``) at ``root`` (created if need be);
     ConfigError before any write if it cannot."""
@@ -205,7 +216,7 @@ def init_lab(root: str | Path, problem: str = DEFAULT_PROBLEM, gpumode: Path | N
     gitignore, had_gitignore = _gitignore(root)
     if gpumode is None:
         files = lab_files(problem)
-    taken = [rel for rel in files if (root / rel).exists()]
+    taken = [rel for rel in files if (root / rel).exists()] + _numbers_taken(root, files)
     if taken:
         raise ConfigError(f"{root} has {', '.join(taken)} already; nothing written (okc init never overwrites a file)")
     writes = _Writes(root)
