@@ -150,6 +150,8 @@ def test_ledger_rebuild_answers_json_and_a_garbage_file_in_one_short_line(tiny):
     assert rebuilt.output.count("not a database") == 1
     data = data_of(invoke("ledger", "--rebuild", "--json"))
     assert data["jobs"] == 0 and data["kept_as"].startswith(str(tiny / "results" / "ledger.db.old-"))
+    # each rebuild left its new file's -shm and -wal under the name it was built as (a bad-luck pass, 2026-12-07)
+    assert not list((tiny / "results").glob(".ledger.db.rebuilding-*"))
 
 
 def test_cost_csv_and_nl_carry_every_table(tiny):

@@ -254,6 +254,10 @@ def rebuild(lab: Lab) -> Rebuilt:
     before = _counts(old) if old is not None else {}
     after = _counts(fresh)
     fewer = {table: (before[table], after[table]) for table in TABLES if after[table] < before.get(table, 0)}
+    # _counts read it through read-only connections, which leave a WAL database's side files behind: its WAL was
+    # emptied into the file (_make) and nothing has it open, so they go (they were left by every rebuild)
+    for suffix in SIDE_FILES:
+        fresh.with_name(fresh.name + suffix).unlink(missing_ok=True)
     if fewer and sound(live):
         stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
         beside = live.with_name(f"{live.name}.rebuilt-{stamp}-{os.getpid()}")
