@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -88,6 +89,43 @@ def test_a_standby_worker_does_not_inherit_its_keepers_ignored_sigterm(tiny, tmp
     assert invoke("check", "002", "--quick").exit_code == 0
     assert (newest(tiny, "check") / standby.EXIT_FILE).is_file()  # it ran in the standby
     assert seen.read_text() == str(signal.SIG_DFL)
+
+
+def test_a_standby_worker_dies_with_the_launcher_that_claimed_it(tiny):
+    """A SIGKILLed launcher's own worker dies with it (prctl); one it took from a standby ran on under its keeper,
+    timing beside the next job, whose GPU lock was free (a bad-luck pass, 2026-12-07)."""
+    from okc.jobs import folder as job_folder
+    from okc.jobs.target import LocalTarget
+    from okc.lab.candidates import resolve
+    from okc.launch import launcher
+
+    hang = Path(standby.__file__).parents[1] / "problems/tiny_matvec/solutions/wrong/hang.py"
+    shutil.copy(hang, tiny.candidates / "007_hang.py")
+    assert invoke("check", "001", "--quick").exit_code == 0
+    warmed()
+    keeper = slot_info()
+    (worker,) = _children(keeper["pid"])
+    job_dir = job_folder.create_job(tiny, "check", resolve(tiny.candidates, "7"), job_timeout_s=120)
+    with LocalTarget(tiny.results) as target:
+        target.start(job_dir, "0")
+        deadline = time.monotonic() + 30
+        while "job " not in (job_dir / "log.txt").read_text():  # the standby's worker runs it
+            assert time.monotonic() < deadline, (job_dir / "log.txt").read_text()
+            time.sleep(0.05)
+        assert living(keeper["pid"], keeper["start"]) and _children(keeper["pid"]) == [worker]
+        agent = target.processes[job_dir.name]
+        os.kill(agent.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while _children(keeper["pid"]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _children(keeper["pid"]), "the standby's worker outlived its launcher"
+        assert launcher.job_state(str(job_dir))["state"] == "lost"
+        agent.wait()
+
+
+def _children(pid: int) -> list[int]:
+    found = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
+    return [int(child) for child in found]
 
 
 @pytest.mark.parametrize("differs", ["code_dir", "CUDA_VISIBLE_DEVICES", "okc_changed"])

@@ -41,7 +41,7 @@ import sys
 import time
 from pathlib import Path
 
-from okc.contract import read_json, write_json
+from okc.contract import PID_FILE, read_json, write_json
 from okc.launch.proc import process_start, start_worker
 
 ENABLED_ENV = "OKC_STANDBY"
@@ -257,9 +257,24 @@ def keep(slot: Path, after: str | None = None) -> int:
             worker.stdin.close()
         except OSError:  # the worker died while waiting: its code says how
             pass
-    code = worker.wait()
+    launcher = read_json(Path(line) / PID_FILE) or {}  # the claimant, which wrote it before it claimed
+    while True:
+        try:
+            code = worker.wait(timeout=WORKER_POLL_S)
+            break
+        except subprocess.TimeoutExpired:
+            if not _lives(launcher):  # SIGKILLed: its job is lost, and nothing of it times beside the next job
+                worker.kill()  # (a worker a launcher starts itself dies with it the same way: okc.launch.proc)
     write_json(Path(line) / EXIT_FILE, {"returncode": code})
     return 0
+
+
+def _lives(marker: dict) -> bool:
+    """Whether the launcher of pid.json's ``marker`` still runs (a zombie does not); True where it cannot say."""
+    pid, start = marker.get("pid"), marker.get("start")
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0 or start is None:
+        return True
+    return process_start(pid, living=True) == start
 
 
 if __name__ == "__main__":
