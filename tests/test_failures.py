@@ -115,6 +115,8 @@ def data_of(result) -> dict:
 
 @pytest.mark.parametrize("args, code", [
     (("bench", "001", "--target", "abc", "--json"), 2),  # click's own usage error
+    (("bench", "001", "--json", "--half-width"), 2),  # an option without its value: click gives it no context
+    (("pod", "status", "--json", "--format"), 2),  # the same, a command below a group
     (("report", "999", "--json"), 2),
     (("ledger", "--sweep", "nosuch", "--nl"), 2),
     (("check", "001", "--cases", "nope/m=1", "--format", "json"), 2),

@@ -74,9 +74,11 @@ class _OneLineErrors(typer.core.TyperGroup):
             exc.show()
             sys.exit(exc.exit_code)
         except click.UsageError as exc:
-            where = f"okc {_command_words(exc.ctx)}: " if exc.ctx and exc.ctx.parent is not None else ""
+            # click's parser gives an option missing its value no context: the command is found in the words typed
+            words, command = (_command_words(exc.ctx), exc.ctx.command) if exc.ctx else self._typed(args)
+            where = f"okc {words}: " if words else ""
             error_line(f"{where}{exc.format_message()} (see --help)")
-            takes_json = exc.ctx is not None and any("--json" in getattr(p, "opts", ()) for p in exc.ctx.command.params)
+            takes_json = any("--json" in getattr(p, "opts", ()) for p in command.params)
             if takes_json and asks_for_data(args):  # a script asked for JSON: it gets a document, even for a typo
                 error_document(f"{where}{exc.format_message()}", exc.exit_code)
             sys.exit(exc.exit_code)
@@ -90,6 +92,18 @@ class _OneLineErrors(typer.core.TyperGroup):
             error_line(str(exc))
             sys.exit(exc.exit_code)
         sys.exit(code if isinstance(code, int) else 0)
+
+
+    def _typed(self, args: list[str]):
+        """The words of the command ``args`` name below okc ('pod create'), and that command (this group if none)."""
+        words, command = [], self
+        for arg in args:
+            found = command.commands.get(arg) if hasattr(command, "commands") else None
+            if found is None:
+                break
+            words.append(arg)
+            command = found
+        return " ".join(words), command
 
 
 def _command_words(ctx) -> str:
