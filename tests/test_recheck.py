@@ -572,6 +572,62 @@ def test_torchs_own_rebinding_and_new_names_are_not_a_sides_change():
         del torch.okc_test_new_name
 
 
+STOPS_THE_PICKER = """
+import sys
+
+import torch.nn.functional as F
+
+_weights = {}
+
+
+def prepare(weights):
+    _weights.clear()
+    _weights.update(weights)
+
+
+def kernel_fn(x, layer):
+    frame = sys._getframe(1)
+    while frame is not None:  # the clock that called it: from now on it picks nothing for a re-check
+        clock = frame.f_locals.get("self")
+        if type(clock).__name__ == "CpuClock":
+            clock.picker = None
+            break
+        frame = frame.f_back
+    if layer == "gate":
+        return F.linear(x.float(), _weights["gate"])
+    w = _weights["proj"]
+    return F.linear(x, w[:32] if x.shape[0] <= 2 else w)
+"""
+
+
+def test_a_bench_that_judged_far_fewer_outputs_than_its_picker_picks_is_invalid(tiny_lab):
+    """In-process Python can reach the clock (docs/rechecks.md, the process): a candidate that set its picker to None
+    was judged in the final round only and a cheat of that kind would be scored (1.20 "faster", 2026-12-07). This one
+    is right every call; the bench still cannot say any timed call was judged, so it gives no score."""
+    (tiny_lab.candidates / "009_stops.py").write_text(STOPS_THE_PICKER)
+    benched = runner.submit(tiny_lab, "bench", resolve(tiny_lab.candidates, "009"), bench=QUICK)
+    result = json.loads((benched.job_dir / "result.json").read_text())
+    assert result["status"] == "invalid" and result["rechecks"]["passed"], result.get("reason")
+    per_side = result["rechecks"]["per_side"]
+    assert per_side["candidate"] <= 8 and f"judged {per_side['candidate']} of the candidate's" in result["reason"]
+
+
+def test_the_floor_of_judged_outputs_sits_far_below_what_the_picker_gives():
+    from okc.judge.protocol.recheck import Outcome, too_few
+
+    # tiny_matvec's 4 cases at 120 pairs: 266 +- 55 a side in a real bench (above); the floor is 128
+    assert too_few(Outcome(per_side={"candidate": 200, "baseline": 180}), 4, 120, 120) is None
+    assert "127 of the baseline's" in too_few(Outcome(per_side={"candidate": 200, "baseline": 127}), 4, 120, 120)
+    assert too_few(Outcome(per_side={"candidate": 3, "baseline": 3}), 4, 120, 60) is None  # stopped before epoch 0 ended
+    assert too_few(Outcome(per_side={"candidate": 9, "baseline": 9}), 2, 5, 5) is None  # 10 calls a side: floor 5
+    # a real picker: 200 epoch-0 counts of 30 cases x 50 pairs (256 +- 16 each) never fall to the floor
+    picker, misses = Picker(30, 50, draw=random.Random(5)), 0
+    for _ in range(200):
+        count = sum(picker.pick(pair) for pair in range(50) for _ in range(30))
+        misses += count < RECHECKS_PER_EPOCH // 2
+    assert misses == 0
+
+
 # -- kept outputs past the loop's memory bound are judged during the run ---------------------------
 
 

@@ -175,6 +175,8 @@ def run_paired(bench, *, names: tuple[str, str], aa: bool, verifier, log, before
             f"{'all passed' if outcome.passed else f'{len(outcome.failures)} failed'}")
         if not outcome.passed:  # no score: what was timed is not what the check passed
             invalid, blamed = outcome.reason(), outcome.blamed(aa)
+        elif short := recheck.too_few(outcome, len(bench.cases), settings.rule.min_pairs, summary["pairs"]):
+            invalid, blamed = short, "candidate"  # process-wide: the candidate is the file under test
     if invalid is not None:
         log(invalid)
         found = {"kind": "bench", **identity, "pairs": summary["pairs"], **extra, **tail,

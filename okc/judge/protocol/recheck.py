@@ -131,6 +131,24 @@ class Draws:
         return sum(self.taken) - self.first * len(self.taken)
 
 
+def too_few(outcome: "Outcome", cases: int, first_epoch_pairs: int, pairs: int) -> str | None:
+    """Why ``outcome`` judged fewer outputs of a side than a bench of ``pairs`` pairs picks, or None. Its first epoch
+    alone picks min(RECHECKS_PER_EPOCH, every call) a side on average (binomial: 256 +- 16); half of that is the
+    floor. Below it something in the worker kept timed outputs from the re-checks: a candidate that set the CPU
+    clock's picker to None was judged in the final round only (8 outputs) and scored 1.20 "faster" (2026-12-07)."""
+    if pairs < first_epoch_pairs:
+        return None
+    floor = min(RECHECKS_PER_EPOCH, cases * first_epoch_pairs) // 2
+    short = {side: outcome.per_side.get(side, 0) for side in ("candidate", "baseline")}
+    short = {side: count for side, count in short.items() if count < floor}
+    if not short:
+        return None
+    said = " and ".join(f"{count} of the {side}'s" for side, count in short.items())
+    return (f"the re-checks judged {said} timed outputs, where {pairs} pairs pick about {2 * floor} a side at the "
+            f"least: something in the process kept timed outputs from being picked, so no timed call of this bench "
+            "is known to be judged")
+
+
 class Picker:
     """Whether a timed replay is judged: independently each, at the rate of its pair's epoch (module docstring)."""
 
