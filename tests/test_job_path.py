@@ -232,13 +232,17 @@ def test_a_sigkilled_local_launcher_takes_its_worker_with_it_and_its_job_is_lost
         agent = target.processes[job_dir.name]
         _wait(lambda: "job " in (job_dir / "log.txt").read_text() and _children(agent.pid), "the worker to start")
         (worker,) = _children(agent.pid)
-        assert launcher.job_state(str(job_dir))["state"] == "running"
-        os.kill(agent.pid, signal.SIGKILL)
-        _wait(lambda: launcher.process_start(worker) is None, "the worker to die with its launcher")
-        # not reaped yet: a zombie of this process (it has a start time, but no living one)
-        assert launcher.process_start(agent.pid) is not None and launcher.process_start(agent.pid, living=True) is None
-        assert launcher.job_state(str(job_dir))["state"] == "lost"
-        agent.wait()
+        try:
+            assert launcher.job_state(str(job_dir))["state"] == "running"
+            os.kill(agent.pid, signal.SIGKILL)
+            _wait(lambda: launcher.process_start(worker) is None, "the worker to die with its launcher")
+            # not reaped yet: a zombie of this process (it has a start time, but no living one)
+            assert launcher.process_start(agent.pid) is not None and launcher.process_start(agent.pid, living=True) is None
+            assert launcher.job_state(str(job_dir))["state"] == "lost"
+        finally:  # a worker that outlived its launcher spins in the hang candidate: never left running
+            if launcher.process_start(worker, living=True) is not None:
+                os.killpg(worker, signal.SIGKILL)
+            agent.wait()
 
 
 def _children(pid: int) -> list[int]:

@@ -114,13 +114,17 @@ def test_a_standby_worker_dies_with_the_launcher_that_claimed_it(tiny):
             time.sleep(0.05)
         assert living(keeper["pid"], keeper["start"]) and _children(keeper["pid"]) == [worker]
         agent = target.processes[job_dir.name]
-        os.kill(agent.pid, signal.SIGKILL)
-        deadline = time.monotonic() + 10
-        while _children(keeper["pid"]) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not _children(keeper["pid"]), "the standby's worker outlived its launcher"
-        assert launcher.job_state(str(job_dir))["state"] == "lost"
-        agent.wait()
+        try:
+            os.kill(agent.pid, signal.SIGKILL)
+            deadline = time.monotonic() + 10
+            while _children(keeper["pid"]) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert not _children(keeper["pid"]), "the standby's worker outlived its launcher"
+            assert launcher.job_state(str(job_dir))["state"] == "lost"
+        finally:  # the keeper and a worker that outlived the launcher (it spins in the hang candidate): never left
+            if living(keeper["pid"], keeper["start"]):
+                os.killpg(keeper["pid"], signal.SIGKILL)
+            agent.wait()
 
 
 def _children(pid: int) -> list[int]:
