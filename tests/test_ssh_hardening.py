@@ -109,8 +109,9 @@ def test_include_in_ssh_config_is_honoured(ssh_lab, sshd):
 # -- clear messages ------------------------------------------------------------------------------
 
 
-def _silent_server(reply: bytes = b""):
-    """A TCP server that accepts and says ``reply`` (or nothing): not an SSH server."""
+def _silent_server(reply: bytes = b"", close: bool = False):
+    """A TCP server that accepts and says ``reply`` (or nothing), then holds the connection (``close``: ends it at
+    once): not an SSH server."""
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen()
@@ -124,6 +125,9 @@ def _silent_server(reply: bytes = b""):
                 return
             if reply:
                 conn.sendall(reply)
+            if close:
+                conn.close()
+                continue
             held.append(conn)
 
     threading.Thread(target=serve, daemon=True).start()
@@ -143,6 +147,19 @@ def test_a_port_that_is_not_ssh_is_named(ssh_lab, reply):
     line = _one_line(result)
     assert "not an SSH server" in line and "No existing session" not in line
     assert time.monotonic() - started < 6
+
+
+def test_a_port_that_closes_at_once_is_not_said_to_have_been_waited_on(ssh_lab):
+    """It failed in 0.4 s and said "no SSH banner within 3 s" (a bad-luck pass, 2026-12-07)."""
+    listener = _silent_server(close=True)
+    try:
+        _set(ssh_lab, port=listener.getsockname()[1], ssh_timeout_s=3)
+        result = invoke("sync")
+    finally:
+        listener.close()
+    assert result.exit_code == 3, result.output
+    line = _one_line(result)
+    assert "not an SSH server (it closed the connection without an SSH banner)" in line and "within" not in line, line
 
 
 def test_an_ssh_banner_then_silence_is_unreachable_not_a_refusal(ssh_lab):

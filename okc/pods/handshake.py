@@ -36,5 +36,19 @@ def handshake_failure(where: str, transport, exc: BaseException, timeout: float)
     answered = re.search(r'Indecipherable protocol version "(.*)"', text)
     if answered:  # paramiko's "No existing session" would hide this
         return UnreachableError(f"{where}: not an SSH server (it answered {answered.group(1)[:60]!r}); is the port right?")
+    if _closed_at_once(exc):  # not a wait: the port took the connection and ended it (said before: "within 3 s")
+        return UnreachableError(f"{where}: not an SSH server (it closed the connection without an SSH banner); "
+                                "is the port right and sshd running there?")
     return UnreachableError(f"{where}: not an SSH server (no SSH banner within {timeout:g} s); "
                             "is the port right and sshd running there?")
+
+
+def _closed_at_once(exc: BaseException | None) -> bool:
+    """Whether paramiko met the end of the stream while it read the banner (an EOFError behind its SSHException)."""
+    for _ in range(4):
+        if exc is None:
+            return False
+        if isinstance(exc, EOFError) or str(exc) == "Error reading SSH protocol banner":  # its text, EOF's empty
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
