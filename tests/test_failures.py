@@ -156,6 +156,19 @@ def test_ledger_rebuild_answers_json_and_a_garbage_file_in_one_short_line(tiny):
     assert not list((tiny / "results").glob(".ledger.db.rebuilding-*"))
 
 
+def test_an_emptied_ledger_beside_finished_jobs_says_so_and_how_to_record_them(tiny):
+    """`: > results/ledger.db` and `okc ledger` showed every candidate without a result and said nothing of the job
+    folders beside it (a bad-luck pass, 2026-12-07)."""
+    assert invoke("check", "001", "--quick").exit_code == 0
+    (tiny / "results" / "ledger.db").write_bytes(b"")
+    shown = invoke("ledger")
+    assert shown.exit_code == 0
+    assert "the ledger holds no run, but" in shown.output and "holds 1 finished job folder(s)" in shown.output
+    assert "okc ledger --rebuild records them" in shown.output
+    assert invoke("ledger", "--rebuild").exit_code == 0
+    assert "the ledger holds no run" not in invoke("ledger").output
+
+
 def test_cost_csv_and_nl_carry_every_table(tiny):
     assert invoke("check", "001", "--quick").exit_code == 0
     tables = {json.loads(line)["table"] for line in invoke("cost", "--nl").stdout.splitlines()}

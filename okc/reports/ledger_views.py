@@ -131,8 +131,24 @@ def ledger_document(lab: Lab) -> Document:
     with ledger(lab.ledger_path) as conn:
         pending = record_pending(lab, conn)  # jobs a broken ledger refused, now that it takes them
         found = statuses(conn, current, baseline_number(lab), clock)
+        empty = conn.execute("SELECT 1 FROM runs LIMIT 1").fetchone() is None
     notes = candidate_notes(scan) + ((f"recorded {pending} result(s) the ledger had refused",) if pending else ())
-    return Document(tables=(ledger_table(found, clock),), lines=notes)
+    return Document(tables=(ledger_table(found, clock),), lines=notes + (_unrecorded_note(lab) if empty else ()))
+
+
+def _unrecorded_note(lab: Lab) -> tuple[str, ...]:
+    """Where the ledger holds no run but the lab has finished jobs (a ledger emptied, or replaced by a fresh file):
+    one line that says so, and how to record them (an empty table said nothing, 2026-12-07)."""
+    from okc.contract import RESULT_FILE, is_job_id
+
+    try:
+        finished = sum(1 for path in lab.results.glob(f"*/{RESULT_FILE}") if is_job_id(path.parent.name))
+    except OSError:
+        return ()
+    if not finished:
+        return ()
+    return (f"the ledger holds no run, but {lab.results} holds {finished} finished job folder(s): "
+            "okc ledger --rebuild records them",)
 
 
 def candidate_notes(scan: candidates.Scan) -> tuple[str, ...]:
