@@ -526,3 +526,23 @@ def test_slow_inputs_are_said_case_by_case_and_fast_ones_not():
     said.clear()
     make_inputs(TINY, cases, 7, "capture", 1, torch.device("cpu"), say=said.append)
     assert said == []
+
+
+def test_a_candidate_that_does_not_compile_fails_the_bench_before_any_input_is_made(tmp_path, monkeypatch):
+    """A GPU MODE folder's inputs take minutes on a CPU: a submission missing a colon waited for all of them, then
+    sat in "import" (a pass over every .refk folder, 2026-12-07); its check says it in seconds."""
+    from okc.judge.protocol import cpu_clock
+    from okc.judge.protocol.benchcases import BenchFailed
+
+    broken = tmp_path / "001_broken.py"
+    broken.write_text("def kernel_fn(x, layer)\n    return x\n")
+
+    def no_inputs(*args, **kwargs):
+        raise AssertionError("inputs were made for a bench whose candidate does not compile")
+
+    monkeypatch.setattr(cpu_clock, "make_inputs", no_inputs)
+    bench = cpu_clock.CpuBench(TINY, broken, Path(TINY.baseline_source), seed=3, settings=BenchSettings(),
+                               log=lambda line: None)
+    with pytest.raises(BenchFailed, match=r"candidate: importing 001_broken.py failed at line 1: SyntaxError") as failed:
+        bench.setup()
+    assert failed.value.side == "candidate" and failed.value.error_kind == "candidate"

@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from okc.judge.loader import CandidateLoadError, load_candidate
+from okc.judge.loader import CandidateLoadError, check_syntax, load_candidate
 from okc.judge.problem import Case, Problem, clone_data, copy_data
 from okc.judge.protocol import pairs
 from okc.judge.protocol.benchcases import (
@@ -211,6 +211,12 @@ class CpuBench:
 
     def setup(self) -> None:
         self.phase("import")
+        for name, source in self.sources.items():  # before the inputs, which can take minutes: a typo says so at once
+            side = "against" if name == "baseline" else name
+            try:
+                check_syntax(source)
+            except CandidateLoadError as exc:
+                raise BenchFailed(f"{side}: {exc}".splitlines()[0], side) from None
         self.setup_shared()
         for name in ("candidate", "baseline"):
             self.add_side(name, self.sources[name])
