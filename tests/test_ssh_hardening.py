@@ -134,46 +134,35 @@ def _silent_server(reply: bytes = b"", close: bool = False):
     return listener
 
 
-@pytest.mark.parametrize("reply", [b"", b"HTTP/1.1 400 Bad Request\r\n\r\n"])
-def test_a_port_that_is_not_ssh_is_named(ssh_lab, reply):
-    listener = _silent_server(reply)
+def _sync_against(lab, listener, timeout_s: float) -> tuple[str, float]:
+    """`okc sync` to the pod at ``listener``'s port: the one line it failed with (exit 3), and its seconds."""
+    started = time.monotonic()
     try:
-        _set(ssh_lab, port=listener.getsockname()[1], ssh_timeout_s=2)
-        started = time.monotonic()
+        _set(lab, port=listener.getsockname()[1], ssh_timeout_s=timeout_s)
         result = invoke("sync")
     finally:
         listener.close()
     assert result.exit_code == 3, result.output
-    line = _one_line(result)
+    return _one_line(result), time.monotonic() - started
+
+
+@pytest.mark.parametrize("reply", [b"", b"HTTP/1.1 400 Bad Request\r\n\r\n"])
+def test_a_port_that_is_not_ssh_is_named(ssh_lab, reply):
+    line, seconds = _sync_against(ssh_lab, _silent_server(reply), 2)
     assert "not an SSH server" in line and "No existing session" not in line
-    assert time.monotonic() - started < 6
+    assert seconds < 6
 
 
 def test_a_port_that_closes_at_once_is_not_said_to_have_been_waited_on(ssh_lab):
     """It failed in 0.4 s and said "no SSH banner within 3 s" (a bad-luck pass, 2026-12-07)."""
-    listener = _silent_server(close=True)
-    try:
-        _set(ssh_lab, port=listener.getsockname()[1], ssh_timeout_s=3)
-        result = invoke("sync")
-    finally:
-        listener.close()
-    assert result.exit_code == 3, result.output
-    line = _one_line(result)
+    line, _ = _sync_against(ssh_lab, _silent_server(close=True), 3)
     assert "not an SSH server (it closed the connection without an SSH banner)" in line and "within" not in line, line
 
 
 def test_an_ssh_banner_then_silence_is_unreachable_not_a_refusal(ssh_lab):
-    listener = _silent_server(b"SSH-2.0-OpenSSH_9.6\r\n")
-    try:
-        _set(ssh_lab, port=listener.getsockname()[1], ssh_timeout_s=2)
-        started = time.monotonic()
-        result = invoke("sync")
-    finally:
-        listener.close()
-    assert result.exit_code == 3, result.output
-    line = _one_line(result)
+    line, seconds = _sync_against(ssh_lab, _silent_server(b"SSH-2.0-OpenSSH_9.6\r\n"), 2)
     assert "did not finish the key exchange" in line and "No existing session" not in line, line
-    assert time.monotonic() - started < 8
+    assert seconds < 8
 
 
 def test_a_port_out_of_range_in_ssh_config_is_a_usage_error(ssh_lab, sshd):
