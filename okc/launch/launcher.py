@@ -18,8 +18,7 @@ import traceback
 from pathlib import Path
 
 from okc.contract import EXIT_FILE, JOB_FILE, LAUNCHER_FILE, LOG_FILE, PID_FILE, is_job_id, read_json, write_json
-from okc.launch.proc import NVIDIA_DRIVER, dies_with_this_process, process_start, start_worker
-from okc.podfiles import is_numeric
+from okc.launch.proc import NVIDIA_DRIVER, dies_with_this_process, launcher_alive, process_start, start_worker
 
 LOCKS_DIR = ".locks"  # under the results folder: one flock file per GPU
 LOCKS_ENV = "OKC_LOCKS_DIR"  # or this folder, if set
@@ -258,29 +257,6 @@ def cancel_job(results: str, job_id: str) -> dict:
     if state["state"] == "running":
         os.kill(int(state["pid"]), signal.SIGTERM)
     return {"job": job_id, "was": state["state"]}
-
-
-def launcher_alive(marker: dict) -> bool:
-    """Whether the pid in pid.json is still our launcher.
-
-    A pid is ours only if that process also started when ours did (pids are reused). Where
-    /proc does not exist (a laptop running macOS) no start time was recorded, and the pid's
-    existence is all there is to go on.
-    """
-    pid = marker.get("pid")
-    if not is_numeric(pid, int) or pid <= 0:
-        return False
-    if marker.get("start") is not None:
-        # a zombie is not our launcher: killed and not yet reaped by its parent (okc's own process, for a local
-        # job), it had kept `okc bench` following a job that could never end
-        return process_start(pid, living=True) == marker["start"]
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, but another user's: not our launcher's pid any more
-        return False
-    return True
 
 
 def job_state(folder: str) -> dict:

@@ -9,6 +9,8 @@ import signal
 import subprocess
 import sys
 
+from okc.podfiles import is_numeric
+
 NVIDIA_DRIVER = "/proc/driver/nvidia/version"  # without it the machine has no GPU: a lock is its one job slot, not a GPU's
 
 
@@ -21,6 +23,29 @@ def process_start(pid: int, living: bool = False) -> str | None:
     except OSError:
         return None
     return None if living and fields[0] == "Z" else fields[19]
+
+
+def launcher_alive(marker: dict) -> bool:
+    """Whether the pid in pid.json is still our launcher.
+
+    A pid is ours only if that process also started when ours did (pids are reused). Where
+    /proc does not exist (a laptop running macOS) no start time was recorded, and the pid's
+    existence is all there is to go on.
+    """
+    pid = marker.get("pid")
+    if not is_numeric(pid, int) or pid <= 0:
+        return False
+    if marker.get("start") is not None:
+        # a zombie is not our launcher: killed and not yet reaped by its parent (okc's own process, for a local
+        # job), it had kept `okc bench` following a job that could never end
+        return process_start(pid, living=True) == marker["start"]
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, but another user's: not our launcher's pid any more
+        return False
+    return True
 
 
 PR_SET_PDEATHSIG = 1

@@ -42,7 +42,7 @@ import time
 from pathlib import Path
 
 from okc.contract import PID_FILE, read_json, write_json
-from okc.launch.proc import process_start, start_worker
+from okc.launch.proc import launcher_alive, process_start, start_worker
 
 ENABLED_ENV = "OKC_STANDBY"
 IDLE_ENV = "OKC_STANDBY_IDLE_S"
@@ -263,18 +263,11 @@ def keep(slot: Path, after: str | None = None) -> int:
             code = worker.wait(timeout=WORKER_POLL_S)
             break
         except subprocess.TimeoutExpired:
-            if not _lives(launcher):  # SIGKILLed: its job is lost, and nothing of it times beside the next job
-                worker.kill()  # (a worker a launcher starts itself dies with it the same way: okc.launch.proc)
+            if launcher and not launcher_alive(launcher):  # SIGKILLed: its job is lost, and nothing of it times
+                worker.kill()  # beside the next job (a worker a launcher starts itself dies with it: okc.launch.proc)
     write_json(Path(line) / EXIT_FILE, {"returncode": code})
     return 0
 
-
-def _lives(marker: dict) -> bool:
-    """Whether the launcher of pid.json's ``marker`` still runs (a zombie does not); True where it cannot say."""
-    pid, start = marker.get("pid"), marker.get("start")
-    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0 or start is None:
-        return True
-    return process_start(pid, living=True) == start
 
 
 if __name__ == "__main__":

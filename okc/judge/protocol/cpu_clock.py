@@ -72,6 +72,11 @@ def _empty() -> None:
     """What the timer's cost is measured on: a call that does nothing."""
 
 
+def side_name(name: str) -> str:
+    """A side's name in its messages and verdicts (BenchFailed.side) from its key in the pair (pairs.SIDES)."""
+    return "against" if name == "baseline" else name
+
+
 class CpuSide:
     """One side: its module, and its own input buffer per case (refilled before each of its calls)."""
 
@@ -212,7 +217,7 @@ class CpuBench:
     def setup(self) -> None:
         self.phase("import")
         for name, source in self.sources.items():  # before the inputs, which can take minutes: a typo says so at once
-            side = "against" if name == "baseline" else name
+            side = side_name(name)
             try:
                 check_syntax(source)
             except CandidateLoadError as exc:
@@ -237,7 +242,7 @@ class CpuBench:
     def add_side(self, name: str, source: Path, step: Callable[[str], None] | None = None) -> CpuSide:
         """Import and prepare ``source`` as side ``name`` (replacing the one it had); ``step`` hears
         "load" and "prepare" as they start (a warm screen's accounting). BenchFailed."""
-        side = CpuSide("against" if name == "baseline" else name, source)
+        side = CpuSide(side_name(name), source)
         with unchanged_by(side.name):  # the sides share torch: neither may change the other's calls
             self.phase("import", side=name)
             if step is not None:

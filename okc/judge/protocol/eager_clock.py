@@ -55,7 +55,7 @@ from okc.judge.protocol.benchcases import (
     scored_loads,
     shape_rows,
 )
-from okc.judge.protocol.cpu_clock import CpuSide
+from okc.judge.protocol.cpu_clock import CpuSide, side_name
 from okc.judge.protocol.loop import PairLoop
 from okc.judge.protocol.pairs import Unit
 from okc.judge.protocol.recheck import Draws, Picker, Recheck
@@ -269,7 +269,7 @@ class EagerBench:
         sides = {}
         self.placed = placing_order(self.seed)  # which side takes the first place in memory: a coin per bench
         for name in self.placed:
-            side = CpuSide("against" if name == "baseline" else name, self.sources[name])
+            side = CpuSide(side_name(name), self.sources[name])
             with unchanged_by(side.name):  # the sides share torch: neither may change the other's calls
                 side.load()
                 side.prepare(problem, weights)

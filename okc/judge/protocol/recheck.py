@@ -139,8 +139,8 @@ def too_few(outcome: "Outcome", cases: int, first_epoch_pairs: int, pairs: int) 
     if pairs < first_epoch_pairs:
         return None
     floor = min(RECHECKS_PER_EPOCH, cases * first_epoch_pairs) // 2
-    short = {side: outcome.per_side.get(side, 0) for side in ("candidate", "baseline")}
-    short = {side: count for side, count in short.items() if count < floor}
+    short = {side: outcome.per_side.get(side, 0) for side in ("candidate", "baseline")
+             if outcome.per_side.get(side, 0) < floor}
     if not short:
         return None
     said = " and ".join(f"{count} of the {side}'s" for side, count in short.items())

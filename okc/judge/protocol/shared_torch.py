@@ -64,8 +64,8 @@ def _torchs_own(value: object) -> bool:
     if isinstance(value, types.FunctionType):
         return os.path.abspath(value.__code__.co_filename).startswith(_ROOT)
     if isinstance(value, type):
-        return getattr(sys.modules.get(value.__module__), "__file__", None) is not None and \
-            os.path.abspath(sys.modules[value.__module__].__file__).startswith(_ROOT)
+        file = getattr(sys.modules.get(value.__module__), "__file__", None)
+        return file is not None and os.path.abspath(file).startswith(_ROOT)
     return False
 
 
