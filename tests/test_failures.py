@@ -154,6 +154,10 @@ def test_ledger_rebuild_answers_json_and_a_garbage_file_in_one_short_line(tiny):
     assert data["jobs"] == 0 and data["kept_as"].startswith(str(tiny / "results" / "ledger.db.old-"))
     # each rebuild left its new file's -shm and -wal under the name it was built as (a bad-luck pass, 2026-12-07)
     assert not list((tiny / "results").glob(".ledger.db.rebuilding-*"))
+    # and the old one went aside with an empty -wal and its -shm: three files where one holds it all (2026-12-07)
+    invoke("ledger")
+    again = data_of(invoke("ledger", "--rebuild", "--json"))
+    assert Path(again["kept_as"]).is_file() and not list((tiny / "results").glob("ledger.db.old-*-*[lm]"))
 
 
 def test_an_emptied_ledger_beside_finished_jobs_says_so_and_how_to_record_them(tiny):

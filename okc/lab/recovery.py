@@ -101,10 +101,15 @@ def _move_aside(path: Path) -> Path | None:
         number += 1
         kept = path.with_name(f"{path.name}.old-{stamp}-{number}")
     try:
+        wal = path.with_name(path.name + SIDE_FILES[0])
+        carried = wal.exists() and wal.stat().st_size > 0  # an empty WAL holds nothing: the file alone is the old ledger
         for suffix in SIDE_FILES:  # the WAL belongs to the old file: a new database must not replay it
             side = path.with_name(path.name + suffix)
             if side.exists():
-                side.rename(kept.with_name(kept.name + suffix))
+                if carried:
+                    side.rename(kept.with_name(kept.name + suffix))
+                else:
+                    side.unlink()
         path.rename(kept)
     except OSError as exc:
         raise LedgerError(f"{path}: cannot move the old ledger aside ({exc.strerror or exc}); "
