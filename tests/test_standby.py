@@ -109,7 +109,9 @@ def test_a_standby_worker_dies_with_the_launcher_that_claimed_it(tiny):
     with LocalTarget(tiny.results) as target:
         target.start(job_dir, "0")
         deadline = time.monotonic() + 30
-        while "job " not in (job_dir / "log.txt").read_text():  # the standby's worker runs it
+        # the worker's own first line: the launcher's "okc: job ... running on" came before the handover, and a kill
+        # then left the standby idle and unclaimed (the test failed 1 run in 7: 2026-12-07)
+        while f"job {job_dir.name}: check of" not in (job_dir / "log.txt").read_text():  # the standby's worker runs it
             assert time.monotonic() < deadline, (job_dir / "log.txt").read_text()
             time.sleep(0.05)
         assert living(keeper["pid"], keeper["start"]) and _children(keeper["pid"]) == [worker]
