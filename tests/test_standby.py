@@ -129,6 +129,30 @@ def test_a_standby_worker_dies_with_the_launcher_that_claimed_it(tiny):
             agent.wait()
 
 
+def test_a_standby_claimed_by_a_launcher_that_died_before_its_handover_ends(tiny):
+    """A launcher SIGKILLed between its claim (a rename) and writing its job folder left the keeper and its worker
+    waiting out the idle time (300 s), a screen's baseline in the making on the GPU beside the next job; now the
+    keeper sees its claimant gone and ends, and the claimed folder goes with it (a bad-luck pass, 2026-12-07)."""
+    assert invoke("check", "001", "--quick").exit_code == 0
+    warmed()
+    keeper = slot_info()
+    (slot,) = local_locks().glob("standby-gpu*/standby.json")
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    claimed = slot.parent.with_name(f"{slot.parent.name}.claimed-{dead.pid}")
+    os.rename(slot.parent, claimed)
+    try:
+        deadline = time.monotonic() + 10  # the idle time is 60 s here (standby_lab)
+        while living(keeper["pid"], keeper["start"]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not living(keeper["pid"], keeper["start"]), "the keeper waited on for a line that cannot come"
+        assert not claimed.exists()
+    finally:
+        if living(keeper["pid"], keeper["start"]):
+            os.killpg(keeper["pid"], signal.SIGKILL)
+    assert invoke("check", "001", "--quick").exit_code == 0  # the next job starts its own worker, and leaves one
+
+
 def _children(pid: int) -> list[int]:
     found = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
     return [int(child) for child in found]

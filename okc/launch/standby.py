@@ -205,14 +205,35 @@ def leave(locks: str, index: int, code_dir: str, env: dict, after: str | None = 
 # -- the keeper ------------------------------------------------------------------------
 
 
-def _read_line(fd: int, timeout: float, worker: subprocess.Popen | None = None) -> str | None:
-    """A line from ``fd``; None past ``timeout``, or once ``worker`` (given) has ended."""
+def _orphaned(slot: Path) -> bool:
+    """Whether ``slot`` was claimed by a launcher that died before it wrote its job folder (SIGKILLed between the
+    rename and the write): no line will come, and an idle worker (a screen's baseline still in the making, on the
+    GPU) would otherwise wait out its idle time beside the next job. The claimed folder goes with it."""
+    if slot.exists():
+        return False
+    orphans = []
+    for claimed in slot.parent.glob(f"{slot.name}.claimed-*"):
+        pid = claimed.name.rpartition("-")[2]
+        if pid.isdigit() and process_start(int(pid), living=True) is not None:
+            return False
+        orphans.append(claimed)
+    for claimed in orphans:
+        shutil.rmtree(claimed, ignore_errors=True)
+    return True
+
+
+def _read_line(fd: int, timeout: float, worker: subprocess.Popen | None = None, slot: Path | None = None) -> str | None:
+    """A line from ``fd``; None past ``timeout``, once ``worker`` (given) has ended, or once ``slot`` (given) was
+    claimed by a launcher now dead (:func:`_orphaned`)."""
     data, deadline = b"", time.monotonic() + timeout
     while not data.endswith(b"\n"):
         left = deadline - time.monotonic()
         if left <= 0 or (worker is not None and worker.poll() is not None):
             return None
         if not select.select([fd], [], [], min(left, WORKER_POLL_S))[0]:
+            # a claimant writes its line before it removes its claimed folder: none left and nothing read, no line
+            if slot is not None and _orphaned(slot) and not select.select([fd], [], [], 0)[0]:
+                return None
             continue
         try:
             chunk = os.read(fd, 4096)
@@ -236,12 +257,12 @@ def keep(slot: Path, after: str | None = None) -> int:
     # an ignored signal is inherited, and a worker (and what it starts: a folder's eval.py, its pool) that
     # ignores TERM cannot be stopped by it (multiprocessing's Pool waits forever on its own workers).
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    line = _read_line(reader, float(os.environ.get(IDLE_ENV) or IDLE_S), worker)
+    line = _read_line(reader, float(os.environ.get(IDLE_ENV) or IDLE_S), worker, slot)
     if line is None:
         try:  # nobody came: give the slot up, unless a launcher claimed it this very moment
             os.rename(slot, slot.with_name(f"{slot.name}.expired-{os.getpid()}"))
         except OSError:
-            line = _read_line(reader, HANDOFF_S)
+            line = _read_line(reader, HANDOFF_S, slot=slot)  # or none, if its claimant died before it wrote
         else:
             shutil.rmtree(slot.with_name(f"{slot.name}.expired-{os.getpid()}"), ignore_errors=True)
     os.close(holder)
