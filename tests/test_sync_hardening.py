@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from okc.cli.app import app
-from okc.errors import UnreachableError
+from okc.errors import ConfigError, UnreachableError
 from okc.pods.config import resolve_pod
 from okc.pods.hostkeys import HostKeyPins, pins_path
 from okc.pods.ssh import SSHTarget
@@ -152,3 +152,25 @@ def test_a_remote_manifest_past_its_cap_is_not_read_whole(ssh_lab, monkeypatch):
     manifest.write_text(json.dumps({"schema_version": 1, "files": files}))
     with SSHTarget(resolve_pod(ssh_lab), HostKeyPins(pins_path(ssh_lab))) as target:
         assert sync_module.remote_manifest(target) == {}
+
+
+@pytest.mark.parametrize("change", ["deleted", "symlink"])
+def test_a_file_deleted_or_made_a_symlink_while_the_sync_runs_is_the_labs_change_not_the_pods(ssh_lab, change):
+    (ssh_lab.candidates / "020_big.py").write_bytes(b"#" * 4_000_000)
+    late = ssh_lab.candidates / "030_late.py"  # sent after 020: changed once the stream has begun
+    late.write_text("x = 1\n")
+
+    def edit(progress):
+        if late.is_file() and not late.is_symlink():
+            late.unlink()
+            if change == "symlink":
+                late.symlink_to(ssh_lab.candidates / "000_baseline.py")
+
+    with _target(ssh_lab) as target:
+        with pytest.raises(ConfigError) as error:  # exit 2 naming the file, not a pod failure or a lost connection (3)
+            sync(ssh_lab, target, progress=edit)
+    assert str(late) in str(error.value) and "run okc sync again" in str(error.value)
+    assert not (_remote(ssh_lab) / ".okc/manifest.json").exists()
+    with _target(ssh_lab) as target:
+        assert "candidates/020_big.py" in sync(ssh_lab, target).sent
+        assert not sync(ssh_lab, target).changed

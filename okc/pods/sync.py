@@ -194,7 +194,11 @@ class TarStream:
     def _file(self, name: str, info: os.stat_result) -> Iterator[bytes]:
         path, left, digest = self.files[name], info.st_size, hashlib.sha256()
         hashed_at = time.time_ns()
-        with open_nofollow(path) as handle:
+        try:
+            handle = open_nofollow(path)
+        except OSError as exc:  # deleted, or made a symlink, since the walk: this lab changed, the pod did nothing wrong
+            raise ConfigError(f"{path} changed while it was being sent ({exc.strerror}); run okc sync again") from None
+        with handle:
             while left:
                 chunk = handle.read(min(STREAM_CHUNK, left))
                 if not chunk:
