@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import time
 import tracemalloc
 from pathlib import Path
@@ -174,3 +175,22 @@ def test_a_file_deleted_or_made_a_symlink_while_the_sync_runs_is_the_labs_change
     with _target(ssh_lab) as target:
         assert "candidates/020_big.py" in sync(ssh_lab, target).sent
         assert not sync(ssh_lab, target).changed
+
+
+@pytest.fixture
+def small_remote(ssh_lab):
+    """The pod's remote_dir on a 4 MiB filesystem (a tmpfs: root only)."""
+    remote = _remote(ssh_lab)
+    remote.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", remote],
+                                           capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    yield remote
+    subprocess.run(["umount", "-l", remote], check=True)
+
+
+def test_a_sync_that_fills_the_pods_disk_is_the_pods_one_line_not_a_lost_connection(ssh_lab, small_remote):
+    (ssh_lab.candidates / "020_big.py").write_bytes(b"#" * 6_000_000)  # the agent fails while it is still being sent
+    result = runner.invoke(app, ["sync"])
+    assert result.exit_code == 2 and "No space left on device" in result.output, result.output
+    assert len(result.output.strip().splitlines()) == 1, result.output

@@ -264,7 +264,8 @@ class SSHTarget:
 
         ``timeout`` bounds the command (None: only the pod's liveness). ``stdin`` (bytes, or
         chunks of bytes produced as they are sent) is sent and then closed; ``on_sent(n)`` is
-        told after every chunk of it. ``what`` names the command in errors. ``alive_s``: the
+        told after every chunk of it; a command that exits before it took all of it is answered
+        with its exit status and stderr. ``what`` names the command in errors. ``alive_s``: the
         command shows it lives (okc's agent beats on stderr every second); it is given up when
         it has shown nothing for that long, before it starts as after its input: exit 3.
         """
@@ -281,20 +282,28 @@ class SSHTarget:
                 channel.exec_command(command)
                 watch.kick()
                 watch.expect_progress(self.timeout * STALL_FACTOR)
-                for chunk in chunks:
-                    for start in range(0, len(chunk), SEND_CHUNK):
-                        piece = bytes(chunk[start : start + SEND_CHUNK])
-                        channel.sendall(piece)
-                        watch.kick()
-                        if on_sent is not None:
-                            on_sent(len(piece))
-                        if deadline is not None and time.monotonic() > deadline:
-                            raise UnreachableError(f"pod {self.pod.name!r}: {what} did not finish within {timeout:g} s")
+                self._send(channel, chunks, on_sent, watch, deadline, what, timeout)
                 channel.shutdown_write()
                 watch.expect_progress(alive_s)  # None: the command may think a while in silence, its timeout bounds it
                 return self._collect(channel, what, timeout, deadline, watch)
             finally:
                 channel.close()
+
+    def _send(self, channel, chunks, on_sent, watch: Watch, deadline, what, timeout) -> None:
+        for chunk in chunks:
+            for start in range(0, len(chunk), SEND_CHUNK):
+                piece = bytes(chunk[start : start + SEND_CHUNK])
+                try:
+                    channel.sendall(piece)
+                except OSError:
+                    if channel.exit_status_ready():  # the command ended before it took all its input (a full disk):
+                        return  # its exit status and stderr say why, not a lost connection
+                    raise
+                watch.kick()
+                if on_sent is not None:
+                    on_sent(len(piece))
+                if deadline is not None and time.monotonic() > deadline:
+                    raise UnreachableError(f"pod {self.pod.name!r}: {what} did not finish within {timeout:g} s")
 
     def _collect(self, channel, what, timeout, deadline, watch: Watch) -> RunResult:
         stdout, stderr, chunk = bytearray(), bytearray(), b""
