@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterable, Iterator, Sequence
 
 from okc.errors import PodError
 from okc.pods.config import Pod
@@ -12,6 +12,7 @@ from okc.pods.config import Pod
 # Runpod images keep the pod's variables (RUNPOD_POD_ID, CUDA paths...) in this file; an
 # ssh session does not load it on its own.
 ENV_PRELUDE = "if [ -f /etc/rp_environment ]; then . /etc/rp_environment; fi"
+SEND_CHUNK = 65536
 
 
 @dataclass(frozen=True)
@@ -47,3 +48,21 @@ def remote_command(pod: Pod, argv: Sequence[str], cwd: str | None = None) -> str
     lines.append("exec " + shlex.join(str(a) for a in argv))
     # The login shell of the pod user may not be POSIX (fish, csh): hand it one quoted word.
     return "sh -c " + shlex.quote("\n".join(lines))
+
+
+def send_input(channel, chunks: Iterable[bytes]) -> Iterator[int]:
+    """Send a command's input on its (paramiko) channel a piece at a time, yielding each piece's size.
+
+    A command that exits before it took all of it (okc agent apply on a full disk) ends the sending
+    quietly: its exit status and stderr say why, where a send error would read as a lost connection.
+    """
+    for chunk in chunks:
+        for start in range(0, len(chunk), SEND_CHUNK):
+            piece = bytes(chunk[start : start + SEND_CHUNK])
+            try:
+                channel.sendall(piece)
+            except OSError:
+                if channel.exit_status_ready():
+                    return
+                raise
+            yield len(piece)

@@ -34,7 +34,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 import paramiko
 
 from okc.errors import ConfigError, PodError, UnreachableError
-from okc.pods.command import RunResult, remote_command  # noqa: F401  (RunResult: for importers)
+from okc.pods.command import RunResult, remote_command, send_input  # noqa: F401  (RunResult: for importers)
 from okc.pods.config import Pod
 from okc.pods.handshake import check_identity_file, handshake_failure
 from okc.pods.hostkeys import HostKeyPins, RefuseUnknownHost, changed_key_error, legacy_pin_name, pin_name
@@ -45,7 +45,6 @@ from okc.pods.watch import Watch
 KEEPALIVE_S = 15  # a silent NAT or pod proxy drops idle connections after a minute or so
 MIN_TRANSFER_RATE_BPS = 256 * 1024  # a transfer slower than this is given up (2 Mbit/s)
 READ_CHUNK = 65536
-SEND_CHUNK = 65536
 POLL_S = 0.2  # how long one wait for remote output may block before checking the deadline
 DEADLINE_GRACE_S = 5.0  # a command's own timeout is checked between reads; the watch is the backstop
 STALL_FACTOR = 3  # input not taken for this many ssh_timeout_s: the remote process is stopped or hung
@@ -282,28 +281,17 @@ class SSHTarget:
                 channel.exec_command(command)
                 watch.kick()
                 watch.expect_progress(self.timeout * STALL_FACTOR)
-                self._send(channel, chunks, on_sent, watch, deadline, what, timeout)
+                for count in send_input(channel, chunks):
+                    watch.kick()
+                    if on_sent is not None:
+                        on_sent(count)
+                    if deadline is not None and time.monotonic() > deadline:
+                        raise UnreachableError(f"pod {self.pod.name!r}: {what} did not finish within {timeout:g} s")
                 channel.shutdown_write()
                 watch.expect_progress(alive_s)  # None: the command may think a while in silence, its timeout bounds it
                 return self._collect(channel, what, timeout, deadline, watch)
             finally:
                 channel.close()
-
-    def _send(self, channel, chunks, on_sent, watch: Watch, deadline, what, timeout) -> None:
-        for chunk in chunks:
-            for start in range(0, len(chunk), SEND_CHUNK):
-                piece = bytes(chunk[start : start + SEND_CHUNK])
-                try:
-                    channel.sendall(piece)
-                except OSError:
-                    if channel.exit_status_ready():  # the command ended before it took all its input (a full disk):
-                        return  # its exit status and stderr say why, not a lost connection
-                    raise
-                watch.kick()
-                if on_sent is not None:
-                    on_sent(len(piece))
-                if deadline is not None and time.monotonic() > deadline:
-                    raise UnreachableError(f"pod {self.pod.name!r}: {what} did not finish within {timeout:g} s")
 
     def _collect(self, channel, what, timeout, deadline, watch: Watch) -> RunResult:
         stdout, stderr, chunk = bytearray(), bytearray(), b""
