@@ -194,3 +194,14 @@ def test_a_sync_that_fills_the_pods_disk_is_the_pods_one_line_not_a_lost_connect
     result = runner.invoke(app, ["sync"])
     assert result.exit_code == 2 and "No space left on device" in result.output, result.output
     assert len(result.output.strip().splitlines()) == 1, result.output
+
+
+def test_a_sync_that_fails_on_the_pod_leaves_no_staged_files_taking_its_disk(ssh_lab, small_remote):
+    big = ssh_lab.candidates / "020_big.py"
+    big.write_bytes(b"#" * 6_000_000)
+    assert runner.invoke(app, ["sync"]).exit_code == 2
+    assert not (small_remote / ".okc/staging").exists()  # the space is the pod's again: its jobs can write
+    assert os.statvfs(small_remote).f_bfree * os.statvfs(small_remote).f_frsize > 3 << 20
+    big.unlink()
+    assert runner.invoke(app, ["sync"]).exit_code == 0
+    assert (small_remote / ".okc/manifest.json").is_file() and not (small_remote / ".okc/staging").exists()

@@ -104,6 +104,13 @@ def apply(remote_dir: str) -> dict:
     staging = os.path.join(remote_dir, STATE_DIR, "staging")
     shutil.rmtree(staging, ignore_errors=True)  # what an interrupted sync left
     os.makedirs(staging)
+    try:
+        return _apply(remote_dir, staging)
+    finally:  # a failed sync too (a full disk, a broken stream): its staged files would keep the pod's disk full
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _apply(remote_dir: str, staging: str) -> dict:
     control, staged = None, []
     try:
         with tarfile.open(fileobj=sys.stdin.buffer, mode="r|") as tar:
@@ -144,7 +151,6 @@ def apply(remote_dir: str) -> dict:
             fail(f"cannot write {final}: the pod has a folder there that okc did not put there")
         os.chmod(staged_path, mode or 0o644)
         os.replace(staged_path, final)
-    shutil.rmtree(staging, ignore_errors=True)
     atomic_write(os.path.join(remote_dir, MANIFEST), json.dumps(control["manifest"]).encode())
     return {"written": len(writes), "deleted": len(deletes)}
 
