@@ -93,3 +93,28 @@ def test_a_sweep_on_local_in_a_lab_with_a_default_pod_stays_local(tiny_lab, sshd
     with ledger(tiny_lab.ledger_path) as conn:
         targets = {row["target"] for row in conn.execute("SELECT target FROM job_costs")}
     assert targets == {"local"}
+
+
+def test_a_full_disk_here_during_a_pull_is_this_machines_one_line_not_a_lost_connection(ssh_lab):
+    small = ssh_lab.root / "small"
+    small.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", small],
+                                           capture_output=True).returncode:
+        import pytest
+
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        pyproject = ssh_lab.root / "pyproject.toml"
+        pyproject.write_text(pyproject.read_text().replace("[tool.okc]\n", '[tool.okc]\nresults_dir = "small/results"\n'))
+        remote = pod_job(ssh_lab, log=b"x" * 2_000_000)  # more than this machine's results disk holds
+        result = runner.invoke(app, ["pull"])
+        assert result.exit_code == 2, result.output  # not 3: the pod answers, this disk is full
+        assert "No space left on device" in result.output and "connection lost" not in result.output, result.output
+        said, summary = result.output.strip().splitlines()  # one line for the job, then pull's count
+        assert said.startswith(f"job {remote.name}: not pulled: cannot write") and summary.startswith("0 job(s)"), said
+        assert not list(small.rglob("*.part"))
+        subprocess.run(["mount", "-o", "remount,size=4m", small], check=True)  # room made: the next pull brings it
+        again = runner.invoke(app, ["pull"])
+        assert again.exit_code == 0 and f"pulled {remote.name}" in again.output, again.output
+    finally:
+        subprocess.run(["umount", "-l", small], check=True)

@@ -346,7 +346,7 @@ def pull(lab: Lab, target: Target, job_id: str | None = None) -> PullReport:
                 raise
             except LedgerError as exc:  # the (sound) ledger refused a value of this job alone: set aside
                 refused.append(incoming.refuse(lab.results, name, target.name, str(exc)))
-            except (PodError, JudgeError) as exc:  # this job alone failed (a file the pod will not serve)
+            except (PodError, JudgeError, ConfigError) as exc:  # this job alone failed (a file the pod will not serve, a full disk here)
                 refused.append(f"job {name}: not pulled: {incoming.escaped(exc)}")
             except Exception as exc:  # noqa: BLE001 (okc's own failure on this job: said; the batch goes on)
                 refused.append(f"job {name}: not pulled: okc failed ({type(exc).__name__}: {incoming.escaped(exc)[:200]})")

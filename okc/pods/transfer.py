@@ -20,6 +20,8 @@ from typing import Callable
 
 import paramiko
 
+from okc.errors import ConfigError
+
 WINDOW_BYTES = 1 << 20  # a download or a read holds at most this much of a file in memory (4 MiB windows peaked 5x higher)
 PREFETCH_REQUESTS = 32  # SFTP reads in flight within a window (32 KiB each)
 PART_PATTERN = re.compile(r"^\.(?P<name>.+)\.(?P<pid>[0-9]+)\.(?P<tid>[0-9]+)\.part$")  # what part_path() names
@@ -55,17 +57,32 @@ def read_window(handle: paramiko.SFTPFile, offset: int, limit: int = WINDOW_BYTE
 
 def download(handle: paramiko.SFTPFile, temporary: Path, size: int, on_window: Callable[[], None]) -> int:
     """Copy ``size`` bytes of the open remote file into ``temporary``, a window at a time; the
-    bytes written (fewer if the file shrank)."""
+    bytes written (fewer if the file shrank). A write here that fails (a full disk, a read-only
+    folder) is a ConfigError: this machine's trouble, not a lost connection."""
     offset = 0
-    with open(temporary, "wb") as out:
+    with _written(temporary):
+        out = open(temporary, "wb", buffering=0)  # unbuffered: no write is left for close() to fail on
+    with out:
         while offset < size:
             data = next(handle.readv([(offset, min(WINDOW_BYTES, size - offset))], PREFETCH_REQUESTS))
             if not data:
                 break
-            out.write(data)
+            with _written(temporary):
+                view = memoryview(data)
+                while view:
+                    view = view[out.write(view):]
             offset += len(data)
             on_window()
     return offset
+
+
+@contextlib.contextmanager
+def _written(temporary: Path):
+    try:
+        yield
+    except OSError as exc:
+        raise ConfigError(f"cannot write {temporary.parent} on this machine: {exc.strerror or exc}; the job's files "
+                          "stay on the pod: make room (or make the folder writable), then okc pull brings them home") from None
 
 
 def part_path(local: Path) -> Path:
