@@ -305,6 +305,28 @@ def test_a_locked_ledger_is_said_to_be_locked(tiny, monkeypatch):
     assert "is locked by another process" in line and "damaged" not in line, line
 
 
+def test_a_pull_into_a_locked_ledger_says_so_in_one_line(tiny, monkeypatch):
+    """`okc pull` with the ledger locked said "okc failed (OperationalError: database is locked)" once per job, each
+    after waiting out the lock, and no red line (a bad-luck pass, 2026-12-07)."""
+    import sqlite3
+
+    from okc.lab import ledger
+
+    assert invoke("ledger").exit_code == 0
+    monkeypatch.setattr(ledger, "BUSY_TIMEOUT_S", 0.1)
+    holder = sqlite3.connect(tiny / "results" / "ledger.db", isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        for _ in range(2):  # two jobs the locked ledger did not take
+            assert "is not in the ledger" in invoke("check", "001", "--quick").output
+        line = _one_line(invoke("pull", "--on", "local"), 2)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert "is locked by another process" in line and "OperationalError" not in line, line
+    assert invoke("pull", "--on", "local").exit_code == 0 and len(_rows(tiny)) == 2  # what it said to do works
+
+
 def test_sqlite_refusals_are_worded_by_their_cause(tmp_path):
     import sqlite3
 

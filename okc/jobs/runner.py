@@ -11,6 +11,7 @@ ledger; recording twice is impossible (the ledger's job id is unique).
 from __future__ import annotations
 
 import shutil
+import sqlite3
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -343,6 +344,8 @@ def pull(lab: Lab, target: Target, job_id: str | None = None) -> PullReport:
             except UnsafeRemote as exc:  # this job's files are refused; the others still come home
                 refused.append(str(exc))
             except (UnreachableError, LedgerUnusable):  # the connection or the ledger is gone: no later job would come
+                raise
+            except sqlite3.Error:  # the ledger refused (locked, damaged, full): ledger() words it; no later row would go in
                 raise
             except LedgerError as exc:  # the (sound) ledger refused a value of this job alone: set aside
                 refused.append(incoming.refuse(lab.results, name, target.name, str(exc)))
