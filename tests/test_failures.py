@@ -327,6 +327,25 @@ def test_a_pull_into_a_locked_ledger_says_so_in_one_line(tiny, monkeypatch):
     assert invoke("pull", "--on", "local").exit_code == 0 and len(_rows(tiny)) == 2  # what it said to do works
 
 
+@pytest.mark.parametrize("args", [("ledger", "--json"), ("check", "001", "--quick", "--nl"), OFFICIAL + ("c1",)])
+def test_ctrl_c_outside_a_job_says_so_and_answers_json(tiny, monkeypatch, args):
+    """Ctrl-C while okc waited for a locked ledger (up to 30 s) ended it with exit 130 and nothing at all: no red
+    line, no JSON document for a script that asked for one (typer swallows it; a bad-luck pass, 2026-12-07)."""
+    from okc.lab import ledger
+
+    def ctrl_c(path):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ledger, "open_ledger", ctrl_c)
+    result = invoke(*args)
+    line = result.stderr.strip()
+    assert result.exit_code == 130 and len(line.splitlines()) == 1 and "Ctrl-C" in line, result.output
+    if "--json" in args or "--nl" in args:
+        assert data_of(result) == {"error": line.removeprefix("error: "), "exit": 130}
+    else:
+        assert result.stdout == ""
+
+
 def test_sqlite_refusals_are_worded_by_their_cause(tmp_path):
     import sqlite3
 

@@ -20,7 +20,7 @@ import typer
 import typer.core
 
 import okc
-from okc.errors import EXIT_FAILED, EXIT_USAGE, ConfigError, OkcError
+from okc.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, ConfigError, OkcError
 
 # typer 0.19 escapes "[default: ...]" and "[required]" for rich whenever rich is installed,
 # even with rich_markup_mode=None, so click's plain help printed "\[required]". okc's help is
@@ -225,6 +225,11 @@ def error_line(message: str) -> None:
         pass
 
 
+# Ctrl-C outside a job (a job here says itself what became of it: okc.errors.Interrupted), e.g. while a locked
+# ledger is waited for: typer would end the command with exit 130 and not a word.
+STOPPED_BY_CTRL_C = "stopped by Ctrl-C before the command finished"
+
+
 def handles_errors(command: Callable) -> Callable:
     """Turn okc's expected errors into one red line and their exit code."""
 
@@ -235,6 +240,9 @@ def handles_errors(command: Callable) -> Callable:
         except OkcError as exc:
             error_line(str(exc))
             raise typer.Exit(exc.exit_code) from None
+        except KeyboardInterrupt:
+            error_line(STOPPED_BY_CTRL_C)
+            raise typer.Exit(EXIT_INTERRUPTED) from None
         except OSError as exc:  # the output itself failed (a full disk, a closed pipe, a read-only folder): said once
             if exc.errno not in (errno.ENOSPC, errno.EPIPE, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EACCES, errno.EPERM):
                 raise
@@ -286,6 +294,10 @@ def output_options(command: Callable) -> Callable:
         except OkcError as exc:  # a script that asked for JSON gets a document: the error, and its exit code
             if fmt in DATA_FORMATS:
                 error_document(str(exc), exc.exit_code)
+            raise
+        except KeyboardInterrupt:
+            if fmt in DATA_FORMATS:
+                error_document(STOPPED_BY_CTRL_C, EXIT_INTERRUPTED)
             raise
 
     parameters = kept + list(_OUTPUT_PARAMETERS)
