@@ -187,6 +187,7 @@ def test_a_remote_process_stopped_mid_sync_is_given_up_although_sshd_answers(ssh
     assert stall.stopped_at is not None, result.output
     assert result.exit_code == 3, result.output
     assert "made no progress" in result.output and "Traceback" not in result.output, result.output
+    assert f"for {STALL_FACTOR * SSH_TIMEOUT_S:g} s" in result.output, result.output  # the send's stall, not a later one
     assert finished - stall.stopped_at < STALL_FACTOR * SSH_TIMEOUT_S + SLACK_S, f"{finished - stall.stopped_at:.1f} s"
 
 

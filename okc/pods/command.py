@@ -62,7 +62,8 @@ def send_input(channel, chunks: Iterable[bytes]) -> Iterator[int]:
             try:
                 channel.sendall(piece)
             except OSError:
-                if channel.exit_status_ready():
-                    return
+                transport = channel.get_transport()
+                if channel.closed and transport is not None and transport.is_active():  # the pod ended the command:
+                    return  # not the connection (a lost one, or one the watch closed, is inactive first)
                 raise
             yield len(piece)
