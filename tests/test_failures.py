@@ -346,6 +346,30 @@ def test_ctrl_c_outside_a_job_says_so_and_answers_json(tiny, monkeypatch, args):
         assert result.stdout == ""
 
 
+@pytest.mark.parametrize("args", [("check", "001", "--quick"), ("bench", "001", "--max-pairs", "60"),
+                                  ("try", "001", "--quick", "--max-pairs", "60"), ("profile", "001")])
+def test_a_passing_job_the_locked_ledger_refused_says_so_in_its_json(tiny, monkeypatch, args):
+    """The job's document, exit 2, and no `error` in it: a script saw a pass and `recorded: false` and no reason
+    (a bad-luck pass, 2026-12-07)."""
+    import sqlite3
+
+    from okc.lab import ledger
+
+    assert invoke("ledger").exit_code == 0
+    monkeypatch.setattr(ledger, "BUSY_TIMEOUT_S", 0.1)
+    holder = sqlite3.connect(tiny / "results" / "ledger.db", isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        result = invoke(*args, "--json")
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    data, line = data_of(result), result.stderr.strip().splitlines()[-1]
+    assert result.exit_code == 2 and data.get("exit") == 2, result.output
+    assert data["error"] == line.removeprefix("error: ") and "is locked by another process" in line
+    assert data["job_id"] in line and (data.get("recorded", data.get("check", {}).get("recorded")) is False)
+
+
 def test_sqlite_refusals_are_worded_by_their_cause(tmp_path):
     import sqlite3
 

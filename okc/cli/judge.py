@@ -48,15 +48,33 @@ def source_of(outcome):
     return Source(ran.number, ran.name, ran.sha256, spec.target) if ran else None
 
 
+def _unrecorded(outcome) -> str | None:
+    """The one line saying that the ledger did not take the job's row; None when it did."""
+    if not outcome.record_error:
+        return None
+    job = outcome.job_dir.name
+    later = f"{outcome.record_later}, or " if outcome.record_later else ""
+    # A ledger that cannot be written is mended by making it writable, not by a rebuild.
+    mended = "the ledger is mended" if "the ledger is damaged" in outcome.record_error else "the ledger can be written again"
+    return (f"job {job} is not in the ledger: {outcome.record_error}; its folder keeps the result, and "
+            f"once {mended} {later}`okc pull --on local {job}` records it")
+
+
 def not_recorded(outcome) -> None:
     """The verdict is printed already; say (one line) that the ledger did not take it."""
-    if outcome.record_error:
-        job = outcome.job_dir.name
-        later = f"{outcome.record_later}, or " if outcome.record_later else ""
-        # A ledger that cannot be written is mended by making it writable, not by a rebuild.
-        mended = "the ledger is mended" if "the ledger is damaged" in outcome.record_error else "the ledger can be written again"
-        error_line(f"job {job} is not in the ledger: {outcome.record_error}; its folder keeps the result, and "
-                   f"once {mended} {later}`okc pull --on local {job}` records it")
+    if (line := _unrecorded(outcome)) is not None:
+        error_line(line)
+
+
+def with_record_error(document, outcome, passed: bool):
+    """A job that passed but whose row the ledger refused ends the command with exit 2: its document says so too,
+    with that red line and exit code as ``error`` and ``exit`` at its end (docs/output.md, "Failures")."""
+    from dataclasses import replace
+
+    line = _unrecorded(outcome)
+    if line is None or not passed:
+        return document
+    return replace(document, fields={**document.fields, "error": line, "exit": EXIT_USAGE})
 
 
 @app.command()
@@ -89,7 +107,8 @@ def check(
         outcome = runner.submit(lab, "check", candidate, on=on, on_log=echo_log if fmt == "table" else None,
                                 **checking.job_options())
     result = outcome.result
-    show(_verbose(views.check_document(result, source_of(outcome), outcome.recorded), outcome, verbose), fmt)
+    document = views.check_document(result, source_of(outcome), outcome.recorded)
+    show(with_record_error(_verbose(document, outcome, verbose), outcome, result.passed), fmt)
     not_recorded(outcome)
     if not result.passed:
         raise typer.Exit(failed_exit(result))
@@ -165,7 +184,7 @@ def bench(
     if not result.passed:
         not_recorded(outcome)
         raise_failed(result, fmt, document, outcome.job_dir)
-    show(_verbose(document, outcome, verbose), fmt)
+    show(with_record_error(_verbose(document, outcome, verbose), outcome, result.passed), fmt)
     not_recorded(outcome)
     if outcome.record_error:
         raise typer.Exit(EXIT_USAGE)
@@ -224,6 +243,7 @@ def try_command(
     source = source_of(outcome)
     checked = views.check_document(steps["check"], source, outcome.recorded)
     benched = steps.get("bench")
+    passed = steps["check"].passed and (benched is None or benched.passed)
     document = (views.bench_document(benched, source, baseline.name, outcome.recorded, *_result_objects(outcome, "gpumode"))
                 if benched else None)  # a GPU MODE problem's figure too, as okc bench shows it
     if fmt == "table":
@@ -235,11 +255,11 @@ def try_command(
     else:
         fields = {"verdict": checked.fields["verdict"], "job_id": outcome.job_dir.name,
                   "check": checked.data(), "bench": document.data() if document else None}
-        show(_verbose(Document(fields=fields, main=None), outcome, verbose), fmt)
+        show(with_record_error(_verbose(Document(fields=fields, main=None), outcome, verbose), outcome, passed), fmt)
     not_recorded(outcome)
     if benched is not None and not benched.passed and fmt == "table":
         raise_failed(benched, fmt, job_dir=outcome.job_dir)
-    if not steps["check"].passed or (benched is not None and not benched.passed):
+    if not passed:
         raise typer.Exit(EXIT_FAILED)
     if outcome.record_error:
         raise typer.Exit(EXIT_USAGE)

@@ -41,7 +41,7 @@ def profile(
 
     Example: okc profile 036 --against baseline --on h200
     """
-    from okc.cli.judge import not_recorded, source_of
+    from okc.cli.judge import not_recorded, source_of, with_record_error
     from okc.jobs import options, runner
     from okc.lab import candidates
     from okc.reports.profile import profile_document
@@ -59,7 +59,7 @@ def profile(
     if not result.passed:
         not_recorded(outcome)
         raise_failed(result, fmt, job_dir=outcome.job_dir)
-    show(profile_document(lab, outcome.job_dir, source_of(outcome), outcome.recorded), fmt)
+    show(with_record_error(profile_document(lab, outcome.job_dir, source_of(outcome), outcome.recorded), outcome, True), fmt)
     not_recorded(outcome)
     if outcome.record_error:
         raise typer.Exit(EXIT_USAGE)
