@@ -91,10 +91,10 @@ def _write_big(path: Path, megabytes: int = BIG_MB) -> None:
 def test_a_stalled_pod_during_sync(ssh_lab, sshd):
     _short_deadlines(ssh_lab)
     _write_big(ssh_lab.candidates / "040_big.bin")
-    staging = _remote(ssh_lab) / ".okc" / "staging"
+    state = _remote(ssh_lab) / ".okc"
 
     def mid_transfer():
-        return any(p.stat().st_size > 0 for p in staging.glob("*")) if staging.is_dir() else False
+        return any(p.stat().st_size > 0 for p in state.glob("staging.*/*"))
 
     with Stall(sshd, mid_transfer) as stall:
         result = runner.invoke(app, ["sync"])
@@ -176,10 +176,10 @@ def test_a_remote_process_stopped_mid_sync_is_given_up_although_sshd_answers(ssh
 
     _short_deadlines(ssh_lab)
     _write_big(ssh_lab.candidates / "040_big.bin", 16)  # more than the channel's window: the send blocks
-    staging = _remote(ssh_lab) / ".okc" / "staging"
+    state = _remote(ssh_lab) / ".okc"
 
     def mid_transfer():
-        return any(p.stat().st_size > 0 for p in staging.glob("*")) if staging.is_dir() else False
+        return any(p.stat().st_size > 0 for p in state.glob("staging.*/*"))
 
     with StopAgent(sshd, mid_transfer, _remote(ssh_lab)) as stall:
         result = runner.invoke(app, ["sync"])

@@ -200,8 +200,30 @@ def test_a_sync_that_fails_on_the_pod_leaves_no_staged_files_taking_its_disk(ssh
     big = ssh_lab.candidates / "020_big.py"
     big.write_bytes(b"#" * 6_000_000)
     assert runner.invoke(app, ["sync"]).exit_code == 2
-    assert not (small_remote / ".okc/staging").exists()  # the space is the pod's again: its jobs can write
+    assert not list(small_remote.glob(".okc/staging*"))  # the space is the pod's again: its jobs can write
     assert os.statvfs(small_remote).f_bfree * os.statvfs(small_remote).f_frsize > 3 << 20
     big.unlink()
     assert runner.invoke(app, ["sync"]).exit_code == 0
-    assert (small_remote / ".okc/manifest.json").is_file() and not (small_remote / ".okc/staging").exists()
+    assert (small_remote / ".okc/manifest.json").is_file() and not list(small_remote.glob(".okc/staging*"))
+
+
+def test_a_sync_waiting_for_another_one_to_finish_is_not_taken_for_a_hung_pod(ssh_lab):
+    import fcntl
+    import threading
+
+    import yaml
+
+    pod_yaml = ssh_lab.root / "pod.yaml"
+    settings = yaml.safe_load(pod_yaml.read_text())
+    settings["pods"]["testpod"]["ssh_timeout_s"] = 2  # a hung pod is given up after 3 x 2 s without progress
+    pod_yaml.write_text(yaml.safe_dump(settings))
+    (ssh_lab.candidates / "020_big.py").write_bytes(b"#" * 8_000_000)  # more than the channel's window
+    state = _remote(ssh_lab) / ".okc"
+    state.mkdir(parents=True)
+    other = open(state / "sync.lock", "w")
+    fcntl.flock(other, fcntl.LOCK_EX)  # another okc sync puts its files in place meanwhile, for 8 s
+    threading.Timer(8, other.close).start()
+    result = runner.invoke(app, ["sync"])
+    assert result.exit_code == 0, result.output
+    assert (_remote(ssh_lab) / "candidates/020_big.py").stat().st_size == 8_000_000
+    assert [p.name for p in state.iterdir() if p.name.startswith("staging")] == []

@@ -43,6 +43,7 @@ from okc.launch.launcher import Refused, atomic_write, cancel_job, jobs, run, st
 SCHEMA_VERSION = 1
 STATE_DIR = ".okc"
 MANIFEST = ".okc/manifest.json"
+STAGING = "staging"  # .okc/staging.PID: where one sync's files arrive before they are put in place
 CONTROL_MEMBER = ".okc-sync.json"  # the tar member that carries the new manifest and deletions
 NEVER_SYNCED = (STATE_DIR, "results")
 MAX_CONTROL_BYTES = 256 << 20
@@ -97,12 +98,13 @@ def synced_path(remote_dir: str, relative: object) -> str:
 
 def apply(remote_dir: str) -> dict:
     """Put a sync's files in place: stage the stream's files (stdin) as they arrive, then delete,
-    then rename each file into place."""
-    os.makedirs(os.path.join(remote_dir, STATE_DIR), exist_ok=True)
-    lock = open(os.path.join(remote_dir, STATE_DIR, "sync.lock"), "w")
-    fcntl.flock(lock, fcntl.LOCK_EX)  # two syncs at once would interleave their renames
-    staging = os.path.join(remote_dir, STATE_DIR, "staging")
-    shutil.rmtree(staging, ignore_errors=True)  # what an interrupted sync left
+    then rename each file into place. Two syncs at once receive side by side, each into its own
+    staging folder, and take turns for the rest: one that waited for its turn without reading
+    its input would look hung to okc."""
+    state = os.path.join(remote_dir, STATE_DIR)
+    os.makedirs(state, exist_ok=True)
+    remove_stale_staging(state)
+    staging = os.path.join(state, f"{STAGING}.{os.getpid()}")
     os.makedirs(staging)
     try:
         return _apply(remote_dir, staging)
@@ -131,6 +133,8 @@ def _apply(remote_dir: str, staging: str) -> dict:
         fail(f"the sync stream is broken ({exc}); run okc sync again")
     if not isinstance(control, dict) or not isinstance(control.get("delete"), list) or not isinstance(control.get("manifest"), dict):
         fail("the sync stream ended without its manifest (interrupted?)")
+    lock = open(os.path.join(remote_dir, STATE_DIR, "sync.lock"), "w")
+    fcntl.flock(lock, fcntl.LOCK_EX)  # two syncs at once would interleave their renames
     # Every name is checked before anything changes.
     writes = [(synced_path(remote_dir, relative), staged_path, mode) for relative, staged_path, mode in staged]
     deletes = [(relative, synced_path(remote_dir, relative)) for relative in control["delete"]]
@@ -153,6 +157,24 @@ def _apply(remote_dir: str, staging: str) -> dict:
         os.replace(staged_path, final)
     atomic_write(os.path.join(remote_dir, MANIFEST), json.dumps(control["manifest"]).encode())
     return {"written": len(writes), "deleted": len(deletes)}
+
+
+def remove_stale_staging(state: str) -> None:
+    """Remove the staging folders of syncs whose agent is gone (killed mid-stream; ``staging`` alone: an older okc's)."""
+    for name in os.listdir(state):
+        owner = name[len(STAGING) + 1:] if name.startswith(STAGING + ".") else None
+        if name == STAGING or (owner is not None and not (owner.isdigit() and alive(int(owner)))):
+            shutil.rmtree(os.path.join(state, name), ignore_errors=True)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True
 
 
 def remove_empty_parents(remote_dir: str, relative: str) -> None:
