@@ -370,6 +370,26 @@ def test_a_passing_job_the_locked_ledger_refused_says_so_in_its_json(tiny, monke
     assert data["job_id"] in line and (data.get("recorded", data.get("check", {}).get("recorded")) is False)
 
 
+def test_a_rebuild_leaves_a_ledger_another_process_writes_where_it_is(tiny, monkeypatch):
+    """`okc ledger --rebuild` moved the ledger aside under a process writing it (its rows went into the old file)
+    and said all was well (a bad-luck pass, 2026-12-07)."""
+    import sqlite3
+
+    from okc.lab import ledger
+
+    assert invoke("check", "001", "--quick").exit_code == 0
+    monkeypatch.setattr(ledger, "BUSY_TIMEOUT_S", 0.1)
+    holder = sqlite3.connect(tiny / "results" / "ledger.db", isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        result = invoke("ledger", "--rebuild", "--json")
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert result.exit_code == 2 and "is locked by another process" in data_of(result)["error"], result.output
+    assert not list((tiny / "results").glob("ledger.db.old-*")) and len(_rows(tiny)) == 1
+
+
 def test_sqlite_refusals_are_worded_by_their_cause(tmp_path):
     import sqlite3
 

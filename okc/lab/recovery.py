@@ -19,7 +19,17 @@ from pathlib import Path
 from okc.errors import LedgerError
 from okc.lab.backlog import PENDING, PENDING_OFFICIAL, official_log
 from okc.lab.config import Lab
-from okc.lab.ledger import OFFICIAL_KINDS, TABLES, Run, ledger, recorded_job_ids, run_from_row, sound, transaction
+from okc.lab.ledger import (
+    OFFICIAL_KINDS,
+    TABLES,
+    Run,
+    ledger,
+    recorded_job_ids,
+    run_from_row,
+    sound,
+    transaction,
+    wait_unlocked,
+)
 from okc.lab.records import is_home, record_job
 
 # Tables copied row by row from a damaged database (what job folders cannot make again).
@@ -248,6 +258,7 @@ def rebuild(lab: Lab) -> Rebuilt:
     passes) with more rows than the rebuilt one stays live, the rebuilt one kept beside it.
     """
     live = lab.ledger_path
+    wait_unlocked(live)  # moved aside under a process writing it, its rows would go into the old file
     fresh = live.with_name(f".{live.name}.rebuilding-{os.getpid()}")  # a dot: no job id, no ledger yet
     old = live if live.exists() else None
     _remove(fresh)
