@@ -352,8 +352,11 @@ class SSHTarget:
             with self.watched(what, self.transfer_deadline(Path(local).stat().st_size)) as watch:
                 try:
                     sftp.put(str(local), target, callback=lambda done, total: watch.kick())
-                except FileNotFoundError:
-                    raise PodError(f"pod {self.pod.name!r}: cannot write {target} (does its folder exist?)") from None
+                except OSError as exc:  # errno None, the channel open: the pod's SFTP server said 'Failure' (a full disk)
+                    if not isinstance(exc, FileNotFoundError) and (exc.errno is not None or sftp.get_channel().closed):
+                        raise
+                    raise PodError(f"pod {self.pod.name!r}: cannot write {target} ({exc.strerror or exc}): "
+                                   "does its folder exist, is its disk full?") from None
 
     def read_at(self, remote: str, offset: int, limit: int) -> bytes:
         """At most ``limit`` bytes of ``remote`` (below remote_dir) from ``offset`` on; b'' past its
