@@ -288,6 +288,17 @@ def test_a_results_folder_made_read_only_during_a_job_keeps_the_verdict_and_says
     assert [r for r in _rows(tiny) if r[1] == job] == [(command[0], job, None)]
 
 
+def test_a_read_only_results_folder_answers_json_too(tiny, read_only):
+    """`okc sweep tiny_demo --json` said "cannot write" on stderr and printed nothing on stdout (a bad-luck pass,
+    2026-12-07)."""
+    assert invoke("ledger").exit_code == 0
+    read_only(True)
+    result = invoke("sweep", "tiny_demo", "--json")
+    line = result.stderr.strip().splitlines()[-1]
+    assert result.exit_code == 2 and "cannot write" in line, result.output
+    assert data_of(result) == {"error": line.removeprefix("error: "), "exit": 2}
+
+
 def test_a_locked_ledger_is_said_to_be_locked(tiny, monkeypatch):
     import sqlite3
 

@@ -244,13 +244,20 @@ def handles_errors(command: Callable) -> Callable:
             error_line(STOPPED_BY_CTRL_C)
             raise typer.Exit(EXIT_INTERRUPTED) from None
         except OSError as exc:  # the output itself failed (a full disk, a closed pipe, a read-only folder): said once
-            if exc.errno not in (errno.ENOSPC, errno.EPIPE, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EACCES, errno.EPERM):
+            if (line := _cannot_write(exc)) is None:
                 raise
-            fix = "; make it writable" if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM) else ""
-            error_line(f"cannot write: {exc.strerror or exc}" + (f" ({exc.filename})" if exc.filename else "") + fix)
+            error_line(line)
             raise typer.Exit(EXIT_USAGE) from None
 
     return wrapper
+
+
+def _cannot_write(exc: OSError) -> str | None:
+    """The one line for a write that failed (a full disk, a closed pipe, a read-only folder); None for another error."""
+    if exc.errno not in (errno.ENOSPC, errno.EPIPE, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EACCES, errno.EPERM):
+        return None
+    fix = "; make it writable" if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM) else ""
+    return f"cannot write: {exc.strerror or exc}" + (f" ({exc.filename})" if exc.filename else "") + fix
 
 
 def output_format(fmt: str, as_json: bool = False, nl: bool = False) -> str:
@@ -298,6 +305,10 @@ def output_options(command: Callable) -> Callable:
         except KeyboardInterrupt:
             if fmt in DATA_FORMATS:
                 error_document(STOPPED_BY_CTRL_C, EXIT_INTERRUPTED)
+            raise
+        except OSError as exc:  # a folder okc writes into refused (handles_errors says it on stderr)
+            if fmt in DATA_FORMATS and (line := _cannot_write(exc)) is not None:
+                error_document(line, EXIT_USAGE)
             raise
 
     parameters = kept + list(_OUTPUT_PARAMETERS)
