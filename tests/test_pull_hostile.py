@@ -157,6 +157,16 @@ def test_odd_file_names_are_skipped_with_a_note_and_the_job_comes_home(ssh_lab):
     assert not [p for p in (ssh_lab.results / remote.name).rglob("*") if p.is_file() and p.read_bytes() == b"odd\n"]
 
 
+def test_a_file_name_that_is_not_utf8_is_skipped_with_a_note_and_the_job_comes_home(ssh_lab):
+    remote = _pod_job(ssh_lab)
+    with open(bytes(remote) + b"/latin1-\xe9t\xe9.txt", "wb") as handle:  # a candidate's debug file, say
+        handle.write(b"odd\n")
+    result = runner.invoke(app, ["pull"])  # the folder's listing failed whole: never pulled, at every pull
+    assert result.exit_code == 0, result.output
+    assert f"pulled {remote.name}" in result.output and _job_ids(ssh_lab) == [remote.name]
+    assert [line for line in result.output.splitlines() if "odd name" in line and "latin1-" in line], result.output
+
+
 def test_a_job_folder_that_is_a_symlink_out_of_remote_dir_is_refused(ssh_lab, tmp_path):
     elsewhere = _pod_job(ssh_lab)
     outside = tmp_path / "outside" / elsewhere.name

@@ -23,7 +23,7 @@ from okc.pods.hostkeys import HostKeyPins, pins_path
 from okc.pods.paths import MAX_JOB_DEPTH, MAX_JOB_FILES, checked_job_id, checked_name, local_path_under
 from okc.pods.ssh import SSHTarget
 from okc.pods.sync import call_agent, sync  # call_agent: also for this module's importers
-from okc.pods.transfer import remove_stale_parts
+from okc.pods.transfer import listdir_attr, remove_stale_parts
 
 READ_CHUNK = 1 << 20
 MAX_EPOCH_S = 253402300799.0  # 9999-12-31: a later start time is no date (and no datetime takes it)
@@ -192,7 +192,7 @@ class PodTarget:
         with self.ssh.network_errors("listing a job folder"):
             while pending:
                 sub, depth = pending.pop()
-                for attrs in self.ssh.sftp.listdir_attr(self.pod.remote_path(f"{folder}/{sub}" if sub else folder)):
+                for attrs in listdir_attr(self.ssh.sftp, self.pod.remote_path(f"{folder}/{sub}" if sub else folder)):
                     try:
                         name = checked_name(attrs.filename)
                     except UnsafeRemote:

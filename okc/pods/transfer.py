@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 import paramiko
+from paramiko import sftp as sftp_protocol
 
 from okc.errors import ConfigError
 
@@ -83,6 +84,31 @@ def _written(temporary: Path):
     except OSError as exc:
         raise ConfigError(f"cannot write {temporary.parent} on this machine: {exc.strerror or exc}; the job's files "
                           "stay on the pod: make room (or make the folder writable), then okc pull brings them home") from None
+
+
+def listdir_attr(sftp: paramiko.SFTPClient, path: str) -> list[paramiko.SFTPAttributes]:
+    """paramiko's ``SFTPClient.listdir_attr`` (the same requests), keeping a name that is not UTF-8
+    (its bytes as surrogate escapes, which okc.pods.paths refuses as a name) where paramiko's
+    strict decoding fails the whole listing, and with it every pull of that job."""
+    kind, message = sftp._request(sftp_protocol.CMD_OPENDIR, path)
+    if kind != sftp_protocol.CMD_HANDLE:
+        raise paramiko.SFTPError("Expected handle")
+    handle, found = message.get_binary(), []
+    while True:
+        try:
+            kind, message = sftp._request(sftp_protocol.CMD_READDIR, handle)
+        except EOFError:  # the folder's end
+            break
+        if kind != sftp_protocol.CMD_NAME:
+            raise paramiko.SFTPError("Expected name response")
+        for _ in range(message.get_int()):
+            name = message.get_string().decode("utf-8", "surrogateescape")
+            longname = message.get_string().decode("utf-8", "replace")
+            attrs = paramiko.SFTPAttributes._from_msg(message, name, longname)
+            if name not in (".", ".."):
+                found.append(attrs)
+    sftp._request(sftp_protocol.CMD_CLOSE, handle)
+    return found
 
 
 def part_path(local: Path) -> Path:
