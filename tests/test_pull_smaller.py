@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 import yaml
 from hostile_sftp import Crafted, hostile_server
 from podjobs import pod_job
@@ -100,8 +101,6 @@ def test_a_full_disk_here_during_a_pull_is_this_machines_one_line_not_a_lost_con
     small.mkdir()
     if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", small],
                                            capture_output=True).returncode:
-        import pytest
-
         pytest.skip("cannot mount a tmpfs here")
     try:
         pyproject = ssh_lab.root / "pyproject.toml"
