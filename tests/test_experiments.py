@@ -128,6 +128,17 @@ def test_a_bad_definition_is_refused_with_a_message_that_says_what(probe_lab, ch
     assert message in str(caught.value)
 
 
+@pytest.mark.parametrize("funnel", [{"keep": 0}, {"max_pairs": 3}, {"target_half_width": 5}, {"point_timeout_s": -1},
+                                    {"neighbours": [0]}])
+def test_a_bad_funnel_names_its_sweep_file(probe_lab, funnel):
+    """"funnel.keep must be a positive integer, got 0" named no file, where every other mistake in a definition
+    does (a bad-luck pass, 2026-12-07)."""
+    write_sweep(probe_lab, "bad", {**definition([FAST]), "funnel": funnel})
+    with pytest.raises(ConfigError) as caught:
+        load_experiment(probe_lab.experiments, "bad")
+    assert str(caught.value).startswith("bad.yaml: funnel."), caught.value
+
+
 @pytest.mark.parametrize("template, message", [
     ("PARAMS = {}\n", "exactly one module-level `PARAMS_BY_SHAPE"),
     ("PARAMS_BY_SHAPE = {}\nPARAMS = dict(a=1)\n", "PARAMS must be a literal dict"),

@@ -180,9 +180,13 @@ def parse_experiment(data: Any, path: Path) -> Experiment:
         if not isinstance(neighbours, list):
             raise ConfigError(f"{where}: funnel.neighbours must be a list of m values, got {neighbours!r}")
         funnel_data = {**funnel_data, "neighbours": tuple(neighbours)}
+    try:
+        funnel = Funnel(**funnel_data)
+    except ConfigError as exc:  # its words name the key; which file's, said here as for every other mistake
+        raise ConfigError(f"{where}: {exc}") from None
     description = data.get("description") or ""
     needs = _needs(data.get("needs", []), where, template)
-    return Experiment(path.stem, path, template, shapes, points, Funnel(**funnel_data), str(description), needs)
+    return Experiment(path.stem, path, template, shapes, points, funnel, str(description), needs)
 
 
 def _needs(value: Any, where: str, template: Path) -> tuple[Need, ...]:
