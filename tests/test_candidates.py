@@ -73,6 +73,14 @@ def test_folder_without_submission_is_ignored_with_a_note(lab):
     assert [c.number for c in found.candidates] == [0] and "without submission.py" in found.ignored[0]
 
 
+def test_a_number_whose_folder_lacks_its_submission_says_so(lab):
+    """`okc check 9` with candidates/009_fast/submision.py (a typo) said "no candidate 009": its folder is there
+    (a bad-luck pass, 2026-12-07)."""
+    write(lab.candidates / "009_fast" / "submision.py")
+    with pytest.raises(CandidateError, match="no candidate 009 in .*: '009_fast': a folder without submission.py"):
+        resolve(lab.candidates, "9")
+
+
 def test_a_symlink_out_of_the_lab_is_refused(lab):
     (lab.candidates / "025_x.py").symlink_to("/etc/passwd")
     with pytest.raises(CandidateError, match="025_x.py is a symlink to /etc/passwd, outside the lab"):

@@ -168,7 +168,9 @@ def resolve(folder: Path, ref: str) -> Candidate:
             raise CandidateError(found.refused[number])
         matches = [c for c in found.candidates if c.number == number]
         if not matches:
-            raise CandidateError(f"no candidate {number:03d} in {folder}")
+            # an entry of that number that scan left out ("'009_x': a folder without submission.py") is the one meant
+            left_out = [note for note in found.ignored if note.startswith(f"'{number:03d}_")]
+            raise CandidateError(f"no candidate {number:03d} in {folder}" + (f": {left_out[0]}" if left_out else ""))
         return matches[0]
     path = Path(ref)
     for option in (path, folder / path, folder / f"{ref}.py"):
