@@ -232,9 +232,10 @@ def test_a_sync_waiting_for_another_one_to_finish_is_not_taken_for_a_hung_pod(ss
 def test_a_job_started_on_a_full_pod_disk_is_the_pods_one_line_not_a_lost_connection(ssh_lab, small_remote):
     assert runner.invoke(app, ["sync"]).exit_code == 0
     with open(small_remote / "filler", "wb", buffering=0) as filler:  # the pod's disk fills up after the sync
-        with pytest.raises(OSError):
-            while True:
-                filler.write(b"z" * 65536)
+        for chunk in (65536, 4096):  # to its last page: a job's smallest file then finds no room either
+            with pytest.raises(OSError):
+                while True:
+                    filler.write(b"z" * chunk)
     result = runner.invoke(app, ["check", "000", "--quick"])
     assert result.exit_code == 2, result.output  # not 3: the pod answers, its disk is full
     assert "cannot write" in result.output and "disk full" in result.output, result.output
