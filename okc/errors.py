@@ -4,6 +4,7 @@ The CLI turns any of them into one red line and the exit code below; nothing els
 in okc decides exit codes.
 """
 
+import errno
 import signal
 
 EXIT_OK = 0
@@ -66,3 +67,16 @@ class Interrupted(OkcError):
     def __init__(self, message: str, signum: int = signal.SIGINT) -> None:
         super().__init__(message)
         self.exit_code = SIGNAL_EXIT_BASE + signum  # 130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP
+
+
+def expected_failure(exc: BaseException) -> tuple[str, int] | None:
+    """An expected failure's one line and exit code; None for another error (its traceback is a bug report)."""
+    if isinstance(exc, OkcError):
+        return str(exc), exc.exit_code
+    if isinstance(exc, KeyboardInterrupt):  # outside a job (a job says what became of it): typer's exit 130 says nothing
+        return "stopped by Ctrl-C before the command finished", EXIT_INTERRUPTED
+    if not isinstance(exc, OSError) or exc.errno not in (errno.ENOSPC, errno.EPIPE, errno.EDQUOT, errno.EROFS, errno.EIO,
+                                                         errno.EACCES, errno.EPERM):
+        return None  # not a failed write (a full disk, a closed pipe, a read-only folder)
+    fix = "; make it writable" if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM) else ""
+    return f"cannot write: {exc.strerror or exc}" + (f" ({exc.filename})" if exc.filename else "") + fix, EXIT_USAGE

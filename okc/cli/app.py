@@ -10,7 +10,6 @@ okc.errors exceptions and leave as one red line and the documented exit code.
 from __future__ import annotations
 
 import contextlib
-import errno
 import functools
 import inspect
 import sys
@@ -20,7 +19,7 @@ import typer
 import typer.core
 
 import okc
-from okc.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, ConfigError, OkcError
+from okc.errors import EXIT_FAILED, EXIT_USAGE, ConfigError, OkcError, expected_failure
 
 # typer 0.19 escapes "[default: ...]" and "[required]" for rich whenever rich is installed,
 # even with rich_markup_mode=None, so click's plain help printed "\[required]". okc's help is
@@ -225,11 +224,6 @@ def error_line(message: str) -> None:
         pass
 
 
-# Ctrl-C outside a job (a job here says itself what became of it: okc.errors.Interrupted), e.g. while a locked
-# ledger is waited for: typer would end the command with exit 130 and not a word.
-STOPPED_BY_CTRL_C = "stopped by Ctrl-C before the command finished"
-
-
 def handles_errors(command: Callable) -> Callable:
     """Turn okc's expected errors into one red line and their exit code."""
 
@@ -237,27 +231,13 @@ def handles_errors(command: Callable) -> Callable:
     def wrapper(*args, **kwargs):
         try:
             return command(*args, **kwargs)
-        except OkcError as exc:
-            error_line(str(exc))
-            raise typer.Exit(exc.exit_code) from None
-        except KeyboardInterrupt:
-            error_line(STOPPED_BY_CTRL_C)
-            raise typer.Exit(EXIT_INTERRUPTED) from None
-        except OSError as exc:  # the output itself failed (a full disk, a closed pipe, a read-only folder): said once
-            if (line := _cannot_write(exc)) is None:
+        except (OkcError, KeyboardInterrupt, OSError) as exc:
+            if (failure := expected_failure(exc)) is None:
                 raise
-            error_line(line)
-            raise typer.Exit(EXIT_USAGE) from None
+            error_line(failure[0])
+            raise typer.Exit(failure[1]) from None
 
     return wrapper
-
-
-def _cannot_write(exc: OSError) -> str | None:
-    """The one line for a write that failed (a full disk, a closed pipe, a read-only folder); None for another error."""
-    if exc.errno not in (errno.ENOSPC, errno.EPIPE, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EACCES, errno.EPERM):
-        return None
-    fix = "; make it writable" if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM) else ""
-    return f"cannot write: {exc.strerror or exc}" + (f" ({exc.filename})" if exc.filename else "") + fix
 
 
 def output_format(fmt: str, as_json: bool = False, nl: bool = False) -> str:
@@ -298,17 +278,9 @@ def output_options(command: Callable) -> Callable:
         fmt = output_format(format_, as_json, nl)
         try:
             return command(*args, fmt=fmt, **kwargs)
-        except OkcError as exc:  # a script that asked for JSON gets a document: the error, and its exit code
-            if fmt in DATA_FORMATS:
-                error_document(str(exc), exc.exit_code)
-            raise
-        except KeyboardInterrupt:
-            if fmt in DATA_FORMATS:
-                error_document(STOPPED_BY_CTRL_C, EXIT_INTERRUPTED)
-            raise
-        except OSError as exc:  # a folder okc writes into refused (handles_errors says it on stderr)
-            if fmt in DATA_FORMATS and (line := _cannot_write(exc)) is not None:
-                error_document(line, EXIT_USAGE)
+        except (OkcError, KeyboardInterrupt, OSError) as exc:  # a script that asked for JSON gets a document too
+            if fmt in DATA_FORMATS and (failure := expected_failure(exc)) is not None:
+                error_document(*failure)
             raise
 
     parameters = kept + list(_OUTPUT_PARAMETERS)

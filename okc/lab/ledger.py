@@ -195,23 +195,6 @@ def ledger_error(path: Path, exc: sqlite3.Error) -> LedgerError:
     return LedgerUnusable(f"{path}: the ledger is damaged ({text}); {RECOVER_HINT}")
 
 
-def wait_unlocked(path: Path) -> None:
-    """Wait, as for any lock, until no other process writes the ledger at ``path``; LedgerUnusable if one still does.
-    A file that is not there or not a database (damaged) has no writer."""
-    if not path.is_file():
-        return
-    conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
-    try:
-        conn.execute("BEGIN IMMEDIATE")
-        conn.execute("ROLLBACK")
-    except sqlite3.Error as exc:
-        code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
-        if code in (_SQLITE_BUSY, _SQLITE_LOCKED):
-            raise ledger_error(path, exc) from None
-    finally:
-        conn.close()
-
-
 def sound(path: Path) -> bool:
     """Whether SQLite's own integrity check passes on the ledger at ``path`` (read-only)."""
     try:

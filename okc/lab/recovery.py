@@ -17,19 +17,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from okc.errors import LedgerError
+from okc.lab import ledger as ledger_db
 from okc.lab.backlog import PENDING, PENDING_OFFICIAL, official_log
 from okc.lab.config import Lab
-from okc.lab.ledger import (
-    OFFICIAL_KINDS,
-    TABLES,
-    Run,
-    ledger,
-    recorded_job_ids,
-    run_from_row,
-    sound,
-    transaction,
-    wait_unlocked,
-)
+from okc.lab.ledger import OFFICIAL_KINDS, TABLES, Run, ledger, recorded_job_ids, run_from_row, sound, transaction
 from okc.lab.records import is_home, record_job
 
 # Tables copied row by row from a damaged database (what job folders cannot make again).
@@ -248,6 +239,22 @@ def _remove(path: Path) -> None:
         path.with_name(path.name + suffix).unlink(missing_ok=True)
 
 
+def _wait_unlocked(path: Path) -> None:
+    """Wait, as for any lock, until no other process writes the ledger at ``path``; LedgerUnusable if one still does.
+    A file that is not there or not a database (damaged: what a rebuild is for) has no writer."""
+    if not path.is_file():
+        return
+    conn = sqlite3.connect(path, timeout=ledger_db.BUSY_TIMEOUT_S, isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("ROLLBACK")
+    except sqlite3.Error as exc:
+        if (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+            raise ledger_db.ledger_error(path, exc) from None
+    finally:
+        conn.close()
+
+
 def rebuild(lab: Lab) -> Rebuilt:
     """Make the ledger again: job folders, official.jsonl, and what the old file still gives.
 
@@ -258,7 +265,7 @@ def rebuild(lab: Lab) -> Rebuilt:
     passes) with more rows than the rebuilt one stays live, the rebuilt one kept beside it.
     """
     live = lab.ledger_path
-    wait_unlocked(live)  # moved aside under a process writing it, its rows would go into the old file
+    _wait_unlocked(live)  # moved aside under a process writing it, its rows would go into the old file
     fresh = live.with_name(f".{live.name}.rebuilding-{os.getpid()}")  # a dot: no job id, no ledger yet
     old = live if live.exists() else None
     _remove(fresh)
