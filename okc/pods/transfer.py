@@ -87,9 +87,18 @@ def _written(temporary: Path):
 
 
 def listdir_attr(sftp: paramiko.SFTPClient, path: str) -> list[paramiko.SFTPAttributes]:
-    """paramiko's ``SFTPClient.listdir_attr`` (the same requests), keeping a name that is not UTF-8
-    (its bytes as surrogate escapes, which okc.pods.paths refuses as a name) where paramiko's
-    strict decoding fails the whole listing, and with it every pull of that job."""
+    """paramiko's ``SFTPClient.listdir_attr``; where a name in the folder is not UTF-8 (paramiko's strict decoding
+    then fails the whole listing, and with it every pull of that job), :func:`_listdir_attr_lenient`."""
+    try:
+        return sftp.listdir_attr(path)
+    except UnicodeDecodeError:
+        return _listdir_attr_lenient(sftp, path)
+
+
+def _listdir_attr_lenient(sftp: paramiko.SFTPClient, path: str) -> list[paramiko.SFTPAttributes]:
+    """The same requests as paramiko's listing, keeping a name that is not UTF-8 (its bytes as surrogate escapes,
+    which okc.pods.paths refuses as a name). It reads paramiko's private ``_request``: only this rare folder
+    takes that path, so a paramiko that changes it breaks no other pull."""
     kind, message = sftp._request(sftp_protocol.CMD_OPENDIR, path)
     if kind != sftp_protocol.CMD_HANDLE:
         raise paramiko.SFTPError("Expected handle")
