@@ -83,7 +83,7 @@ def test_okc_has_no_import_circle():
 LAYERS = (
     "__main__", "cli", "reports", "sweeps", "jobs", "lab", "pods", "launch", "incoming", "tables",
     "standby", "worker", "verify", "ahead", "counters_child", "problems", "judge",
-    "seeds", "benchrules", "contract", "podfiles", "deadline", "errors", "okc",
+    "seeds", "benchrules", "contract", "podfiles", "settings_yaml", "deadline", "errors", "okc",
 )
 # Imports still allowed to climb, each one module's: none (the verifier's entry point is okc.verify, above the problems).
 ALLOWED_CLIMBS: set[str] = set()

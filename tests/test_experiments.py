@@ -161,6 +161,13 @@ def test_invalid_yaml_and_a_missing_sweep_name_their_file(probe_lab):
         load_experiment(probe_lab.experiments, "nothere")
 
 
+def test_a_sweep_key_given_twice_is_refused_with_its_lines(probe_lab):
+    """A definition with `grid:` twice ran the second grid only, without a word (a bad-luck pass, 2026-12-07)."""
+    write_sweep(probe_lab, "twice", "template: t.py\nshapes: [proj/m=1]\ngrid: {A: [1]}\ngrid: {B: [2]}\n")
+    with pytest.raises(ConfigError, match=r"twice.yaml: not valid YAML at line 4: 'grid' is given twice \(lines 3 and 4\)"):
+        load_experiment(probe_lab.experiments, "twice")
+
+
 def test_a_grid_is_crossed_and_point_ids_hash_the_parameters_not_their_order(probe_lab):
     data = definition([FAST])
     del data["points"]

@@ -55,6 +55,21 @@ def test_pod_file_top_level_errors(tmp_path):
         load_pod_file(tmp_path / "missing.yaml")
 
 
+def test_a_pod_named_twice_in_pod_yaml_is_refused_with_its_lines(tmp_path):
+    """PyYAML kept the second of two equal keys: a copied entry not yet renamed dropped the first pod, and
+    `--on h200` went to the other host without a word (a bad-luck pass, 2026-12-07)."""
+    twice = tmp_path / "pod.yaml"
+    twice.write_text("pods:\n  h200:\n    host: 10.0.0.1\n  h200:\n    host: 10.0.0.2\n")
+    with pytest.raises(ConfigError, match=r"not valid YAML at line 4: 'h200' is given twice \(lines 2 and 4\)"):
+        load_pod_file(twice)
+    twice.write_text("pods:\n  h200:\n    host: 10.0.0.1\n    host: 10.0.0.2\n")  # a field too
+    with pytest.raises(ConfigError, match="'host' is given twice"):
+        load_pod_file(twice)
+    entry = "    host: 10.0.0.1\n    remote_dir: /workspace/okc\n"
+    twice.write_text(f"pods:\n  h200:\n{entry}  a100:\n{entry}")  # equal values are fine
+    assert set(load_pod_file(twice).pods) == {"h200", "a100"}
+
+
 def test_pod_values_are_normalised():
     pod = parse_pod_file({"pods": {"h200": {**GOOD, "remote_dir": "/workspace//okc/", "env": {"N": 3}}}}).pods["h200"]
     assert pod.remote_dir == "/workspace/okc"

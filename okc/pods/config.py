@@ -19,8 +19,7 @@ from pathlib import Path, PurePosixPath
 from types import MappingProxyType
 from typing import Any, Mapping
 
-import yaml
-
+from okc import settings_yaml
 from okc.errors import ConfigError
 from okc.podfiles import is_integer, is_numeric
 from okc.pods.runpod import RUNPOD_ID, Rate
@@ -175,14 +174,7 @@ def load_pod_file(path: Path) -> PodFile:
         raise ConfigError(f"no pod.yaml at {path}; {POD_YAML_HINT}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read ({exc})") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f" at line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise ConfigError(f"{path}: not valid YAML{line}: {problem}") from None
-    return parse_pod_file(data, source=str(path))
+    return parse_pod_file(settings_yaml.load(text, str(path)), source=str(path))
 
 
 def parse_pod_file(data: Any, source: str = "pod.yaml") -> PodFile:

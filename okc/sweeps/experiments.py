@@ -128,7 +128,7 @@ def _where(path: Path) -> str:
 
 def load_experiment(experiments_dir: Path, name: str) -> Experiment:
     """Parse experiments/NAME.yaml (NAME may also be a path to a .yaml file)."""
-    import yaml
+    from okc import settings_yaml  # PyYAML: only for a command that reads a definition
 
     path = Path(name)
     if path.suffix not in (".yaml", ".yml"):
@@ -138,13 +138,7 @@ def load_experiment(experiments_dir: Path, name: str) -> Experiment:
     if not path.is_file():
         known = sorted(p.stem for p in experiments_dir.glob("*.yaml")) if experiments_dir.is_dir() else []
         raise ConfigError(f"no sweep definition {path}; defined: {', '.join(known) or 'none'}")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"{path.name}: not valid YAML{line}: {getattr(exc, 'problem', None) or exc}") from None
-    return parse_experiment(data, path)
+    return parse_experiment(settings_yaml.load(path.read_text(encoding="utf-8"), path.name), path)
 
 
 def parse_experiment(data: Any, path: Path) -> Experiment:
