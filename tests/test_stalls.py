@@ -3,6 +3,7 @@ sync, check and pull each end with exit 3 and one line within the pod's ssh_time
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -199,3 +200,38 @@ def test_an_agent_stopped_once_its_input_is_sent_is_given_up_within_ssh_timeout(
         result = runner.invoke(app, ["sync"])
     line = _ends_in_time(result, stall)
     assert "okc agent apply" in line, line
+
+
+def test_an_answer_lost_after_the_pod_started_the_job_says_where_the_job_is(ssh_lab, tmp_path):
+    """The connection lost while `okc agent start` answered: the job runs on the pod and its folder here is removed,
+    and the line said only "connection lost". It now says how to find the job and bring it home (a bad-luck pass,
+    2026-12-07)."""
+    import sys
+
+    _short_deadlines(ssh_lab)
+    wrapper = tmp_path / "python-then-silence"
+    # the pod's python runs the agent as ever; after a start it holds the command open without a word
+    wrapper.write_text(f'#!/bin/sh\n"{sys.executable}" "$@"; code=$?\n'
+                       'for arg in "$@"; do [ "$arg" = start ] && exec sleep 10; done\nexit $code\n')
+    wrapper.chmod(0o755)
+    data = yaml.safe_load(ssh_lab.pod_file.read_text())
+    data["pods"][POD_NAME]["python"] = str(wrapper)
+    ssh_lab.pod_file.write_text(yaml.safe_dump(data))
+    result = runner.invoke(app, ["check", "0", "--quick", "--on", POD_NAME])
+    assert result.exit_code == 3, result.output
+    (line,) = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert "; job " in line and "may have started there" in line, line
+    job = line.split("; job ")[1].split()[0]
+    assert f"okc jobs --on {POD_NAME} shows it, and okc pull --on {POD_NAME} {job} brings it home" in line, line
+    assert not (ssh_lab.results / job).exists()
+    deadline = time.monotonic() + WATCH_S
+    while True:  # the job ran there all the same (okc jobs lists it); the hint's pull brings it home
+        listed = runner.invoke(app, ["jobs", "--on", POD_NAME, "--json"])
+        states = {j["job_id"]: j["state"] for j in json.loads(listed.stdout)}
+        if states.get(job) == "finished":
+            break
+        assert states.get(job) == "running" and time.monotonic() < deadline, (states, listed.output)
+        time.sleep(0.5)
+    pulled = runner.invoke(app, ["pull", "--on", POD_NAME, job])
+    assert pulled.exit_code == 0, pulled.output
+    assert (ssh_lab.results / job / "result.json").is_file()

@@ -16,7 +16,7 @@ from dataclasses import replace
 from pathlib import Path, PurePosixPath
 
 from okc.contract import EXIT_FILE, JOB_FILE, LOG_FILE, ContractError, JobState, is_job_id
-from okc.errors import ConfigError, PodError, UnsafeRemote
+from okc.errors import ConfigError, PodError, UnreachableError, UnsafeRemote
 from okc.incoming import check_listing, escaped
 from okc.pods.config import Pod
 from okc.pods.hostkeys import HostKeyPins, pins_path
@@ -97,7 +97,12 @@ class PodTarget:
                     pass  # exists already
             for path in files:
                 self.ssh.put(path, f"{remote}/{path.relative_to(job_dir).as_posix()}")
-        call_agent(self.ssh, "start", self.results, job_dir.name, gpus, self.pod.remote_dir)
+        try:
+            call_agent(self.ssh, "start", self.results, job_dir.name, gpus, self.pod.remote_dir)
+        except UnreachableError as exc:  # the job may be running there, its folder here removed: where it is found
+            raise UnreachableError(f"{exc}; job {job_dir.name} may have started there before its answer was lost: "
+                                   f"okc jobs --on {self.name} shows it, and okc pull --on {self.name} {job_dir.name} "
+                                   "brings it home once it ends") from None
 
     def done(self, job_id: str) -> bool:
         with self.ssh.network_errors("checking a job"):
