@@ -17,10 +17,20 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from okc.errors import LedgerError
-from okc.lab import ledger as ledger_db
 from okc.lab.backlog import PENDING, PENDING_OFFICIAL, official_log
 from okc.lab.config import Lab
-from okc.lab.ledger import OFFICIAL_KINDS, TABLES, Run, ledger, recorded_job_ids, run_from_row, sound, transaction
+from okc.lab.ledger import (
+    BUSY_TIMEOUT_S,
+    OFFICIAL_KINDS,
+    TABLES,
+    Run,
+    ledger,
+    ledger_error,
+    recorded_job_ids,
+    run_from_row,
+    sound,
+    transaction,
+)
 from okc.lab.records import is_home, record_job
 
 # Tables copied row by row from a damaged database (what job folders cannot make again).
@@ -244,13 +254,13 @@ def _wait_unlocked(path: Path) -> None:
     A file that is not there or not a database (damaged: what a rebuild is for) has no writer."""
     if not path.is_file():
         return
-    conn = sqlite3.connect(path, timeout=ledger_db.BUSY_TIMEOUT_S, isolation_level=None)
+    conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
     try:
         conn.execute("BEGIN IMMEDIATE")
         conn.execute("ROLLBACK")
     except sqlite3.Error as exc:
         if (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
-            raise ledger_db.ledger_error(path, exc) from None
+            raise ledger_error(path, exc) from None
     finally:
         conn.close()
 

@@ -39,6 +39,7 @@ from pathlib import Path
 
 from okc import podfiles
 from okc.launch.launcher import Refused, atomic_write, cancel_job, jobs, run, start
+from okc.launch.proc import process_start
 
 SCHEMA_VERSION = 1
 STATE_DIR = ".okc"
@@ -163,18 +164,8 @@ def remove_stale_staging(state: str) -> None:
     """Remove the staging folders of syncs whose agent is gone (killed mid-stream; ``staging`` alone: an older okc's)."""
     for name in os.listdir(state):
         owner = name[len(STAGING) + 1:] if name.startswith(STAGING + ".") else None
-        if name == STAGING or (owner is not None and not (owner.isdigit() and alive(int(owner)))):
+        if name == STAGING or (owner is not None and not (owner.isdigit() and process_start(int(owner), living=True))):
             shutil.rmtree(os.path.join(state, name), ignore_errors=True)
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process: alive
-        return True
-    return True
 
 
 def remove_empty_parents(remote_dir: str, relative: str) -> None:
