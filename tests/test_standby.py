@@ -16,6 +16,7 @@ from standbys import living, newest, slot_info, standby_lab, warmed
 
 from okc.jobs.target import local_locks
 from okc.launch import standby
+from okc.launch.proc import process_start
 
 CRASH = Path(__file__).resolve().parent.parent / "okc/problems/tiny_matvec/solutions/wrong/crash.py"  # os.abort()
 
@@ -129,17 +130,24 @@ def test_a_standby_worker_dies_with_the_launcher_that_claimed_it(tiny):
             agent.wait()
 
 
-def test_a_standby_claimed_by_a_launcher_that_died_before_its_handover_ends(tiny):
+@pytest.mark.parametrize("claimant", ["dead", "pid_reused"])
+def test_a_standby_claimed_by_a_launcher_that_died_before_its_handover_ends(tiny, claimant):
     """A launcher SIGKILLed between its claim (a rename) and writing its job folder left the keeper and its worker
     waiting out the idle time (300 s), a screen's baseline in the making on the GPU beside the next job; now the
-    keeper sees its claimant gone and ends, and the claimed folder goes with it (a bad-luck pass, 2026-12-07)."""
+    keeper sees its claimant gone and ends, and the claimed folder goes with it (a bad-luck pass, 2026-12-07).
+    ``pid_reused``: the dead claimant's pid now names another living process (this one, started at another time),
+    which the claim's pid alone had taken for the claimant (2026-12-07, nineteenth session)."""
     assert invoke("check", "001", "--quick").exit_code == 0
     warmed()
     keeper = slot_info()
     (slot,) = local_locks().glob("standby-gpu*/standby.json")
-    dead = subprocess.Popen(["true"])
-    dead.wait()
-    claimed = slot.parent.with_name(f"{slot.parent.name}.claimed-{dead.pid}")
+    if claimant == "dead":
+        dead = subprocess.Popen(["true"])
+        dead.wait()
+        pid, start = dead.pid, "1"
+    else:
+        pid, start = os.getpid(), str(int(process_start(os.getpid())) + 1)
+    claimed = slot.parent.with_name(f"{slot.parent.name}.claimed-{pid}-{start}")
     os.rename(slot.parent, claimed)
     try:
         deadline = time.monotonic() + 10  # the idle time is 60 s here (standby_lab)

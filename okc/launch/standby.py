@@ -140,7 +140,8 @@ def _made_for(code_dir: str, env: dict) -> dict:
 def _claim(locks: str, index: int) -> Path | None:
     """GPU ``index``'s standby folder, renamed so that no other launcher can claim it; None if there is none."""
     slot = slot_dir(locks, index)
-    claimed = slot.with_name(f"{slot.name}.claimed-{os.getpid()}")
+    # pid and start: a claimant that died is told from a later process given its pid (:func:`_orphaned`)
+    claimed = slot.with_name(f"{slot.name}.claimed-{os.getpid()}-{process_start(os.getpid())}")
     try:
         os.rename(slot, claimed)
     except OSError:
@@ -213,8 +214,8 @@ def _orphaned(slot: Path) -> bool:
         return False
     orphans = []
     for claimed in slot.parent.glob(f"{slot.name}.claimed-*"):
-        pid = claimed.name.rpartition("-")[2]
-        if pid.isdigit() and process_start(int(pid), living=True) is not None:
+        pid, _, start = claimed.name.rpartition(".claimed-")[2].partition("-")
+        if pid.isdigit() and process_start(int(pid), living=True) == start:
             return False
         orphans.append(claimed)
     for claimed in orphans:
