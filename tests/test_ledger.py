@@ -251,3 +251,35 @@ def test_the_aa_floor_is_the_benchs_clocks(tmp_path):
     record_run(conn, run(**aa, score=1.0, ci_lo=0.997, ci_hi=1.003, clock="graph", scope="clock graph"))
     assert runner.with_aa_floor(conn, "local", {"clock": "graph"}, "graph")["aa_floor"] == 0.003  # asked for
     assert runner.with_aa_floor(conn, "local", {}, "eager")["aa_floor"] == 0.01
+
+
+def test_ctrl_c_while_another_process_holds_the_write_lock_ends_at_once(tmp_path):
+    """A write waits up to 30 s for another process's lock, and SQLite's own busy wait kept the waiting process's
+    Ctrl-C for all of it (Python runs its handler only once the C call returns): `okc bench` ignored Ctrl-C for 30 s
+    behind a long `okc ledger --rebuild` (a bad-luck pass, 2026-12-07). Now the wait is Python's, and ends at once."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    path = tmp_path / "ledger.db"
+    open_ledger(path).close()
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        waiter = subprocess.Popen([sys.executable, "-c", (
+            "import sys; from pathlib import Path; from okc.lab.ledger import open_ledger, transaction\n"
+            "conn = open_ledger(Path(sys.argv[1])); print('waiting', flush=True)\n"
+            "try:\n    with transaction(conn): pass\nexcept KeyboardInterrupt:\n    print('interrupted', flush=True)\n"),
+            str(path)], stdout=subprocess.PIPE, text=True)
+        assert waiter.stdout.readline().strip() == "waiting"
+        time.sleep(0.5)  # inside the wait
+        waiter.send_signal(signal.SIGINT)
+        started = time.monotonic()
+        out, _ = waiter.communicate(timeout=40)
+        waited = time.monotonic() - started
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert out.strip() == "interrupted"
+    assert waited < 3, f"Ctrl-C took {waited:.1f} s to act"

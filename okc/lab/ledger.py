@@ -127,19 +127,31 @@ def _connect(path: Path, read_only: bool = False) -> tuple[sqlite3.Connection, s
 def _into_wal(conn: sqlite3.Connection) -> None:
     """Put the ledger in WAL mode, waiting as for any lock: SQLite calls no busy handler for this pragma (3 processes
     opening one new ledger together: 54 of 450 opens refused "database is locked" at once)."""
+    waiting(conn, "PRAGMA journal_mode=WAL")
+
+
+POLL_S = 0.01
+
+
+def waiting(conn: sqlite3.Connection, sql: str) -> None:
+    """Run ``sql``, waiting up to :data:`BUSY_TIMEOUT_S` while another process holds the lock. The wait is Python's,
+    in short tries: in SQLite's own busy wait (one C call) a Ctrl-C acted only once the 30 s were over."""
     deadline = time.monotonic() + BUSY_TIMEOUT_S
-    while True:
-        try:
-            conn.execute("PRAGMA journal_mode=WAL")
-            return
-        except sqlite3.OperationalError as exc:
-            code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
-            if code not in (_SQLITE_BUSY, _SQLITE_LOCKED) or time.monotonic() > deadline:
-                raise
-            time.sleep(0.01)
+    conn.execute(f"PRAGMA busy_timeout = {int(POLL_S * 1000)}")
+    try:
+        while True:
+            try:
+                conn.execute(sql)
+                return
+            except sqlite3.OperationalError as exc:
+                code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
+                if code not in (_SQLITE_BUSY, _SQLITE_LOCKED) or time.monotonic() > deadline:
+                    raise
+                time.sleep(POLL_S)
+    finally:
+        conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
 
 
-# SQLite's primary result codes (sqlite3.Error.sqlite_errorcode & 0xff) that say the disk, not the file, refused.
 _SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_READONLY, _SQLITE_IOERR, _SQLITE_FULL, _SQLITE_CANTOPEN = 5, 6, 8, 10, 13, 14
 _SQLITE_CORRUPT, _SQLITE_NOTADB = 11, 26  # the file itself is damaged: never "the row's fault"
 WRITABLE_HINT = "make results/ and the files in it writable (or point results_dir in [tool.okc] elsewhere); nothing in it was changed"
@@ -221,7 +233,7 @@ def ledger(path: Path) -> Iterator[sqlite3.Connection]:
 
 @contextmanager
 def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-    conn.execute("BEGIN IMMEDIATE")
+    waiting(conn, "BEGIN IMMEDIATE")
     try:
         yield conn
     except BaseException:

@@ -30,6 +30,7 @@ from okc.lab.ledger import (
     run_from_row,
     sound,
     transaction,
+    waiting,
 )
 from okc.lab.records import is_home, record_job
 
@@ -256,7 +257,7 @@ def _wait_unlocked(path: Path) -> None:
         return
     conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
     try:
-        conn.execute("BEGIN IMMEDIATE")
+        waiting(conn, "BEGIN IMMEDIATE")
         conn.execute("ROLLBACK")
     except sqlite3.Error as exc:
         if (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
