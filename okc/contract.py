@@ -378,7 +378,11 @@ def write_json(path: Path, data: dict[str, Any], *, exclusive: bool = False) -> 
     """
     path = Path(path)  # the temporary is per process and thread: two pulls never share one
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
+    try:
+        tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
+    except OSError:  # a full disk: no half-written temporary left taking its room
+        tmp.unlink(missing_ok=True)
+        raise
     if not exclusive:
         os.replace(tmp, path)
         return True

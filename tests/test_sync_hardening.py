@@ -243,3 +243,43 @@ def test_a_job_started_on_a_full_pod_disk_is_the_pods_one_line_not_a_lost_connec
     assert [p.name for p in ssh_lab.results.iterdir() if p.is_dir()] == []  # no half job here
     (small_remote / "filler").unlink()
     assert runner.invoke(app, ["check", "000", "--quick"]).exit_code == 0
+
+
+def test_a_lost_job_on_a_full_pod_disk_is_listed_lost_and_pulled_once_there_is_room(ssh_lab, small_remote):
+    """A job whose launcher died is declared lost by the listing that finds it (two small files in its folder).
+    On a full pod disk that write failed and `okc jobs --on POD` failed with it, the one command that says what
+    became of the job; and `okc pull` set the job aside for good (no exit_code: "not finished there"), so it never
+    reached the ledger (a bad-luck pass, 2026-12-07). Now the job is listed lost all the same, the pull says why it
+    cannot come yet and tries again next time, and a listing that finds room declares it."""
+    assert runner.invoke(app, ["sync"]).exit_code == 0
+    assert runner.invoke(app, ["check", "000", "--quick"]).exit_code == 0
+    (done,) = [p for p in (small_remote / "results").iterdir() if (p / "job.json").is_file()]
+    folder = small_remote / "results" / "20261207-lost-job"
+    folder.mkdir()
+    spec = json.loads((done / "job.json").read_text())
+    (folder / "job.json").write_text(json.dumps({**spec, "job_id": folder.name}))
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    (folder / "pid.json").write_text(json.dumps({"job": folder.name, "pid": dead.pid, "start": "1",
+                                                 "started_at": 1767225600.0}))
+    with open(small_remote / "filler", "wb", buffering=0) as filler:  # the pod's disk fills up to its last page
+        for chunk in (65536, 4096):
+            with pytest.raises(OSError):
+                while True:
+                    filler.write(b"z" * chunk)
+
+    def listed() -> list[str]:
+        result = runner.invoke(app, ["jobs", "--on", "testpod", "--json"])
+        assert result.exit_code == 0, result.output
+        return [job["state"] for job in json.loads(result.output) if job["job_id"] == folder.name]
+
+    assert listed() == ["lost"]
+    assert sorted(p.name for p in folder.iterdir()) == ["job.json", "pid.json"]  # no half-written temporary
+    pulled = runner.invoke(app, ["pull", "--on", "testpod", folder.name])
+    assert "disk full" in pulled.output and "pull again" in pulled.output, pulled.output
+    assert not (ssh_lab.results / ".refused").exists() or not list((ssh_lab.results / ".refused").iterdir())
+    (small_remote / "filler").unlink()
+    assert listed() == ["lost"]
+    assert json.loads((folder / "launcher.json").read_text())["lost"] is True  # declared, now that there is room
+    pulled = runner.invoke(app, ["pull", "--on", "testpod", folder.name])
+    assert pulled.exit_code == 0 and "1 new ledger row" in pulled.output, pulled.output

@@ -8,6 +8,7 @@ whose launcher is gone without an exit code is declared lost, once, by whoever l
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import signal
@@ -44,11 +45,16 @@ class Refused(Exception):
 
 def atomic_write(path: str, data: bytes) -> None:
     temporary = f"{path}.tmp{os.getpid()}"
-    with open(temporary, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)
+    try:
+        with open(temporary, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except OSError:  # a full disk: no half-written temporary left taking its room
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
 
 
 def job_dir(results: str, job_id: str) -> str:
@@ -269,8 +275,11 @@ def job_state(folder: str) -> dict:
         marker = read_json(Path(folder) / PID_FILE) or {}  # malformed: no launcher of ours wrote it
         if launcher_alive(marker):
             return {"job": name, "state": "running", "pid": marker["pid"], "started_at": marker.get("started_at")}
-        write_json(Path(folder) / LAUNCHER_FILE, {"returncode": None, "lost": True}, exclusive=True)
-        atomic_write(exit_path, b"lost\n")
+        try:
+            write_json(Path(folder) / LAUNCHER_FILE, {"returncode": None, "lost": True}, exclusive=True)
+            atomic_write(exit_path, b"lost\n")
+        except OSError:  # a full disk: lost all the same, and declared by a later listing that finds room
+            return {"job": name, "state": "lost", "exit_code": None, "started_at": marker.get("started_at")}
     with open(exit_path) as handle:
         text = handle.read(64).strip()  # a code, none or lost
     launcher = read_json(Path(folder) / LAUNCHER_FILE) or {}

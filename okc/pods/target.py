@@ -171,6 +171,10 @@ class PodTarget:
         try:
             listed = self._remote_files(remote)
             if not listed or listed[-1][0] != EXIT_FILE:
+                if self.state(job_id).state == "lost":  # over, but the pod found no room to write that down
+                    raise PodError(f"the pod lists job {job_id} as lost (its launcher is gone) but could not write "
+                                   f"that in its folder (is the pod's disk full? okc status --on {self.name}); "
+                                   "free some space there and pull again")
                 raise UnsafeRemote(f"the pod lists no {EXIT_FILE} in {remote}, so the job is not finished there")
             check_listing(listed)
         except UnsafeRemote:
