@@ -161,6 +161,22 @@ def test_invalid_yaml_and_a_missing_sweep_name_their_file(probe_lab):
         load_experiment(probe_lab.experiments, "nothere")
 
 
+@pytest.mark.parametrize("where, data", [("definition", b"\xff\xfegarbage\xce\n"),
+                                         ("template", b"\xff\xfegarbage\xce\n"),
+                                         ("template", b"PARAMS = {}\n\x00\n")])
+def test_a_definition_or_template_that_is_not_text_is_one_line_and_exit_2(probe_lab, where, data):
+    """A binary experiments/NAME.yaml (or template) ended `okc sweep` in a UnicodeDecodeError traceback, exit 1;
+    a template with a NUL byte read "syntax error at line None" (a bad-luck pass, 2026-12-07)."""
+    write_sweep(probe_lab, "binary", definition([FAST]))
+    target = probe_lab.experiments / ("binary.yaml" if where == "definition" else "templates/probe.py")
+    target.write_bytes(data)
+    result = CliRunner().invoke(app, ["sweep", "binary", "--json"])
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and "line None" not in result.output
+    error = json.loads(result.stdout)["error"]
+    assert error.startswith("binary.yaml: " if where == "definition" else "template probe.py: "), error
+
+
 def test_a_sweep_key_given_twice_is_refused_with_its_lines(probe_lab):
     """A definition with `grid:` twice ran the second grid only, without a word (a bad-luck pass, 2026-12-07)."""
     write_sweep(probe_lab, "twice", "template: t.py\nshapes: [proj/m=1]\ngrid: {A: [1]}\ngrid: {B: [2]}\n")

@@ -138,7 +138,16 @@ def load_experiment(experiments_dir: Path, name: str) -> Experiment:
     if not path.is_file():
         known = sorted(p.stem for p in experiments_dir.glob("*.yaml")) if experiments_dir.is_dir() else []
         raise ConfigError(f"no sweep definition {path}; defined: {', '.join(known) or 'none'}")
-    return parse_experiment(settings_yaml.load(path.read_text(encoding="utf-8"), path.name), path)
+    return parse_experiment(settings_yaml.load(_text(path, path.name), path.name), path)
+
+
+def _text(path: Path, where: str) -> str:
+    """A definition's or template's text; one that is not UTF-8 (a binary file saved under its name) or cannot
+    be read is the user's file to mend, not okc's traceback."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{where}: cannot be read as UTF-8 text ({exc})") from None
 
 
 def parse_experiment(data: Any, path: Path) -> Experiment:
@@ -272,11 +281,12 @@ def _assignment(tree: ast.Module, name: str, template: Path) -> ast.Assign:
 
 
 def _parse_template(template: Path) -> tuple[str, ast.Module]:
-    source = template.read_text(encoding="utf-8")
+    source = _text(template, f"template {template.name}")
     try:
         return source, ast.parse(source, filename=str(template))
-    except SyntaxError as exc:
-        raise ConfigError(f"template {template.name}: syntax error at line {exc.lineno}: {exc.msg}") from None
+    except SyntaxError as exc:  # a NUL byte's has no line: "at line None" said nothing
+        line = f" at line {exc.lineno}" if exc.lineno else ""
+        raise ConfigError(f"template {template.name}: syntax error{line}: {exc.msg}") from None
 
 
 def template_imports(template: Path) -> set[str]:
