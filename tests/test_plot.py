@@ -1,5 +1,7 @@
 """okc plot: PNG files opened with PIL and checked for size and content."""
 
+import errno
+
 import pytest
 import reportdata
 from conftest import invoke
@@ -72,3 +74,44 @@ def test_nothing_to_plot_is_a_clear_error(lab):
     assert result.exit_code == 2 and "nothing to plot yet" in result.output
     result = invoke("plot", "0")
     assert result.exit_code == 2 and "no finished bench of candidate 000" in result.output
+
+
+@pytest.mark.parametrize("stop", [KeyboardInterrupt(), OSError(errno.ENOSPC, "No space left on device")])
+def test_a_plot_stopped_while_writing_leaves_the_last_png_whole(lab, monkeypatch, stop):
+    """savefig wrote straight into NNN_shapes.png: Ctrl-C or a full disk in the middle left half a PNG where the last
+    whole one was (a bad-luck pass, 2026-12-07)."""
+    from matplotlib.figure import Figure
+
+    reportdata.add_candidate(lab, "036_fast")
+    reportdata.bench_job(lab, "36")
+    assert invoke("plot", "36").exit_code == 0
+    path = lab.results / "plots" / "036_shapes.png"
+    whole = path.read_bytes()
+
+    def half_then_stop(self, fname, **kwargs):
+        with open(fname, "wb") as handle:
+            handle.write(whole[: len(whole) // 2])
+        raise stop
+
+    monkeypatch.setattr(Figure, "savefig", half_then_stop)
+    result = invoke("plot", "36")
+    assert result.exit_code in (2, 130), result.output
+    assert "Traceback" not in result.output
+    assert path.read_bytes() == whole
+    assert sorted(p.name for p in path.parent.iterdir()) == ["036_shapes.png"]  # no temporary left
+
+
+@pytest.mark.parametrize("block", ["folder", "png"])
+def test_a_plot_that_cannot_be_written_is_one_line(lab, block):
+    """A file where results/plots belongs, or a folder where the PNG goes: a FileExistsError or IsADirectoryError
+    traceback, exit 1 (a bad-luck pass, 2026-12-07)."""
+    reportdata.add_candidate(lab, "036_fast")
+    reportdata.bench_job(lab, "36")
+    if block == "folder":
+        (lab.results / "plots").write_text("")
+    else:
+        (lab.results / "plots" / "036_shapes.png").mkdir(parents=True)
+    result = invoke("plot", "36")
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1, result.output
+    assert "036_shapes.png" in result.output or "plots" in result.output

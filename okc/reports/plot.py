@@ -6,7 +6,9 @@ no display), so importing this module costs nothing.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,8 +53,26 @@ def pyplot():
 
 def plots_dir(lab: Lab) -> Path:
     folder = lab.results / PLOTS_DIR
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file where the folder belongs: the user's to move, not a traceback
+        raise ConfigError(f"cannot make {folder}: {exc.strerror or exc}") from None
     return folder
+
+
+def save(fig, path: Path) -> None:
+    """Write ``fig`` as ``path`` whole or not at all: into a temporary beside it, renamed over it once complete, so
+    Ctrl-C or a full disk in the middle leaves the last whole PNG, not half of a new one."""
+    temporary = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        fig.savefig(temporary, dpi=DPI, format="png")
+        os.replace(temporary, path)
+    except OSError as exc:  # a folder where the PNG goes, a full disk, a read-only folder
+        raise ConfigError(f"cannot write {path}: {exc.strerror or exc}") from None
+    finally:
+        with contextlib.suppress(OSError):
+            temporary.unlink()
+        pyplot().close(fig)
 
 
 def _error_bars(runs_: list[Run]) -> list[list[float]]:
@@ -94,8 +114,7 @@ def draw_history(history: list[Run], path: Path, stale: frozenset[int] = frozens
     ax.grid(axis="y", alpha=0.3)
     ax.legend(loc="best")
     fig.tight_layout()
-    fig.savefig(path, dpi=DPI)
-    plt.close(fig)
+    save(fig, path)
     return path
 
 
@@ -138,8 +157,7 @@ def draw_shapes(report: Report, title: str, path: Path) -> Path:
     fig.legend(handles, labels, loc="lower center", ncol=len(bars), frameon=False)
     fig.suptitle(title)
     fig.tight_layout(rect=(0, 0.05, 1, 1))
-    fig.savefig(path, dpi=DPI)
-    plt.close(fig)
+    save(fig, path)
     return path
 
 

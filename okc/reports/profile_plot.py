@@ -12,7 +12,7 @@ from okc.lab.candidates import resolve
 from okc.lab.config import Lab
 from okc.lab.ledger import ledger
 from okc.lab.profiles import ProfileRow, latest_profile, profile_rows
-from okc.reports.plot import DPI, Plotted, plots_dir, pyplot
+from okc.reports.plot import Plotted, plots_dir, pyplot, save
 from okc.reports.report import candidate_number
 
 NAMED_KERNELS = 9  # kernels with a colour of their own; the others are "other"
@@ -79,8 +79,7 @@ def draw_profile(row: ProfileRow, title: str, path) -> None:
     ax.grid(axis="y", alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, title="kernel")
     fig.tight_layout()
-    fig.savefig(path, dpi=DPI)
-    plt.close(fig)
+    save(fig, path)
 
 
 def plot_profile(lab: Lab, ref: str) -> Plotted | None:
