@@ -622,3 +622,20 @@ def test_17_a_sweeps_point_jobs_are_filed_under_their_sweep_in_okc_cost():
     by_candidate = cost_tables(costs, [])[0]
     assert [(r["number"], r["candidate"], r["gpu_hours"]) for r in by_candidate.records] == [
         (1, "001_matmul", 0.5), (None, "(sweep tiny_demo)", 1.0)]
+
+
+def test_1_an_official_line_cut_short_loses_no_later_official_result_in_a_rebuild(tiny):
+    """official.jsonl ending in a line a full disk or a kill cut short (its bytes not even UTF-8): the next `okc
+    record` was appended to that line, so a rebuild dropped it with the cut one; and the rebuild itself ended in a
+    UnicodeDecodeError traceback (a bad-luck pass, 2026-12-07)."""
+    assert record_official("off1").exit_code == 0
+    log = tiny / "results" / "official.jsonl"
+    with open(log, "ab") as handle:
+        handle.write(b'{"run": {"candidate_\xff\xfe')
+    assert record_official("off2").exit_code == 0
+    for name in ("ledger.db", "ledger.db-wal", "ledger.db-shm"):  # the ledger lost: official.jsonl is all there is
+        (tiny / "results" / name).unlink(missing_ok=True)
+    rebuilt = invoke("ledger", "--rebuild")
+    assert rebuilt.exit_code == 0 and "2 official result(s)" in rebuilt.output, rebuilt.output
+    (record,) = [r for r in json.loads(invoke("ledger", "--json").output) if r["number"] == 1]
+    assert record["official_scored_job"] == "off2"

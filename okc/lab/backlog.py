@@ -26,21 +26,31 @@ def official_log(lab: Lab) -> Path:
     return lab.ledger_path.with_name(OFFICIAL_LOG)
 
 
+def append_line(path: Path, line: str) -> None:
+    """Append ``line`` on a line of its own: after a last line that a full disk or a kill cut short (no newline), a
+    plain append joined the two, and the reader, skipping the cut line, lost the whole one too."""
+    with open(path, "a+b") as handle:
+        end = handle.seek(0, os.SEEK_END)
+        cut = False
+        if end:
+            handle.seek(end - 1)
+            cut = handle.read(1) != b"\n"
+        handle.write((b"\n" if cut else b"") + line.encode("utf-8") + b"\n")  # "a": at the end, wherever the seek was
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
 def note_official(lab: Lab, run: Run, rows: list[dict] | None, source: str | None) -> None:
     """Append one official result to official.jsonl (the copy a rebuild replays); an OSError is the caller's."""
     line = json.dumps({"run": {k: v for k, v in asdict(run).items() if k != "id"}, "rows": rows, "source": source},
                       sort_keys=True)
-    with open(official_log(lab), "a", encoding="utf-8") as handle:
-        handle.write(line + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
+    append_line(official_log(lab), line)
 
 
 def note_pending(lab: Lab, job_id: str) -> bool:
     """Remember a job the ledger refused, for the next command that opens it; False if even that failed."""
     try:
-        with open(lab.ledger_path.with_name(PENDING), "a", encoding="utf-8") as handle:
-            handle.write(job_id + "\n")
+        append_line(lab.ledger_path.with_name(PENDING), job_id)
         return True
     except OSError:
         return False

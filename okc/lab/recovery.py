@@ -49,7 +49,7 @@ def record_pending(lab: Lab, conn: sqlite3.Connection) -> int:
 
     path = lab.ledger_path.with_name(PENDING)
     try:
-        names = path.read_text(encoding="utf-8").split()
+        names = path.read_text(encoding="utf-8", errors="replace").split()  # a cut name is no job id: skipped
     except OSError:
         return 0
     recorded = 0
@@ -162,7 +162,8 @@ def _official_known(conn: sqlite3.Connection, official_job: str) -> bool:
 
 def _official_entries(lab: Lab) -> list[dict]:
     try:
-        lines = official_log(lab).read_text(encoding="utf-8").splitlines()
+        # A cut line's bytes may not be UTF-8 (nor JSON): it is skipped below; the others still count.
+        lines = official_log(lab).read_text(encoding="utf-8", errors="replace").splitlines()
     except FileNotFoundError:
         return []
     except OSError as exc:
