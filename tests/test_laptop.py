@@ -57,8 +57,11 @@ def test_init_makes_a_lab_with_the_problems_baseline_a_second_candidate_and_its_
 
 
 @pytest.mark.parametrize("setup", ["a lab", "a lab in another problem", "a candidate file",
-                                   "a candidate of a starter's number", "bad toml"])
+                                   "a candidate of a starter's number", "bad toml", "a binary .gitignore",
+                                   "a file named candidates"])
 def test_init_refuses_a_folder_it_would_change_and_writes_nothing(tmp_path, setup):
+    """The last two ended in tracebacks: a UnicodeDecodeError; and a NotADirectoryError from the undo itself, after
+    experiments/ was written (a bad-luck pass, 2026-12-07)."""
     root = tmp_path / "laptop"
     expected = "holds an okc lab already"
     if setup.startswith("a lab"):
@@ -72,6 +75,14 @@ def test_init_refuses_a_folder_it_would_change_and_writes_nothing(tmp_path, setu
         (root / "candidates").mkdir(parents=True)
         (root / "candidates" / "000_mine.py").write_text("# the user's own 000\n")
         expected = "candidates/000_mine.py already; nothing written"
+    elif setup == "a binary .gitignore":
+        root.mkdir()
+        (root / ".gitignore").write_bytes(b"\xff\xfe\x00\xdb\x9c\n")
+        expected = ".gitignore cannot be read as text"
+    elif setup == "a file named candidates":
+        root.mkdir()
+        (root / "candidates").write_text("notes\n")
+        expected = "candidates (a file where okc's folder goes) already; nothing written"
     else:
         root.mkdir()
         (root / "pyproject.toml").write_text("[project\n")

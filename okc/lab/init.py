@@ -18,6 +18,7 @@ anything is written; a write that fails half-way is undone.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import tomllib
 from dataclasses import dataclass, fields
@@ -148,7 +149,10 @@ def _gitignore(root: Path) -> tuple[str, bool]:
     ours = (SKELETON / "gitignore").read_text(encoding="utf-8")
     if not path.is_file():
         return ours, False
-    existing = path.read_text(encoding="utf-8")
+    try:
+        existing = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:  # okc's lines are appended to it: it must be text
+        raise ConfigError(f"{path} cannot be read as text ({exc}); nothing written") from None
     present = {line.strip() for line in existing.splitlines()}
     missing = [line for line in ours.splitlines() if line and not line.startswith("#") and line not in present]
     if not missing:
@@ -183,7 +187,16 @@ class _Writes:
             if path.is_dir():
                 path.rmdir()
             else:
-                path.unlink(missing_ok=True)
+                with contextlib.suppress(FileNotFoundError, NotADirectoryError):  # never came to be
+                    path.unlink()
+
+
+def _folders_blocked(root: Path, files: dict) -> list[str]:
+    """The folders the lab needs that are files in ``root`` (a file named candidates): writing under one failed
+    half-way."""
+    folders = sorted({str(parent) for rel in files for parent in Path(rel).parents if parent != Path(".")})
+    return [f"{folder} (a file where okc's folder goes)" for folder in folders
+            if (root / folder).exists() and not (root / folder).is_dir()]
 
 
 def _numbers_taken(root: Path, files: dict) -> list[str]:
@@ -216,7 +229,7 @@ def init_lab(root: str | Path, problem: str = DEFAULT_PROBLEM, gpumode: Path | N
     gitignore, had_gitignore = _gitignore(root)
     if gpumode is None:
         files = lab_files(problem)
-    taken = [rel for rel in files if (root / rel).exists()] + _numbers_taken(root, files)
+    taken = _folders_blocked(root, files) + [rel for rel in files if (root / rel).exists()] + _numbers_taken(root, files)
     if taken:
         raise ConfigError(f"{root} has {', '.join(taken)} already; nothing written (okc init never overwrites a file)")
     writes = _Writes(root)
