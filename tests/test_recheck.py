@@ -131,6 +131,7 @@ def _simulated_bench(cases: int, fraction: float, cheat: random.Random, picks: r
         side = CpuSide(name, Path(f"{name}.py"))
         side.module = SimpleNamespace(kernel_fn=answer)
         side.inputs, side.warm = [[0] for _ in range(cases)], [[0] for _ in range(cases)]
+        side.buffers = [[] for _ in range(cases)]  # the tensors of each input buffer: a list of a number holds none
         sides[name] = side
     run = BenchSettings(rule=stats.StoppingRule(min_pairs=50, max_pairs=50), judge_overhead_us=0.0)
     keys = [SimpleNamespace(key=f"case{i}") for i in range(cases)]

@@ -140,6 +140,24 @@ def foreign_part(data: object, depth: int = 0) -> str | None:
     return f"a {_type_name(kind)}" + (" (a torch.Tensor subclass)" if issubclass(kind, _Tensor) else "")
 
 
+def changed_buffer(data: object, tensors: list[torch.Tensor]) -> str | None:
+    """What a call changed in its input buffer ``data`` (``tensors``: its tensors as okc made them), in a few words;
+    None where nothing. A clock draws each timed call's input into that buffer through the tensors' own methods
+    (``copy_``; on a GPU Triton reads ``data_ptr``): a tensor replaced in a list or dict, its class set to a subclass
+    of the candidate's, or an attribute of its own (``x.copy_ = ...`` shadows the method) would run the candidate's code
+    as the input is drawn, outside the clock, where a tiny_matvec candidate computed the answer and its timed call
+    handed it back (8.06x "faster", every re-check passed, 2026-12-07). Only ``type()`` and ``__dict__`` are read."""
+    now = tensors_of(data)
+    if len(now) != len(tensors) or any(ours is not theirs for ours, theirs in zip(now, tensors)):
+        return "a tensor of it replaced"
+    for tensor in tensors:
+        if type(tensor) is not _Tensor:
+            return f"a tensor's class set to {_type_name(type(tensor))}"
+        if tensor.__dict__:
+            return f"an attribute set on a tensor ({', '.join(sorted(map(str, tensor.__dict__))[:3])})"
+    return None
+
+
 def _type_name(kind: type) -> str:
     try:
         return f"{kind.__module__}.{kind.__qualname__}"

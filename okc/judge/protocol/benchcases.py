@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import torch
 
-from okc.judge.problem import Case, Problem, foreign_part
+from okc.judge.problem import Case, Problem, changed_buffer, foreign_part
 from okc.seeds import derive_seed
 
 
@@ -44,6 +44,24 @@ def plain_output(out: object, side: str, case_key: str) -> object:
                            "torch.Tensors (or tuples, lists and dicts of them and of plain values): another type's "
                            "methods could do the call's work after the clock stopped", side)
     return out
+
+
+def plain_input(data: object, tensors: list[torch.Tensor], side: str, case_key: str) -> None:
+    """Before a timed call's input is drawn into a side's buffer ``data``: :class:`BenchInvalid` where a call changed
+    the buffer so that the draw would run its code (okc.judge.problem.changed_buffer)."""
+    found = changed_buffer(data, tensors)
+    if found is not None:
+        raise BenchInvalid(f"{side} {case_key}: a call changed its input buffer ({found}); okc draws every timed "
+                           "call's input into that buffer, and code of the candidate's run there could do the call's "
+                           "work before the clock starts", side)
+
+
+def left_hooks(found: list[str], side: str, case_key: str) -> None:
+    """After a call: :class:`BenchInvalid` where it left a hook set (okc.judge.protocol.shared_torch.left_behind)."""
+    if found:
+        raise BenchInvalid(f"{side} {case_key}: a call left {found[0]} set; such a hook runs the candidate's code "
+                           "wherever the process runs, okc's code after the clock stopped and the other side's calls "
+                           "included, so no timed call would be only what it timed", side)
 
 
 def error_result(reason: str, error_kind: str = "candidate", **fields) -> dict:

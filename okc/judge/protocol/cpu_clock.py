@@ -22,7 +22,10 @@ module before any candidate, so a candidate that patches ``time`` cannot change 
 on one thread, with the garbage collector frozen and paused while pairs run (okc.judge.protocol.loop).
 Which timed outputs are judged is decided after the call has returned (okc.judge.protocol.recheck.Picker,
 from the operating system's randomness): nothing on the stack while the candidate runs knows it.
-A judged output is cloned at once, so a later call cannot mend it.
+A judged output is cloned at once, so a later call cannot mend it. Nor can a hook of the candidate's: each call, untimed
+or timed, is followed by a look at the process's hooks (okc.judge.protocol.shared_torch.hooks: a profile function, a
+torch mode), and a timed call's input is drawn into its buffer only once it is known to be still okc's tensors, with
+no class or attribute of the candidate's (okc.judge.problem.changed_buffer): either is ``invalid``.
 """
 
 from __future__ import annotations
@@ -35,13 +38,15 @@ import numpy as np
 import torch
 
 from okc.judge.loader import CandidateLoadError, check_syntax, load_candidate
-from okc.judge.problem import Case, Problem, clone_data, copy_data
+from okc.judge.problem import Case, Problem, clone_data, copy_data, tensors_of
 from okc.judge.protocol import pairs
 from okc.judge.protocol.benchcases import (
     BenchFailed,
     bench_summary,
     case_load_matrix,
+    left_hooks,
     make_inputs,
+    plain_input,
     plain_output,
     scored_cases,
     scored_loads,
@@ -50,7 +55,7 @@ from okc.judge.protocol.benchcases import (
 from okc.judge.protocol.loop import PairLoop
 from okc.judge.protocol.pairs import PairTable, Unit
 from okc.judge.protocol.recheck import Draws, Picker, Recheck
-from okc.judge.protocol.shared_torch import unchanged_by
+from okc.judge.protocol.shared_torch import hooks, left_behind, unchanged_by
 from okc.seeds import derive_seed
 
 _now = time.perf_counter_ns  # bound at import: see the module docstring
@@ -84,6 +89,7 @@ class CpuSide:
         self.name, self.source = name, source
         self.module = None
         self.inputs: list[torch.Tensor] = []  # per case: the buffer each timed call's fresh input is drawn into
+        self.buffers: list[list[torch.Tensor]] = []  # per case: the tensors of that buffer, as okc made them
         self.warm: list[torch.Tensor] = []  # per case: the input of its untimed calls, the same every time
 
     def load(self) -> None:
@@ -137,11 +143,13 @@ class CpuClock:
         self.problem, self.cases, self.sides, self.draws, self.settings = problem, cases, sides, draws, settings
         self.picker = picker
         self.variant = problem.input_variants[0]
+        self.hooks = hooks()  # before either side is imported; their imports and prepares may not change it (unchanged_by)
 
     def _draw(self, side: CpuSide, index: int) -> int:
         """A fresh input into ``side``'s buffer of case ``index``; its draw number."""
-        number, seed = self.draws.take(index)
         case = self.cases[index]
+        plain_input(side.inputs[index], side.buffers[index], side.name, case.key)
+        number, seed = self.draws.take(index)
         if not self.problem.fill_input(side.inputs[index], case, seed, self.variant):
             copy_data(side.inputs[index], self.problem.make_input(case, seed, self.variant, CPU).x)
         return number
@@ -154,10 +162,12 @@ class CpuClock:
         for name in names:  # untimed: both sides start warm, as on a GPU both start from a flushed L2
             side = self.sides[name]
             side.call(self.problem, case, side.warm[unit.case])
+            left_hooks(left_behind(self.hooks), side.name, case.key)
         numbers = {name: self._draw(self.sides[name], unit.case) for name in names}
         for name in names:
             side = self.sides[name]
             found[(index, name)], out = side.call(self.problem, case, side.inputs[unit.case])
+            left_hooks(left_behind(self.hooks), side.name, case.key)  # before okc's code touches its output
             plain_output(out, side.name, case.key)
             if final or (self.picker is not None and self.picker.pick(unit.pair)):
                 kept.append((Recheck(name, unit.case, None if final else unit.pair, numbers[name], nonce=self.draws.nonce),
@@ -253,6 +263,7 @@ class CpuBench:
                 step("prepare")
             side.prepare(self.problem, self.weights)
         side.inputs = [clone_data(x) for x in self.first]
+        side.buffers = [tensors_of(x) for x in side.inputs]
         side.warm = [clone_data(x) for x in self.warm]
         self.sides[name] = side
         return side

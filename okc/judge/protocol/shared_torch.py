@@ -7,9 +7,18 @@ runs alone, so no such number is the judge's. :func:`unchanged_by` takes the sta
 prepare and compares it after: a change is that side's bench error (not ``invalid``: it may be meant for its own
 calls, but it is not measurable beside another side).
 
+The process's hooks (:func:`hooks`: a profile or trace function, a torch function or dispatch mode left on, a frame
+evaluation callback, a sys.monitoring tool) are shared state of another kind: code of a side's that runs wherever the
+process runs, okc's code between the calls included. A tiny_matvec candidate whose import set a profile function that
+wrote the answer into its output only as okc cloned it for a re-check (an empty tensor otherwise) scored 1.67x
+"faster", every re-check passed; one whose import pushed a TorchFunctionMode running every other F.linear four times
+scored 2.33x (2026-12-07). Set at import or prepare they are that side's bench error here; left behind by a call,
+the CPU clock finds them after it (:func:`left_behind`).
+
 Left out: what torch itself rebinds as it loads a part of itself (``torch._dynamo`` replaces ``torch.manual_seed``),
 and names added (a new attribute changes no call of the other side). Residual: a change made inside a call rather
-than at import or prepare, and torch state outside these namespaces (docs/rechecks.md).
+than at import or prepare (on the CPU, a hook the call leaves set is found), and torch state outside these
+namespaces (docs/rechecks.md).
 """
 
 from __future__ import annotations
@@ -46,10 +55,52 @@ def _settings() -> dict[str, object]:
             "torch.get_default_dtype()": torch.get_default_dtype(), "torch.is_grad_enabled()": torch.is_grad_enabled()}
 
 
+def hooks() -> dict[str, object]:
+    """What runs code of its own wherever the process runs, not only where it is called: Python's profile and trace
+    functions (this thread's), torch's function and dispatch modes, the frame evaluation callback (torch._dynamo's,
+    restored as a compiled call returns) and sys.monitoring's tools (Python 3.12 on). Read only, and from C: a
+    look costs a few microseconds, outside any clock."""
+    found = {"sys.getprofile()": sys.getprofile(), "sys.gettrace()": sys.gettrace(),
+             "torch function modes": torch._C._len_torch_function_stack(),
+             "torch dispatch modes": torch._C._len_torch_dispatch_stack(),
+             "the frame evaluation callback": _eval_frame_callback()}
+    monitoring = getattr(sys, "monitoring", None)
+    if monitoring is not None:
+        found["sys.monitoring tools"] = tuple(monitoring.get_tool(tool) for tool in range(6))
+    return found
+
+
+def _eval_frame_callback() -> object:
+    from torch._C._dynamo.eval_frame import get_eval_frame_callback  # torch's C module: no torch._dynamo import
+
+    return get_eval_frame_callback()
+
+
+def _same(before: object, now: object) -> bool:
+    """Whether a setting or hook is unchanged. Objects by identity, ints and tuples of names by value: a hook's own
+    ``__eq__`` or ``__ne__`` never answers (it could say it was there all along)."""
+    if before is now:
+        return True
+    return type(before) is type(now) and type(now) in (int, float, bool, str, tuple) and before == now
+
+
+def _said(value: object) -> str:
+    """``value`` for a reason: its repr where it is a plain value, else its type's name (no method of a hook's runs)."""
+    if value is None or type(value) in (int, float, bool, str, tuple) or isinstance(value, torch.dtype):
+        return repr(value)
+    return f"a {type(value).__module__}.{type(value).__qualname__}"
+
+
+def left_behind(before: dict[str, object]) -> list[str]:
+    """Which of :func:`hooks` differ from ``before``, said for a result's reason."""
+    now = hooks()
+    return [f"{name} ({_said(before[name])} -> {_said(now[name])})" for name in before if not _same(before[name], now[name])]
+
+
 def take() -> tuple[dict[str, object], dict[str, object]]:
-    """The state now: every name of :data:`NAMESPACES` with what it holds, and :func:`_settings`."""
+    """The state now: every name of :data:`NAMESPACES` with what it holds, :func:`_settings` and :func:`hooks`."""
     names = {f"{label}.{name}": value for label, space in NAMESPACES.items() for name, value in list(vars(space).items())}
-    return names, _settings()
+    return names, {**_settings(), **hooks()}
 
 
 def _torchs_own(value: object) -> bool:
@@ -75,8 +126,8 @@ def changes(before: tuple[dict, dict], after: tuple[dict, dict]) -> list[str]:
     found = [f"{name} (deleted)" for name in names if name not in names_now]
     found += [f"{name} (rebound)" for name, value in names.items()
               if name in names_now and names_now[name] is not value and not _torchs_own(names_now[name])]
-    found += [f"{name} ({settings[name]!r} -> {settings_now[name]!r})" for name in settings
-              if settings_now[name] != settings[name]]
+    found += [f"{name} ({_said(settings[name])} -> {_said(settings_now[name])})" for name in settings
+              if not _same(settings[name], settings_now[name])]
     return found
 
 

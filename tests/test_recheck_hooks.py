@@ -1,0 +1,191 @@
+"""Code of a candidate's that runs outside its calls (issue 31): a hook left in the process, or a method of its own on
+the input buffer a timed call's input is drawn into. Each ran the call's work where no clock was (after it, as okc
+kept an output for its re-check, or before it, as the input was drawn), every re-check passed, and each was scored
+"faster" on tiny_matvec's CPU bench (2026-12-07). Now such a side gets no score. CPU: real tiny_matvec jobs."""
+
+import json
+import sys
+
+import pytest
+import torch
+
+from okc.jobs import runner
+from okc.judge.problem import changed_buffer
+from okc.judge.protocol import shared_torch
+from okc.lab.candidates import resolve
+
+QUICK = {"target_half_width": 0.2, "min_pairs": 120, "max_pairs": 120}
+
+CANDIDATE = """
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+
+_weights = {}
+_ready = {}  # id of an input buffer -> (its version, the answer computed as it was drawn)
+_pending = {}  # id of an output -> (the output, its input, layer): written only if okc clones it
+_copy = torch._C.TensorBase.copy_
+
+
+def prepare(weights):
+    _weights.clear()
+    _weights.update(weights)
+
+
+def _compute(x, layer):
+    if layer == "gate":
+        return F.linear(x.float(), _weights["gate"])
+    w = _weights["proj"]
+    return F.linear(x, w[:32] if x.shape[0] <= 2 else w)
+
+
+def _in_a_bench():
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_name != "_unit":
+        frame = frame.f_back
+    return frame is not None
+
+
+def _empty(x, layer):
+    rows = _weights[layer].shape[0] if layer == "gate" or x.shape[0] > 2 else 32
+    return torch.empty(x.shape[0], rows, dtype=torch.float32 if layer == "gate" else x.dtype)
+
+
+def _on_clone(frame, event, arg):  # a profile function: okc's clone of an output is where the work is done
+    if event == "c_call" and getattr(arg, "__name__", "") == "clone":
+        entry = _pending.pop(id(getattr(arg, "__self__", None)), None)
+        if entry is not None:
+            _copy(entry[0], _compute(entry[1], entry[2]))
+
+
+class Slower(TorchFunctionMode):  # every F.linear but this candidate's own runs four times
+    mine = False
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        for _ in range(0 if Slower.mine or func is not F.linear else 3):
+            func(*args, **kwargs)
+        return func(*args, **kwargs)
+
+
+class Drawn(torch.Tensor):  # an input buffer's class: its copy_ (okc's draw) computes the answer
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        with torch._C.DisableTorchFunctionSubclass():
+            result = func(*args, **(kwargs or {}))
+            if getattr(func, "__name__", "") == "copy_":
+                x = args[0].as_subclass(torch.Tensor)
+                _ready[id(args[0])] = (x._version, _compute(x, LAYERS[id(args[0])]))
+        return result
+
+
+LAYERS = {}
+
+
+def _drawn_copy(x, layer):  # an input buffer's own copy_ (okc's draw): it computes the answer
+    def copy_(source):
+        _copy(x, source)
+        _ready[id(x)] = (x._version, _compute(x, layer))
+        return x
+    return copy_
+
+
+def kernel_fn(x, layer):
+    ready = _ready.pop(id(x), None)
+    if ready is not None and ready[0] == x._version:
+        return ready[1]
+    if not _in_a_bench():
+        return _compute(x, layer)
+    HOOK
+    with torch._C.DisableTorchFunctionSubclass():
+        Slower.mine = True
+        out = _compute(x.as_subclass(torch.Tensor), layer)
+        Slower.mine = False
+    return out
+"""
+
+# What each candidate does in its first timed calls (HOOK), what it scored before, and what the bench now says
+IN_A_CALL = {
+    "an_attribute_on_its_input": ('x.copy_ = _drawn_copy(x, layer)', 8.06, "an attribute set on a tensor (copy_)"),
+    "a_class_for_its_input": ('LAYERS[id(x)] = layer; x.__class__ = Drawn', 2.39,
+                              "a tensor's class set to okc_candidate"),
+    "a_profile_function": ('out = _empty(x, layer); _pending[id(out)] = (out, x, layer); sys.setprofile(_on_clone); '
+                           'return out', 1.56, "a call left sys.getprofile() (None -> a builtins.function) set"),
+    "a_torch_function_mode": ('torch._C._len_torch_function_stack() or Slower().__enter__()', 2.22,
+                              "a call left torch function modes (0 -> 1) set"),
+}
+
+
+def _bench(lab, name: str, hook: str, against: str | None = None) -> dict:
+    (lab.candidates / f"002_{name}.py").write_text(CANDIDATE.replace("HOOK", hook))
+    candidate = resolve(lab.candidates, "002")
+    assert runner.submit(lab, "check", candidate).result.status == "pass"  # right, and alone in its check
+    kwargs = {} if against is None else {"against": candidate}
+    benched = runner.submit(lab, "bench", candidate if against is None else resolve(lab.candidates, against),
+                            bench=QUICK, **kwargs)
+    return json.loads((benched.job_dir / "result.json").read_text())
+
+
+@pytest.mark.parametrize("name", list(IN_A_CALL))
+def test_a_call_that_leaves_code_of_its_own_to_run_outside_it_is_invalid_not_scored(tiny_lab, name):
+    """Before 2026-12-07 a candidate doing so scored IN_A_CALL's number "faster" (60 pairs against 000), every re-check
+    passed."""
+    hook, _, said = IN_A_CALL[name]
+    result = _bench(tiny_lab, name, hook)
+    assert result["status"] == "invalid" and result["verdict"] == "invalid", result.get("reason")
+    assert result.get("score") is None and result["error_kind"] == "candidate"
+    assert result["reason"].startswith("candidate ") and said in result["reason"], result["reason"]
+
+
+def test_the_side_benched_against_that_leaves_a_hook_is_a_usage_error(tiny_lab):
+    result = _bench(tiny_lab, "a_profile_function", IN_A_CALL["a_profile_function"][0], against="000")
+    assert result["status"] == "error" and result["error_kind"] == "usage", result.get("reason")
+
+
+@pytest.mark.parametrize("at_import", ["sys.setprofile(_on_clone)", "Slower().__enter__()"])
+def test_a_hook_set_at_import_is_the_sides_bench_error(tiny_lab, at_import):
+    """A profile function set at import (1.67x "faster", 2026-12-07), or a torch mode pushed there (2.33x)."""
+    (tiny_lab.candidates / "003_hooked.py").write_text(CANDIDATE.replace("HOOK", "pass") + "\n" + at_import + "\n")
+    benched = runner.submit(tiny_lab, "bench", resolve(tiny_lab.candidates, "003"), bench=QUICK)
+    result = json.loads((benched.job_dir / "result.json").read_text())
+    assert result["status"] == "error" and result["error_kind"] == "candidate", result.get("reason")
+    assert result["reason"].startswith("candidate: its import or prepare changed "), result["reason"]
+
+
+def test_what_counts_as_a_changed_input_buffer():
+    a, b = torch.zeros(2), torch.zeros(3)
+    data = [a, {"b": b, "n": 4}]
+    assert changed_buffer(data, [a, b]) is None
+    data[1]["n"] = 5  # a plain value: nothing of the candidate's runs when okc reads it
+    assert changed_buffer(data, [a, b]) is None
+    data[0] = torch.zeros(2)
+    assert changed_buffer(data, [a, b]) == "a tensor of it replaced"
+    data[0] = a
+    a.note = 1
+    assert changed_buffer(data, [a, b]) == "an attribute set on a tensor (note)"
+    del a.note
+    b.__class__ = torch.nn.Parameter
+    assert changed_buffer(data, [a, b]) == "a tensor's class set to torch.nn.parameter.Parameter"
+
+
+def test_a_hooks_own_equality_does_not_hide_it():
+    class Always:
+        def __eq__(self, other):
+            return True
+
+        def __ne__(self, other):
+            return False
+
+        def __call__(self, *args):
+            return None
+
+    before = shared_torch.hooks()
+    sys.setprofile(Always())
+    try:
+        assert shared_torch.left_behind(before) == [
+            "sys.getprofile() (None -> a test_recheck_hooks.test_a_hooks_own_equality_does_not_hide_it.<locals>.Always)"]
+    finally:
+        sys.setprofile(None)
+    assert shared_torch.left_behind(before) == []
