@@ -343,6 +343,31 @@ def test_a_sweep_records_every_job_it_ran_in_the_ledgers_costs_once(probe_lab):
     assert all(row["gpu_seconds"] > 0 and row["target"] == "local" for row in costs.values())
 
 
+def test_a_sweep_job_a_read_only_ledger_refused_is_costed_when_the_run_resumes(probe_lab):
+    """The screen job that ran while the ledger could not be written was never in `okc cost`: the resumed run recorded
+    the table's rows the ledger had missed, not the jobs' costs (a bad-luck pass, 2026-12-07)."""
+    shutil.copy(REPO / "experiments" / "tiny_demo.yaml", probe_lab.experiments)
+    shutil.copytree(REPO / "experiments" / "templates", probe_lab.experiments / "templates", dirs_exist_ok=True)
+    open_ledger(probe_lab.ledger_path).close()
+    for side in ("-wal", "-shm"):
+        probe_lab.ledger_path.with_name(probe_lab.ledger_path.name + side).unlink(missing_ok=True)
+    if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", probe_lab.ledger_path]).returncode:
+        pytest.skip("chattr +i does not work here")
+    try:
+        refused = CliRunner().invoke(app, ["sweep", "tiny_demo"])
+    finally:
+        subprocess.run(["chattr", "-i", probe_lab.ledger_path], check=True)
+    assert refused.exit_code == 2 and "cannot be written" in refused.output, refused.output
+    (run_dir,) = (probe_lab.results / "experiments" / "tiny_demo").iterdir()
+    refused_jobs = {job.name for job in (run_dir / "jobs").iterdir()}
+    assert refused_jobs
+    resumed = CliRunner().invoke(app, ["sweep", "tiny_demo"])
+    assert resumed.exit_code == 0 and "resuming run" in resumed.output, resumed.output
+    with open_ledger(probe_lab.ledger_path) as conn:
+        costed = {row["job_id"] for row in conn.execute("SELECT job_id FROM job_costs")}
+    assert costed == {job.name for job in (run_dir / "jobs").iterdir()} and refused_jobs <= costed
+
+
 def test_a_winner_without_a_whole_speedup_ci_is_recorded_without_one(tmp_path):
     from okc.sweeps.record import Recorder
 

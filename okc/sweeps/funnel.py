@@ -367,6 +367,7 @@ def run_sweep(lab, name: str, on: str | None = None, emit: int | None = None, gp
             on_message(why)
         sweep = Sweep(lab, experiment, run, slots, on_progress)
         sweep.recorder.rows(run.rows)  # a resumed run: the rows the ledger missed, if any (each is kept once)
+        sweep.recorder.costs(run.path / "jobs")  # and its jobs' costs, likewise
         result = _execute(sweep, on_message)
     if emit is not None:
         if not result.winners:

@@ -3,7 +3,8 @@
 The table (points.jsonl) is written first and stays the source of truth; the ledger
 records each row exactly once (okc.lab.sweep_ledger), so a resumed run records its whole
 table again at the start and only the rows the ledger missed are added. Each finished job
-also gets its cost row (okc.lab.costs), as every other job does.
+also gets its cost row (okc.lab.costs), as every other job does; a resumed run records the costs
+the ledger missed at the start too.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import hashlib
 import threading
 from pathlib import Path
 
+from okc.contract import EXIT_FILE
 from okc.lab.candidates import Candidate
 from okc.lab.costs import record_job_cost
 from okc.lab.ledger import ledger
@@ -45,6 +47,16 @@ class Recorder:
         with self._lock:
             with ledger(self.ledger_path) as conn:
                 return record_job_cost(conn, job_dir)
+
+    def costs(self, jobs_dir: Path) -> int:
+        """Record the cost of every finished job of the run that the ledger missed (it refused them: read-only,
+        locked, damaged); how many were new. A job still running elsewhere is left to whoever runs it."""
+        if not jobs_dir.is_dir():
+            return 0
+        finished = sorted(job for job in jobs_dir.iterdir() if (job / EXIT_FILE).is_file())
+        with self._lock:
+            with ledger(self.ledger_path) as conn:
+                return sum(record_job_cost(conn, job) for job in finished)
 
     def winners(self, best: dict[str, dict], emitted: Candidate | None = None) -> int:
         """Record the run's winners per shape (with the emitted candidate's number and hash, when given)."""
