@@ -145,6 +145,7 @@ def test_a_tab_separated_per_load_table_is_read():
     [
         (seed_csv(SEED_036[:-1]), "missing verify32 router"),
         (seed_csv(SEED_036 + SEED_036[:1]), "decode1 qkv_gate appears twice"),
+        ("load,baseline µs,036 µs\ndecode1,3,2\ndecode1,3,2\n", "timing table: decode1 appears twice"),  # one space
         (seed_csv([("decode 2",) + SEED_036[0][1:]] + SEED_036[1:]), "no load 'decode2'"),
         (seed_csv([SEED_036[0][:2] + ("1 / 2,048 / 8,192",) + SEED_036[0][3:]] + SEED_036[1:]),
          "decode1 qkv_gate is m/N/K 1/2304/8192 in muse_bf16_proj, the table says 1/2048/8192"),
@@ -153,7 +154,7 @@ def test_a_tab_separated_per_load_table_is_read():
         (seed_csv(header="Load,Layer,M / N / K,Baseline μs,036 μs,Colour"), "unknown column 'Colour'"),
         ("load,baseline_us\ndecode1,3\n", "no candidate column"),
     ],
-    ids=["missing", "twice", "load", "shape", "negative", "other-candidate", "unknown-column", "no-candidate"],
+    ids=["missing", "twice", "load-twice", "load", "shape", "negative", "other-candidate", "unknown-column", "no-candidate"],
 )
 def test_a_wrong_table_is_refused_naming_what_is_wrong(text, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):

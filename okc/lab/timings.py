@@ -159,7 +159,7 @@ def parse_table(text: str, candidate_label: str, shapes: ProblemShapes | None) -
             raise ConfigError(f"timing table: {row.load} has a row without a layer")
         key = (row.load, row.layer)
         if key in seen:
-            raise ConfigError(f"timing table: {row.load} {row.layer or ''} appears twice".rstrip())
+            raise ConfigError(f"timing table: {' '.join(filter(None, key))} appears twice")  # a per-load row has no layer
         seen.add(key)
     if shapes is not None:
         _check_shapes(rows, shapes)
