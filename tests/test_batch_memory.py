@@ -143,6 +143,7 @@ def test_the_eager_clock_keeps_one_cases_outputs_a_batch_and_spills_past_the_bou
     for name in ("candidate", "baseline"):
         side = CpuSide(name, Path(f"{name}.py"))
         side.inputs = [torch.zeros(4, dtype=torch.uint8) for _ in range(2)]
+        side.buffers = [[x] for x in side.inputs]  # the tensors of each buffer, as okc made them
         sides[name] = side
     cases = [SimpleNamespace(key=f"case{i}") for i in range(2)]
     every = SimpleNamespace(pick=lambda pair: True)  # every timed call re-checked, as in a short first epoch

@@ -5,13 +5,19 @@ kept an output for its re-check, or before it, as the input was drawn), every re
 
 import json
 import sys
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from okc.jobs import runner
 from okc.judge.problem import changed_buffer
-from okc.judge.protocol import shared_torch
+from okc.judge.protocol import eager_clock, shared_torch
+from okc.judge.protocol.benchcases import BenchInvalid
+from okc.judge.protocol.cpu_clock import CpuSide
+from okc.judge.protocol.pairs import Unit
+from okc.judge.protocol.recheck import Draws
 from okc.lab.candidates import resolve
 
 QUICK = {"target_half_width": 0.2, "min_pairs": 120, "max_pairs": 120}
@@ -189,3 +195,61 @@ def test_a_hooks_own_equality_does_not_hide_it():
     finally:
         sys.setprofile(None)
     assert shared_torch.left_behind(before) == []
+
+
+class _Copies:
+    """A problem stand-in drawn as a GPU MODE folder's is on the eager clock: made, then copied into the buffer."""
+
+    input_variants = ("normal",)
+    eager_timing = eager_clock.EagerTiming()
+
+    def fill_input(self, buffer, case, seed, variant) -> bool:
+        return False
+
+    def make_input(self, case, seed, variant, device):
+        return SimpleNamespace(x=(torch.full((4,), float(seed % 7)), torch.ones(4)))
+
+    def call(self, module, x, case):
+        return module.custom_kernel(x)
+
+
+def _drawn_add(a, b):
+    def copy_(source):  # okc's draw of b: the sum is ready before the clock starts
+        torch._C.TensorBase.copy_(b, source)
+        return b
+    return copy_
+
+
+@pytest.mark.parametrize("kernel", [
+    lambda data: setattr(data[1], "copy_", _drawn_add(*data)) or data[0] + data[1],
+    lambda data: sys.setprofile(lambda *args: None) or data[0] + data[1],
+], ids=["an_attribute_on_its_input", "a_profile_function"])
+def test_the_eager_clock_finds_them_too(monkeypatch, kernel):
+    """The eager clock (a GPU MODE folder's on a GPU) draws and calls as the CPU's does: the same guards, here with its
+    CUDA events stood in for."""
+    monkeypatch.setattr(eager_clock, "_event_new", lambda *args, **kwargs: None)
+    monkeypatch.setattr(eager_clock.EagerClock, "_timed", lambda self, call: (1.0, 0.0, call()))
+    sides = {}
+    for name, call in (("candidate", kernel), ("baseline", lambda data: data[0] + data[1])):
+        sides[name] = side = CpuSide(name, Path(f"{name}.py"))
+        side.module = SimpleNamespace(custom_kernel=call)
+        side.inputs = [(torch.zeros(4), torch.zeros(4))]
+        side.buffers = [list(side.inputs[0])]
+    clock = eager_clock.EagerClock(_Copies(), [SimpleNamespace(key="case0")], sides, Draws(1, ["case0"]), None,
+                                   torch.device("cpu"))
+    try:
+        with pytest.raises(BenchInvalid, match="^candidate case0: a call"):
+            clock.submit([Unit(0, 0), Unit(1, 0)], 0)
+    finally:
+        sys.setprofile(None)
+
+
+def test_torchs_own_mode_is_a_setting_not_a_hook():
+    """torch.set_default_device pushes torch's DeviceContext mode: a setting, as cuDNN's flags are, not code of a
+    side's."""
+    before = shared_torch.hooks()
+    torch.set_default_device("cpu")
+    try:
+        assert shared_torch.left_behind(before) == []
+    finally:
+        torch.set_default_device(None)

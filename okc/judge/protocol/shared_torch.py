@@ -57,17 +57,25 @@ def _settings() -> dict[str, object]:
 
 def hooks() -> dict[str, object]:
     """What runs code of its own wherever the process runs, not only where it is called: Python's profile and trace
-    functions (this thread's), torch's function and dispatch modes, the frame evaluation callback (torch._dynamo's,
+    functions (this thread's), torch function and dispatch modes of classes not torch's, the frame evaluation callback (torch._dynamo's,
     restored as a compiled call returns) and sys.monitoring's tools (Python 3.12 on). Read only, and from C: a
     look costs a few microseconds, outside any clock."""
     found = {"sys.getprofile()": sys.getprofile(), "sys.gettrace()": sys.gettrace(),
-             "torch function modes": torch._C._len_torch_function_stack(),
-             "torch dispatch modes": torch._C._len_torch_dispatch_stack(),
+             "torch function modes": _foreign_modes(torch._C._len_torch_function_stack(),
+                                                    torch._C._get_function_stack_at),
+             "torch dispatch modes": _foreign_modes(torch._C._len_torch_dispatch_stack(),
+                                                    torch._C._get_dispatch_stack_at),
              "the frame evaluation callback": _eval_frame_callback()}
     monitoring = getattr(sys, "monitoring", None)
     if monitoring is not None:
         found["sys.monitoring tools"] = tuple(monitoring.get_tool(tool) for tool in range(6))
     return found
+
+
+def _foreign_modes(depth: int, mode_at) -> int:
+    """How many of a mode stack's ``depth`` modes are not torch's own classes: ``torch.set_default_device`` pushes
+    torch's DeviceContext, a setting (made inside a call, like cuDNN's flags, it is a residual: docs/rechecks.md)."""
+    return sum(not _torchs_own(type(mode_at(index))) for index in range(depth))
 
 
 def _eval_frame_callback() -> object:
