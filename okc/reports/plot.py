@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from okc.contract import PLOTS_DIR  # named there: no job id may take it
-from okc.errors import ConfigError
+from okc.errors import ConfigError, expected_failure
 from okc.lab.config import Lab
 from okc.lab.ledger import Run, ledger, runs
 from okc.lab.records import CPU_LABEL, load_spec
@@ -56,6 +56,8 @@ def plots_dir(lab: Lab) -> Path:
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:  # a file where the folder belongs: the user's to move, not a traceback
+        if expected_failure(exc) is not None:  # a read-only folder, a full disk: okc's words for every write
+            raise
         raise ConfigError(f"cannot make {folder}: {exc.strerror or exc}") from None
     return folder
 
@@ -68,6 +70,8 @@ def save(fig, path: Path) -> None:
         fig.savefig(temporary, dpi=DPI, format="png")
         os.replace(temporary, path)
     except OSError as exc:  # a folder where the PNG goes, a full disk, a read-only folder
+        if expected_failure(exc) is not None:  # a read-only folder, a full disk: okc's words for every write
+            raise
         raise ConfigError(f"cannot write {path}: {exc.strerror or exc}") from None
     finally:
         with contextlib.suppress(OSError):
