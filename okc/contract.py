@@ -380,19 +380,15 @@ def write_json(path: Path, data: dict[str, Any], *, exclusive: bool = False) -> 
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
         tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
-    except OSError:  # a full disk: no half-written temporary left taking its room
-        tmp.unlink(missing_ok=True)
-        raise
-    if not exclusive:
-        os.replace(tmp, path)
-        return True
-    try:
+        if not exclusive:
+            os.replace(tmp, path)
+            return True
         os.link(tmp, path)
         return True
     except FileExistsError:
         return False
-    finally:
-        tmp.unlink()
+    finally:  # linked, or half-written on a full disk: no temporary left taking room
+        tmp.unlink(missing_ok=True)
 
 
 def read_json(path: Path) -> dict[str, Any] | None:

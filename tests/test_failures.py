@@ -302,10 +302,10 @@ def test_a_read_only_results_folder_answers_json_too(tiny, read_only):
 def test_a_locked_ledger_is_said_to_be_locked(tiny, monkeypatch):
     import sqlite3
 
-    from okc.lab import ledger
+    from okc.lab import ledger_file
 
     assert invoke("ledger").exit_code == 0
-    monkeypatch.setattr(ledger, "BUSY_TIMEOUT_S", 0.1)
+    monkeypatch.setattr(ledger_file, "BUSY_TIMEOUT_S", 0.1)
     holder = sqlite3.connect(tiny / "results" / "ledger.db", isolation_level=None)
     holder.execute("BEGIN EXCLUSIVE")
     try:
@@ -321,10 +321,10 @@ def test_a_pull_into_a_locked_ledger_says_so_in_one_line(tiny, monkeypatch):
     after waiting out the lock, and no red line (a bad-luck pass, 2026-12-07)."""
     import sqlite3
 
-    from okc.lab import ledger
+    from okc.lab import ledger_file
 
     assert invoke("ledger").exit_code == 0
-    monkeypatch.setattr(ledger, "BUSY_TIMEOUT_S", 0.1)
+    monkeypatch.setattr(ledger_file, "BUSY_TIMEOUT_S", 0.1)
     holder = sqlite3.connect(tiny / "results" / "ledger.db", isolation_level=None)
     holder.execute("BEGIN EXCLUSIVE")
     try:
@@ -364,10 +364,10 @@ def test_a_passing_job_the_locked_ledger_refused_says_so_in_its_json(tiny, monke
     (a bad-luck pass, 2026-12-07)."""
     import sqlite3
 
-    from okc.lab import ledger
+    from okc.lab import ledger_file
 
     assert invoke("ledger").exit_code == 0
-    monkeypatch.setattr(ledger, "BUSY_TIMEOUT_S", 0.1)
+    monkeypatch.setattr(ledger_file, "BUSY_TIMEOUT_S", 0.1)
     holder = sqlite3.connect(tiny / "results" / "ledger.db", isolation_level=None)
     holder.execute("BEGIN EXCLUSIVE")
     try:
@@ -386,10 +386,10 @@ def test_a_rebuild_leaves_a_ledger_another_process_writes_where_it_is(tiny, monk
     and said all was well (a bad-luck pass, 2026-12-07)."""
     import sqlite3
 
-    from okc.lab import ledger
+    from okc.lab import ledger_file
 
     assert invoke("check", "001", "--quick").exit_code == 0
-    monkeypatch.setattr(ledger, "BUSY_TIMEOUT_S", 0.1)
+    monkeypatch.setattr(ledger_file, "BUSY_TIMEOUT_S", 0.1)
     holder = sqlite3.connect(tiny / "results" / "ledger.db", isolation_level=None)
     holder.execute("BEGIN EXCLUSIVE")
     try:
@@ -404,7 +404,7 @@ def test_a_rebuild_leaves_a_ledger_another_process_writes_where_it_is(tiny, monk
 def test_sqlite_refusals_are_worded_by_their_cause(tmp_path):
     import sqlite3
 
-    from okc.lab.ledger import ledger_error
+    from okc.lab.ledger_file import ledger_error
 
     path = tmp_path / "ledger.db"
     path.write_bytes(b"")

@@ -24,7 +24,8 @@ from okc.errors import LedgerError, LedgerUnusable
 from okc.jobs import folder as jobs
 from okc.lab import records, recovery
 from okc.lab.candidates import resolve
-from okc.lab.ledger import Run, ledger, record_run, runs, sound
+from okc.lab.ledger import Run, ledger, record_run, runs
+from okc.lab.ledger_file import sound
 from okc.pods.config import resolve_pod
 
 DEEP = "[" * 10**6 + "]" * 10**6  # JSON a million brackets deep: Python's json would raise RecursionError

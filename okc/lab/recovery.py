@@ -20,18 +20,15 @@ from okc.errors import LedgerError
 from okc.lab.backlog import PENDING, PENDING_OFFICIAL, official_log
 from okc.lab.config import Lab
 from okc.lab.ledger import (
-    BUSY_TIMEOUT_S,
     OFFICIAL_KINDS,
     TABLES,
     Run,
     ledger,
-    ledger_error,
     recorded_job_ids,
     run_from_row,
-    sound,
     transaction,
-    waiting,
 )
+from okc.lab.ledger_file import BUSY_TIMEOUT_S, ledger_error, sound, waiting
 from okc.lab.records import is_home, record_job
 
 # Tables copied row by row from a damaged database (what job folders cannot make again).
