@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import invoke
+from conftest import REPO, invoke
 from typer.testing import CliRunner
 
 runner = CliRunner()
@@ -421,3 +421,23 @@ def test_sqlite_refusals_are_worded_by_their_cause(tmp_path):
     assert "damaged" not in refusal(14, "unable to open database file")  # the folder is writable here: not a read-only disk
     (tmp_path / "folder.db").mkdir()
     assert "is a folder" in str(ledger_error(tmp_path / "folder.db", sqlite3.OperationalError("unable to open database file")))
+
+
+def test_a_candidate_that_prints_without_end_is_stopped_at_the_logs_cap(tiny, monkeypatch):
+    """A candidate printing in kernel_fn wrote a 1.26 GB log.txt in 10 s under `okc try`, all of it streamed to the
+    terminal; on a pod a log past okc's 2 GiB a file would have had the whole job refused at the pull (a bad-luck
+    pass, 2026-12-07). Now the launcher stops the job once its log passes the cap (OKC_MAX_LOG_BYTES, read by the
+    launcher; 64 MiB by default), cuts the log there, and the verdict says why."""
+    monkeypatch.setenv("OKC_MAX_LOG_BYTES", str(1 << 20))
+    baseline = (REPO / "okc" / "problems" / "tiny_matvec" / "baseline.py").read_text()
+    chatty = baseline.replace("    if layer == \"gate\":", "    print('x' * 262144, flush=True)\n    if layer == \"gate\":")
+    assert chatty != baseline
+    candidate(tiny, "012_chatty.py", chatty)
+    result = invoke("check", "012", "--quick", "--json")
+    assert result.exit_code == 1, result.output
+    document = json.loads(result.stdout)
+    assert "output passed 1 MiB" in document["reason"] and "log.txt" in document["reason"], document
+    job = document["job_id"]
+    log = tiny / "results" / job / "log.txt"
+    assert (1 << 20) <= log.stat().st_size < (1 << 20) + 4096  # cut at the cap, and okc's line after it
+    assert log.read_bytes().rstrip().endswith(b"MiB: the job was stopped")

@@ -25,6 +25,9 @@ LOCKS_DIR = ".locks"  # under the results folder: one flock file per GPU
 LOCKS_ENV = "OKC_LOCKS_DIR"  # or this folder, if set
 LOCK_POLL_S = 1.0
 WAIT_POLL_S = 0.1
+# A log is text for a person: past this a job is stopped (a candidate printing in kernel_fn wrote 1.26 GB in 10 s,
+# and okc pulls no file over 2 GiB). OKC_MAX_LOG_BYTES, read here, sets it (the tests' smaller cap).
+MAX_LOG_BYTES = 64 << 20
 KILL_GRACE_S = 5.0
 DEFAULT_JOB_TIMEOUT_S = 600.0
 
@@ -209,6 +212,13 @@ def kill_group(proc) -> None:
             continue
 
 
+def _log_size(folder: str) -> int:
+    try:
+        return os.stat(os.path.join(folder, LOG_FILE)).st_size
+    except OSError:
+        return 0
+
+
 def supervise(results: str, folder: str, job_id: str, indexes: list, code_dir: str) -> None:
     """Take the job's GPU lock, run its worker (or claim a standby one) under the job's time limit and a
     cancel, and write launcher.json, then exit_code last."""
@@ -231,7 +241,15 @@ def supervise(results: str, folder: str, job_id: str, indexes: list, code_dir: s
         if proc is None:
             proc = start_worker(os.path.abspath(folder), env=env, start_new_session=True,
                                 preexec_fn=dies_with_this_process())
+        cap = int(os.environ.get("OKC_MAX_LOG_BYTES") or MAX_LOG_BYTES)
         while proc.poll() is None:
+            if _log_size(folder) > cap:
+                launcher["log_cap_bytes"] = cap  # passed: the verdict says so
+                kill_group(proc)
+                with contextlib.suppress(OSError):  # the start of it is kept: where the printing began
+                    os.truncate(os.path.join(folder, LOG_FILE), cap)
+                print(f"\nokc: job {job_id}'s output passed {cap / (1 << 20):g} MiB: the job was stopped", flush=True)
+                break
             if cancel.requested or time.monotonic() - started > float(timeout):
                 launcher["timed_out"] = not cancel.requested
                 launcher["cancelled"] = cancel.requested
