@@ -158,6 +158,8 @@ def test_a_hook_set_at_import_is_the_sides_bench_error(tiny_lab, at_import):
     result = json.loads((benched.job_dir / "result.json").read_text())
     assert result["status"] == "error" and result["error_kind"] == "candidate", result.get("reason")
     assert result["reason"].startswith("candidate: its import or prepare changed "), result["reason"]
+    # a hook is no setting to move into one's own calls: there it is invalid too
+    assert "remove it" in result["reason"] and "inside your own calls" not in result["reason"], result["reason"]
 
 
 def test_what_counts_as_a_changed_input_buffer():

@@ -147,7 +147,9 @@ def unchanged_by(side: str):
     found = changes(before, take())
     if found:
         more = f" and {len(found) - 1} more" if len(found) > 1 else ""
+        # a hook runs wherever the process runs, so none is a side's own even when set inside its calls (invalid there)
+        fix = ("remove it: a hook left set runs in okc's code and the other side's too" if found[0].partition(" (")[0]
+               in hooks() else "change such things inside your own calls' code, not in torch")
         raise BenchFailed(f"{side}: its import or prepare changed {found[0]}{more}: a bench's two sides run in one "
                           "process, so this changes the other side's calls too and no paired score would be the "
-                          "judge's (a submission runs alone there); change such things inside your own calls' code, "
-                          "not in torch", side)
+                          f"judge's (a submission runs alone there); {fix}", side)
