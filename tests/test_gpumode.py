@@ -93,6 +93,19 @@ def test_a_lab_whose_task_yml_breaks_refuses_check_with_one_line(tmp_path, monke
 # -- okc init --gpumode --------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("given", ["missing", "a_file"])
+def test_init_from_a_path_that_is_no_folder_says_which(tmp_path, given):
+    """`okc init --gpumode /etc/passwd` said the folder "does not exist" (a bad-luck pass, 2026-12-07)."""
+    source = tmp_path / "task.yml"
+    if given == "a_file":
+        source.write_text("lang: py\n")
+    done = invoke("init", tmp_path / "new", "--gpumode", source)
+    assert done.exit_code == 2 and len(done.output.strip().splitlines()) == 1, done.output
+    said = "is a file, not a folder" if given == "a_file" else "does not exist"
+    assert said in done.output, done.output
+    assert not (tmp_path / "new").exists(), done.output
+
+
 def test_init_copies_the_folder_flat_into_the_lab_with_reference_000_and_submission_001(tmp_path, monkeypatch):
     root = gpumode_lab(tmp_path, monkeypatch, VECTORADD)
     settings = (root / "pyproject.toml").read_text()

@@ -44,7 +44,8 @@ def read_task(folder: Path) -> Task:
     folder = Path(folder)
     path = folder / TASK_YML
     if not folder.is_dir():
-        raise ConfigError(f"GPU MODE problem folder {folder} does not exist")
+        raise ConfigError(f"GPU MODE problem folder {folder} " + ("is a file, not a folder (the folder holds "
+                          f"{TASK_YML})" if folder.exists() else "does not exist"))
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
