@@ -161,6 +161,18 @@ def test_a_wrong_table_is_refused_naming_what_is_wrong(text, message):
         parse_table(text, "036", muse())
 
 
+def test_a_table_far_longer_than_any_problem_is_refused_before_its_rows_are_read():
+    """A 35 MB table took 12 s of row checks before its refusal (a bad-luck pass, 2026-12-07): a problem has tens of
+    shapes, so a table of more rows than okc takes is refused by its length, at once."""
+    import time
+
+    text = "load,baseline µs,036 µs\n" + "decode1,3,2\n" * 2_000_000
+    started = time.monotonic()
+    with pytest.raises(ConfigError, match="2000000 rows"):
+        parse_table(text, "036", muse())
+    assert time.monotonic() - started < 3
+
+
 def test_record_with_the_seed_table_stores_it_once(lab36, tmp_path):
     table = tmp_path / "036.csv"
     table.write_text(seed_csv(), encoding="utf-8")

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from okc.errors import ConfigError
 from okc.problems.catalog import ProblemShapes
 
+MAX_ROWS = 10_000  # muse_bf16_proj has 30 shapes; GPU MODE problems a few tests
 IGNORED_COLUMNS = ("ratio", "speedup")  # derived on the page; okc derives its own
 
 
@@ -148,6 +149,9 @@ def parse_table(text: str, candidate_label: str, shapes: ProblemShapes | None) -
     lines = [line for line in text.splitlines() if line.strip()]
     if len(lines) < 2:
         raise ConfigError("timing table: a header line and at least one row are needed")
+    if len(lines) - 1 > MAX_ROWS:  # before the rows' checks: a 35 MB table took 12 s to be refused
+        raise ConfigError(f"timing table: {len(lines) - 1} rows, more than okc takes ({MAX_ROWS}; a problem has one a "
+                          "load or a shape): is this the official timing table?")
     delimiter = "\t" if "\t" in lines[0] else ","
     reader = list(csv.reader(io.StringIO("\n".join(lines)), delimiter=delimiter))
     columns = _columns(reader[0], candidate_label)
