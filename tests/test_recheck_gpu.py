@@ -123,3 +123,18 @@ def test_every_timed_replay_finds_its_output_poisoned_not_only_the_judged_ones()
     after, found = module.seen()
     assert after - calls == len(bench.cases) * (bench.settings.warmup_pairs + 60 + 1)
     assert found - poisoned == after - calls
+
+
+def test_a_call_that_sets_a_method_on_its_input_buffer_is_invalid_on_the_graph_clock():
+    """Every timed input is drawn into the buffer a side's graphs read (Triton reads its data_ptr): a method the
+    capture's calls set there would run the candidate's code at each draw, outside the clock (the CPU clock's
+    copy_ attack scored 8.06x). Found once the capture ends (okc.judge.protocol.sides.Side.capture)."""
+    lab = find_lab()
+    baseline = Path(PROBLEM.baseline_source).read_text()
+    source = baseline.replace('    if layer == "router":', '    x.copy_ = x.copy_\n    if layer == "router":', 1)
+    assert source != baseline
+    (lab.candidates / "052_method_on_input.py").write_text(source)
+    benched = runner.submit(lab, "bench", resolve(lab.candidates, "052"), bench=SHORT)
+    result = json.loads((benched.job_dir / "result.json").read_text())
+    assert result["status"] == "invalid", result.get("reason")
+    assert "a call changed its input buffer (an attribute set on a tensor (copy_))" in result["reason"], result["reason"]

@@ -255,3 +255,58 @@ def test_torchs_own_mode_is_a_setting_not_a_hook():
         assert shared_torch.left_behind(before) == []
     finally:
         torch.set_default_device(None)
+
+
+# -- the graph clock: what a capture's calls leave (checked once per capture; a replay runs no Python) ----------
+
+SETS_AN_ATTRIBUTE = """
+import torch.nn.functional as F
+
+_weights = {}
+
+
+def prepare(weights):
+    _weights.update(weights)
+
+
+def kernel_fn(x, layer):
+    LEAVE
+    w = _weights[layer] if layer == "gate" or x.shape[0] > 2 else _weights[layer][:32]
+    return F.linear(x.float() if layer == "gate" else x, w)
+"""
+
+
+@pytest.mark.parametrize("leave, said", [
+    ("pass", None),
+    ("x.data_ptr = lambda: 0", "a call changed its input buffer (an attribute set on a tensor (data_ptr))"),
+    ("import sys; sys.setprofile(lambda *a: None)", "a call left sys.getprofile()"),
+])
+def test_a_graph_captures_calls_that_leave_a_method_on_the_buffer_or_a_hook_are_invalid(tmp_path, monkeypatch, leave,
+                                                                                       said):
+    """The graph clock draws every timed input into the buffer its graphs read (Triton reads its ``data_ptr``; a
+    ``copy_`` where the draw is not in place): a method the capture's calls set there would run the candidate's code at
+    each draw, outside the clock, as the CPU clock's 8.06x attack did. A replay runs no Python, so the capture is
+    where it is found. The capture is stood in here (the CPU has no CUDA graph): the candidate's call runs on the
+    buffer itself, as okc.judge.protocol.capture runs it."""
+    from okc.judge.protocol import sides
+    from okc.problems.tiny_matvec import PROBLEM as problem
+
+    case = problem.scored_cases()[0]
+    source = tmp_path / "002_leaves.py"
+    source.write_text(SETS_AN_ATTRIBUTE.replace("LEAVE", leave))
+    monkeypatch.setattr(sides, "capture", lambda fn, x, pool, own_input: SimpleNamespace(graph=None, out=fn(x)))
+    monkeypatch.setattr(sides.timing, "is_graph", lambda graph: True)
+    monkeypatch.setattr(sides.timing, "synchronize", lambda: None)
+    side = sides.Side("candidate", source)
+    side.load()
+    side.prepare(problem, 0, problem.make_weights(7, torch.device("cpu")))
+    x = problem.make_input(case, 11, problem.input_variants[0], torch.device("cpu")).x
+    try:
+        if said is None:
+            assert side.capture(problem, 0, case, x, pool=None).place.tensor
+        else:
+            with pytest.raises(BenchInvalid, match=said.replace("(", r"\(").replace(")", r"\)")) as caught:
+                side.capture(problem, 0, case, x, pool=None)
+            assert caught.value.side == "candidate" and caught.value.error_kind == "candidate"
+    finally:
+        sys.setprofile(None)

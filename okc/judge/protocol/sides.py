@@ -34,12 +34,12 @@ from pathlib import Path
 import torch
 
 from okc.judge.loader import CandidateLoadError, load_candidate
-from okc.judge.problem import Case, Problem, clone_data
+from okc.judge.problem import Case, Problem, clone_data, tensors_of
 from okc.judge.protocol import pairs, stats, timing
-from okc.judge.protocol.benchcases import BenchFailed
+from okc.judge.protocol.benchcases import BenchFailed, left_hooks, plain_input
 from okc.judge.protocol.capture import Captured, CaptureError, OutputPlace, capture
 from okc.judge.protocol.settings import MAX_SLOTS
-from okc.judge.protocol.shared_torch import unchanged_by
+from okc.judge.protocol.shared_torch import hooks, left_behind, unchanged_by
 
 MEMORY_SHARE = 0.4  # of the GPU memory free before setup, the most the copies of both sides may take
 REPACK_ALLOWANCE = 2  # a copy is counted as this many clones of the weights (a candidate may repack)
@@ -107,6 +107,7 @@ class Side:
         """Capture ``copy``'s call of ``case`` reading ``x`` itself, in ``pool``; its output is let go
         unless ``keep_output`` (where it lives is kept either way: okc.judge.protocol.capture.OutputPlace)."""
         module = self.modules[copy]
+        buffer, before = tensors_of(x), hooks()
         try:
             captured = capture(lambda x_buf: problem.call(module, x_buf, case), x, pool=pool, own_input=False)
         except CaptureError as exc:
@@ -114,6 +115,12 @@ class Side:
         except Exception as exc:
             raise BenchFailed(f"{self.name} {case.key}: kernel_fn raised {type(exc).__name__}: {exc}"
                               .splitlines()[0], self.name) from None
+        # A replay runs no Python: what the capture's calls leave in the process is found here, once. Every timed
+        # draw goes through this buffer (Triton reads its data_ptr; a copy_ where the draw is not in place), so a
+        # method set on it would run the candidate's code as each input is drawn, outside the clock (on the CPU's
+        # clock an input's own copy_ did the call's work: 8.06x "faster", 2026-12-07); a hook would run anywhere.
+        plain_input(x, buffer, self.name, case.key)
+        left_hooks(left_behind(before), self.name, case.key)
         if not timing.is_graph(captured.graph):
             raise BenchFailed(f"{self.name} {case.key}: the capture did not produce a torch CUDA graph", self.name)
         captured.place = OutputPlace.of(captured.out)
