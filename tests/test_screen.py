@@ -52,6 +52,8 @@ def kernel_fn(x, layer):
         ctypes.string_at(0)  # reads address 0: SIGSEGV
     if mode == "hang":
         time.sleep(3600)
+    if mode == "hook":
+        __import__("sys").setprofile(lambda *args: None)  # left set: it runs in every later point's calls too
     w = _weights[layer]
     if layer == "proj" and x.shape[0] <= 2:
         w = w[:32]
@@ -61,7 +63,7 @@ def kernel_fn(x, layer):
 '''
 
 RIGHT = [{"MODE": "right", "CHUNK": chunk} for chunk in (96, 16, 4)]
-RAISE, SEGFAULT, HANG = ({"MODE": mode, "CHUNK": 96} for mode in ("raise", "segfault", "hang"))
+RAISE, SEGFAULT, HANG, HOOK = ({"MODE": mode, "CHUNK": 96} for mode in ("raise", "segfault", "hang", "hook"))
 SHAPES = ["proj/m=1", "gate/m=8"]
 DEADLINE_S = 4
 
@@ -125,6 +127,25 @@ def test_points_that_raise_segfault_and_hang_fail_alone_and_a_new_worker_takes_t
     assert len(recorded) == len(sweep.run.rows) == len(points) * len(SHAPES)
     assert {(r.point, r.params["MODE"]) for r in recorded} == {(Point.of(p).id, p["MODE"]) for p in points}
     assert all(len(r.point_sha256) == 64 for r in recorded)
+
+
+def test_a_point_that_leaves_a_hook_fails_and_a_new_worker_takes_the_rest(modes_lab):
+    """A point whose calls left a profile function set is invalid (okc.judge.protocol.shared_torch.left_behind); the
+    hook stayed in the screen's process, where every later point was timed with it running and, each point's guard
+    taking the process as it found it, no later one was told (the graph screen's shared input buffers alike: a method
+    a point set there was blamed on every later point, 2026-12-07 review). Now the job ends there, as after a lost
+    CUDA context, and a new worker screens the rest."""
+    points = [HOOK, RIGHT[0]]
+    sweep = screen(modes_lab, points)
+    ids = [Point.of(p).id for p in points]
+    rows = by_point(sweep)
+    assert {r["status"] for r in rows[ids[0]]} == {"fail"}
+    assert "a call left sys.getprofile()" in rows[ids[0]][0]["reason"], rows[ids[0]][0]["reason"]
+    assert "left code of its own in the worker" in rows[ids[0]][0]["reason"], rows[ids[0]][0]["reason"]
+    assert {r["status"] for r in rows[ids[1]]} == {"ok"}
+    job_dirs = sorted((sweep.run.path / "jobs").iterdir())
+    given = [[p["id"] for p in json.loads((d / "job.json").read_text())["points"]] for d in job_dirs]
+    assert given == [ids, ids[1:]]
 
 
 def test_batches_deal_points_round_robin_one_per_slot_and_never_past_the_cap():

@@ -35,6 +35,7 @@ from okc.judge.protocol.batch import POINTS_FILE, ScreenPoint, ScreenSpec, read_
 SCREEN_RESULT = "screen"
 EXIT_STOPPED = 3  # the worker ended the job at a point (deadline passed): that point's line says why
 CUDA_WARP_SIZE = 32
+LEFT_IN_WORKER = "left code of its own in the worker"  # a line's reason: its worker ends after it (a new one takes the rest)
 
 _held: tuple | None = None  # (screener, what to say of it): a baseline a standby made ready for this job (adopt)
 
@@ -175,6 +176,11 @@ class Screen:
                     raise
             seconds("check")
             lost = self.screener.healthy()
+            left = self.screener.left_in_worker() if lost is None else None
+            if left is not None:  # no place for the next point: a new worker takes the rest, as after a lost context
+                reason = f"{line['reason']} [{LEFT_IN_WORKER}: {left}]" if line["status"] != "ok" else \
+                    f"the point {LEFT_IN_WORKER}: {left}"
+                line.update(status="fail", reason=reason, lost=True, timings=[])
         seconds.stop()
         self.deadline.disarm()
         if lost is not None:
@@ -208,7 +214,8 @@ class Screen:
                 if line["lost"]:
                     left = len(self.spec.points) - index - 1
                     return {**base, "status": "fail", "error_kind": "candidate", "points": index + 1, "setup_s": setup_s,
-                            "reason": f"point {point.id} broke the CUDA context; {left} point(s) left for a new worker"}
+                            "reason": f"point {point.id} " + (LEFT_IN_WORKER if LEFT_IN_WORKER in line["reason"] else
+                                      "broke the CUDA context") + f"; {left} point(s) left for a new worker"}
         finally:
             if self.pool is not None:
                 self.pool.stop()

@@ -30,6 +30,7 @@ from contextlib import contextmanager
 
 import torch
 
+from okc.judge.problem import changed_buffer
 from okc.judge.protocol.benchcases import BenchFailed
 
 _ROOT = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
@@ -103,6 +104,18 @@ def left_behind(before: dict[str, object]) -> list[str]:
     """Which of :func:`hooks` differ from ``before``, said for a result's reason."""
     now = hooks()
     return [f"{name} ({_said(before[name])} -> {_said(now[name])})" for name in before if not _same(before[name], now[name])]
+
+
+def left_in_worker(before: dict[str, object] | None, inputs: list = (), buffers: list = ()) -> str | None:
+    """What a screen's point left in its worker for the points after it (a hook; a method or class of its own on an input
+    buffer every later graph reads), against ``before`` (:func:`hooks` once the baseline was ready) and ``buffers``
+    (the tensors of ``inputs`` as okc made them); None where nothing. The point's own calls were checked, but each
+    later point's guards take the process as they find it, so that one would run with it, untold."""
+    found = left_behind(before) if before is not None else []
+    if found:
+        return f"{found[0]} set"
+    changed = [what for data, tensors in zip(inputs, buffers) if (what := changed_buffer(data, tensors)) is not None]
+    return f"an input buffer changed ({changed[0]})" if changed else None
 
 
 def take() -> tuple[dict[str, object], dict[str, object]]:

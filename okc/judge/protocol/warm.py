@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from okc.judge.problem import Problem, clone_data
+from okc.judge.problem import Problem, clone_data, tensors_of
 from okc.judge.protocol import timing
 from okc.judge.protocol.benchcases import case_load_matrix, make_inputs, scored_cases, scored_loads
 from okc.judge.protocol.capture import release_memory
@@ -29,7 +29,7 @@ from okc.judge.protocol.loop import PairLoop, freeze_for_the_job
 from okc.judge.protocol.pairs import case_rows
 from okc.judge.protocol.recheck import Draws
 from okc.judge.protocol.settings import BenchSettings
-from okc.judge.protocol.shared_torch import unchanged_by
+from okc.judge.protocol.shared_torch import hooks, left_in_worker, unchanged_by
 from okc.judge.protocol.sides import Side, Sides, copies_that_fit
 from okc.seeds import derive_seed
 
@@ -116,6 +116,7 @@ class CudaScreener:
         self.compile_clock = CompileClock()
         self.side: Side | None = None
         self.copies = settings.copies or 1  # what fits (okc.judge.protocol.sides.copies_that_fit), set in setup
+        self.hooks, self.buffers = None, []  # the process's hooks and the inputs' tensors once the baseline is ready
         self.ready = False
 
     @property
@@ -170,6 +171,7 @@ class CudaScreener:
         self.protocol = timing.Protocol(device, self.flush)
         self.slot_seed = derive_seed(self.seed, "slots")
         self.compile_clock.take()
+        self.hooks, self.buffers = hooks(), [tensors_of(x) for x in self.inputs]
         freeze_for_the_job()
         self.ready = True
 
@@ -218,6 +220,10 @@ class CudaScreener:
         del side
         release_memory(step)
 
+    def left_in_worker(self) -> str | None:
+        """What a point left in the process for the next (okc.judge.protocol.shared_torch.left_in_worker)."""
+        return left_in_worker(self.hooks, self.inputs or [], self.buffers)
+
     def healthy(self) -> str | None:
         """None while the CUDA context still works; else the error that says it is lost."""
         try:
@@ -250,6 +256,7 @@ class CpuScreener:
         # The bench's candidate side is replaced by each point's; its baseline side stays.
         self.bench = CpuBench(problem, baseline, baseline, seed=seed, settings=settings, cases=cases, log=log)
         self.side = None
+        self.hooks = None  # the process's hooks once the baseline is ready
         self.ready = False
 
     def setup(self, step: Step = lambda name: None) -> None:
@@ -261,6 +268,7 @@ class CpuScreener:
         self.bench.setup_shared()
         step("load")
         self.bench.add_side("baseline", self.baseline)
+        self.hooks = hooks()
         freeze_for_the_job()
         self.ready = True
 
@@ -290,6 +298,10 @@ class CpuScreener:
 
     def healthy(self) -> str | None:
         return None
+
+    def left_in_worker(self) -> str | None:
+        """What a point left in the process for the next: a hook (each point's side has input buffers of its own)."""
+        return left_in_worker(self.hooks)
 
     def compiled(self) -> dict:
         return {"seconds": 0.0, "kernels": 0}
