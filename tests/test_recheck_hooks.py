@@ -178,6 +178,20 @@ def test_what_counts_as_a_changed_input_buffer():
     assert changed_buffer(data, [a, b]) == "a tensor's class set to torch.nn.parameter.Parameter"
 
 
+@pytest.mark.parametrize("mark", ["mark_dynamic", "maybe_mark_dynamic", "mark_static", "mark_static_address"])
+def test_torch_dynamos_markings_on_an_input_are_not_a_changed_buffer(mark):
+    """A torch.compile candidate's ``torch._dynamo.mark_dynamic(x, 0)`` in its call (so one graph serves every m) sets
+    torch's own marking attributes on x: plain data nothing of a draw reads. It had made such a bench invalid on every
+    clock (a review, 2026-12-07); a method of the candidate's set beside them still is not."""
+    import torch._dynamo
+
+    x = torch.zeros(4, 3)
+    getattr(torch._dynamo, mark)(*((x,) if mark == "mark_static_address" else (x, 0)))
+    assert x.__dict__ and changed_buffer(x, [x]) is None
+    x.copy_ = x.copy_
+    assert changed_buffer(x, [x]) == "an attribute set on a tensor (copy_)"
+
+
 def test_a_hooks_own_equality_does_not_hide_it():
     class Always:
         def __eq__(self, other):

@@ -153,9 +153,17 @@ def changed_buffer(data: object, tensors: list[torch.Tensor]) -> str | None:
     for tensor in tensors:
         if type(tensor) is not _Tensor:
             return f"a tensor's class set to {_type_name(type(tensor))}"
-        if tensor.__dict__:
-            return f"an attribute set on a tensor ({', '.join(sorted(map(str, tensor.__dict__))[:3])})"
+        own = [name for name in tensor.__dict__ if not _dynamo_marking(name)]
+        if own:
+            return f"an attribute set on a tensor ({', '.join(sorted(map(str, own))[:3])})"
     return None
+
+
+def _dynamo_marking(name: object) -> bool:
+    """Whether ``name`` is one torch._dynamo's markings set on a tensor (``mark_dynamic(x, 0)``, ``mark_static``,
+    ``maybe_mark_dynamic``, ``mark_unbacked``, ``mark_static_address``: a torch.compile candidate's habit in its
+    calls); plain data that no method of a tensor, no draw and no Triton launch reads."""
+    return isinstance(name, str) and (name.startswith("_dynamo_") or name in ("_has_dynamo_dim_marking", "_specialize_on"))
 
 
 def _type_name(kind: type) -> str:
