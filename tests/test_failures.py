@@ -427,7 +427,7 @@ def test_a_candidate_that_prints_without_end_is_stopped_at_the_logs_cap(tiny, mo
     """A candidate printing in kernel_fn wrote a 1.26 GB log.txt in 10 s under `okc try`, all of it streamed to the
     terminal; on a pod a log past okc's 2 GiB a file would have had the whole job refused at the pull (a bad-luck
     pass, 2026-12-07). Now the launcher stops the job once its log passes the cap (OKC_MAX_LOG_BYTES, read by the
-    launcher; 64 MiB by default), cuts the log there, and the verdict says why."""
+    launcher; 64 MiB by default), and the log's last line and the verdict say why."""
     monkeypatch.setenv("OKC_MAX_LOG_BYTES", str(1 << 20))
     baseline = (REPO / "okc" / "problems" / "tiny_matvec" / "baseline.py").read_text()
     chatty = baseline.replace("    if layer == \"gate\":", "    print('x' * 262144, flush=True)\n    if layer == \"gate\":")
@@ -439,5 +439,5 @@ def test_a_candidate_that_prints_without_end_is_stopped_at_the_logs_cap(tiny, mo
     assert "output passed 1 MiB" in document["reason"] and "log.txt" in document["reason"], document
     job = document["job_id"]
     log = tiny / "results" / job / "log.txt"
-    assert (1 << 20) <= log.stat().st_size < (1 << 20) + 4096  # cut at the cap, and okc's line after it
-    assert log.read_bytes().rstrip().endswith(b"MiB: the job was stopped")
+    assert (1 << 20) <= log.stat().st_size < (64 << 20)  # stopped within a poll of the cap, not cut back
+    assert log.read_bytes().rstrip().endswith(b"MiB: the job was stopped")  # the last line, for a follower too

@@ -143,8 +143,8 @@ def launcher_verdict(job_dir: Path) -> tuple[str, str, str]:
         return "error", "interrupted", f"interrupted during {phase}; the job was stopped"
     if launcher.get("log_cap_bytes"):
         cap = launcher["log_cap_bytes"] / (1 << 20)
-        return "error", "candidate", (f"the job's output passed {cap:g} MiB during {phase} (a print in a loop?); its "
-                                      "processes were killed; the start of it is in log.txt")
+        return "error", "candidate", (f"the job's output passed {cap:g} MiB during {phase} (a print in a loop, or "
+                                      "debug logging such as TORCH_LOGS?); its processes were killed; see log.txt")
     if launcher.get("timed_out"):
         return "timeout", "candidate", f"the job exceeded its {spec.job_timeout_s:g} s limit during {phase}; its processes were killed"
     if isinstance(returncode, int) and returncode < 0:

@@ -245,9 +245,7 @@ def supervise(results: str, folder: str, job_id: str, indexes: list, code_dir: s
         while proc.poll() is None:
             if _log_size(folder) > cap:
                 launcher["log_cap_bytes"] = cap  # passed: the verdict says so
-                kill_group(proc)
-                with contextlib.suppress(OSError):  # the start of it is kept: where the printing began
-                    os.truncate(os.path.join(folder, LOG_FILE), cap)
+                kill_group(proc)  # the log is not cut back: `okc bench` may have streamed past the cap already
                 print(f"\nokc: job {job_id}'s output passed {cap / (1 << 20):g} MiB: the job was stopped", flush=True)
                 break
             if cancel.requested or time.monotonic() - started > float(timeout):
