@@ -24,10 +24,11 @@ def _mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) 
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)
         try:
-            first = seen.setdefault(key, key_node.start_mark.line)
+            first = seen.get(key)
         except TypeError:  # an unhashable key: SafeLoader's own error says so
             break
-        if first != key_node.start_mark.line:
+        seen[key] = key_node.start_mark.line
+        if first is not None:  # by presence: `{host: a, host: b}` gives both on one line
             raise yaml.constructor.ConstructorError(
                 None, None, f"{key!r} is given twice (lines {first + 1} and {key_node.start_mark.line + 1}): "
                 "the first would be dropped without a word", key_node.start_mark)

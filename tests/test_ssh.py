@@ -65,6 +65,9 @@ def test_a_pod_named_twice_in_pod_yaml_is_refused_with_its_lines(tmp_path):
     twice.write_text("pods:\n  h200:\n    host: 10.0.0.1\n    host: 10.0.0.2\n")  # a field too
     with pytest.raises(ConfigError, match="'host' is given twice"):
         load_pod_file(twice)
+    twice.write_text("pods:\n  h200: {host: 10.0.0.1, host: 10.0.0.2}\n")  # both on one line (a review, 2026-12-08)
+    with pytest.raises(ConfigError, match=r"'host' is given twice \(lines 2 and 2\)"):
+        load_pod_file(twice)
     entry = "    host: 10.0.0.1\n    remote_dir: /workspace/okc\n"
     twice.write_text(f"pods:\n  h200:\n{entry}  a100:\n{entry}")  # equal values are fine
     assert set(load_pod_file(twice).pods) == {"h200", "a100"}
