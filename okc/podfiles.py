@@ -254,8 +254,8 @@ RESULT = fields({  # beyond its dataclass fields (okc.contract.parse_result buil
 ENV = fields({"device": optional(NAME),
               "gpu": optional(one_of(NAME, fields({"name": optional(NAME), "uuid": optional(NAME)})))})
 LAUNCHER = fields({"returncode": optional(integer(-(1 << 31), 1 << 31)), "timed_out": optional(flag),
-                   "cancelled": optional(flag), "lost": optional(flag), "log_cap_bytes": optional(integer(1, 1 << 50)), "seconds": optional(SECONDS),
-                   "gpu": optional(integer(0, 1 << 16))})
+                   "cancelled": optional(flag), "lost": optional(flag), "log_cap_bytes": optional(integer(1, 1 << 50)),
+                   "seconds": optional(SECONDS), "gpu": optional(integer(0, 1 << 16))})
 PHASE = fields({"phase": optional(NAME)})
 PID = fields({"job": optional(NAME), "pid": optional(integer(1, 1 << 31)), "start": optional(text(64, printable=True)),
               "started_at": optional(EPOCH)})

@@ -129,6 +129,7 @@ class Screen:
         self.deadline = PointDeadline(self.lines, spec.point_timeout_s, log)
         self.pool = None
         self.held = held  # the baseline was made by the standby before the job: how (okc.standby.Held.about)
+        self.lost_by = "broke the CUDA context"  # what the last lost point did to its worker (the job's reason)
 
     def point(self, point: ScreenPoint) -> dict:
         """Screen one point; its line (``lost``: the CUDA context is gone, the job must end)."""
@@ -181,6 +182,7 @@ class Screen:
                 reason = f"{line['reason']} [{LEFT_IN_WORKER}: {left}]" if line["status"] != "ok" else \
                     f"the point {LEFT_IN_WORKER}: {left}"
                 line.update(status="fail", reason=reason, lost=True, timings=[])
+                self.lost_by = LEFT_IN_WORKER
         seconds.stop()
         self.deadline.disarm()
         if lost is not None:
@@ -214,8 +216,7 @@ class Screen:
                 if line["lost"]:
                     left = len(self.spec.points) - index - 1
                     return {**base, "status": "fail", "error_kind": "candidate", "points": index + 1, "setup_s": setup_s,
-                            "reason": f"point {point.id} " + (LEFT_IN_WORKER if LEFT_IN_WORKER in line["reason"] else
-                                      "broke the CUDA context") + f"; {left} point(s) left for a new worker"}
+                            "reason": f"point {point.id} {self.lost_by}; {left} point(s) left for a new worker"}
         finally:
             if self.pool is not None:
                 self.pool.stop()
