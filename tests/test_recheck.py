@@ -535,13 +535,48 @@ def kernel_fn(x, layer):
 """
 
 
-@pytest.mark.parametrize("change", ["rebinds", "threads"])
+REPLACES_ATENS_LINEAR = """
+import warnings
+
+import torch
+
+_weights = {}
+_library = torch.library.Library("aten", "IMPL")  # kept alive: the kernel lasts as long as it does
+
+
+def _thrice(x, w, bias=None):
+    for _ in range(3):
+        out = torch.matmul(x, w.t())
+    return out if bias is None else out + bias
+
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    _library.impl("linear", _thrice, "CPU")  # every F.linear of the process, its baseline's too
+
+
+def prepare(weights):
+    _weights.clear()
+    _weights.update(weights)
+
+
+def kernel_fn(x, layer):  # its own calls use matmul, which it left alone
+    if layer == "gate":
+        return torch.matmul(x.float(), _weights["gate"].t())
+    w = _weights["proj"]
+    return torch.matmul(x, (w[:32] if x.shape[0] <= 2 else w).t())
+"""
+
+
+@pytest.mark.parametrize("change", ["rebinds", "threads", "aten_kernel"])
 def test_a_side_that_changes_torch_for_the_other_side_gets_no_score(tiny_lab, change):
     """The sides run in one process: a candidate that rebound F.linear at import, keeping the original for itself,
-    slowed only its baseline (2.4x "faster", every re-check passed, 2026-12-07). Now a change to torch's functions or
-    its process-wide settings made by a side's import or prepare is that side's bench error."""
-    source = SLOWS_THE_OTHER_SIDE if change == "rebinds" else SLOWS_THE_OTHER_SIDE.replace(
-        "F.linear = torch.nn.functional.linear = _thrice", "torch.set_num_threads(1)")
+    slowed only its baseline (2.4x "faster", every re-check passed, 2026-12-07); one that replaced aten's CPU
+    ``linear`` through torch.library scored 2.30x (2026-12-08). Now a change to torch's functions, its process-wide
+    settings or aten's kernels made by a side's import or prepare is that side's bench error."""
+    source = {"rebinds": SLOWS_THE_OTHER_SIDE, "aten_kernel": REPLACES_ATENS_LINEAR,
+              "threads": SLOWS_THE_OTHER_SIDE.replace("F.linear = torch.nn.functional.linear = _thrice",
+                                                      "torch.set_num_threads(1)")}[change]
     (tiny_lab.candidates / "008_slows.py").write_text(source)
     slows = resolve(tiny_lab.candidates, "008")
     assert runner.submit(tiny_lab, "check", slows).result.status == "pass"  # it is right, and alone in its check
@@ -549,7 +584,8 @@ def test_a_side_that_changes_torch_for_the_other_side_gets_no_score(tiny_lab, ch
     result = json.loads((benched.job_dir / "result.json").read_text())
     assert result["status"] == "error" and result["error_kind"] == "candidate", result.get("reason")
     assert result.get("score") is None
-    said = "torch.nn.functional.linear (rebound)" if change == "rebinds" else "torch.get_num_threads()"
+    said = {"rebinds": "torch.nn.functional.linear (rebound)", "threads": "torch.get_num_threads()",
+            "aten_kernel": "aten's kernels registered through torch.library (+aten/linear/CPU)"}[change]
     assert result["reason"].startswith(f"candidate: its import or prepare changed {said}"), result["reason"]
     # the side benched against is blamed for its own change: the candidate's bench is a usage error
     benched = runner.submit(tiny_lab, "bench", resolve(tiny_lab.candidates, "000"), against=slows, bench=QUICK)

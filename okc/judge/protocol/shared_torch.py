@@ -18,7 +18,8 @@ the CPU clock finds them after it (:func:`left_behind`).
 Left out: what torch itself rebinds as it loads a part of itself (``torch._dynamo`` replaces ``torch.manual_seed``),
 and names added (a new attribute changes no call of the other side). Residual: a change made inside a call rather
 than at import or prepare (on the CPU, a hook the call leaves set is found), and torch state outside these
-namespaces (docs/rechecks.md).
+namespaces: an aten kernel registered other than through torch.library's Python API (its ``_impls`` record), a
+dispatch key's fallback, a compiled extension's registrations (docs/rechecks.md).
 """
 
 from __future__ import annotations
@@ -53,7 +54,23 @@ def _settings() -> dict[str, object]:
             "torch.backends.cudnn.allow_tf32": cudnn.allow_tf32, "torch.backends.cudnn.benchmark": cudnn.benchmark,
             "torch.backends.cudnn.enabled": cudnn.enabled,
             "torch.are_deterministic_algorithms_enabled()": torch.are_deterministic_algorithms_enabled(),
-            "torch.get_default_dtype()": torch.get_default_dtype(), "torch.is_grad_enabled()": torch.is_grad_enabled()}
+            "torch.get_default_dtype()": torch.get_default_dtype(), "torch.is_grad_enabled()": torch.is_grad_enabled(),
+            ATEN_KERNELS: _aten_kernels()}
+
+
+ATEN_KERNELS = "aten's kernels registered through torch.library"
+
+
+def _aten_kernels() -> frozenset[str]:
+    """The kernels of aten's operators that Python registered through ``torch.library`` (its own record,
+    ``torch.library._impls``: "aten/op.overload/DispatchKey"), Meta kernels left out (they run no computation; torch
+    registers some as it loads a part of itself). A side that registers one replaces that operator for the other
+    side too: a tiny_matvec candidate that set aten's CPU ``linear`` to run three times, using ``matmul`` itself,
+    scored 2.30x "faster" (2026-12-08). A copy of a set of ~2,000 names: tens of microseconds, at import and prepare."""
+    impls = getattr(torch.library, "_impls", None)
+    if not isinstance(impls, (set, frozenset)):
+        return frozenset()
+    return frozenset(key for key in list(impls) if key.startswith("aten/") and not key.endswith("/Meta"))
 
 
 def hooks() -> dict[str, object]:
@@ -90,7 +107,7 @@ def _same(before: object, now: object) -> bool:
     ``__eq__`` or ``__ne__`` never answers (it could say it was there all along)."""
     if before is now:
         return True
-    return type(before) is type(now) and type(now) in (int, float, bool, str, tuple) and before == now
+    return type(before) is type(now) and type(now) in (int, float, bool, str, tuple, frozenset) and before == now
 
 
 def _said(value: object) -> str:
@@ -147,9 +164,16 @@ def changes(before: tuple[dict, dict], after: tuple[dict, dict]) -> list[str]:
     found = [f"{name} (deleted)" for name in names if name not in names_now]
     found += [f"{name} (rebound)" for name, value in names.items()
               if name in names_now and names_now[name] is not value and not _torchs_own(names_now[name])]
-    found += [f"{name} ({_said(settings[name])} -> {_said(settings_now[name])})" for name in settings
+    found += [_setting_change(name, settings[name], settings_now[name]) for name in settings
               if not _same(settings[name], settings_now[name])]
     return found
+
+
+def _setting_change(name: str, before: object, now: object) -> str:
+    if name == ATEN_KERNELS:
+        added, removed = sorted(now - before), sorted(before - now)
+        return f"{name} ({', '.join(['+' + key for key in added] + ['-' + key for key in removed])})"
+    return f"{name} ({_said(before)} -> {_said(now)})"
 
 
 @contextmanager
@@ -161,8 +185,10 @@ def unchanged_by(side: str):
     if found:
         more = f" and {len(found) - 1} more" if len(found) > 1 else ""
         # a hook runs wherever the process runs, so none is a side's own even when set inside its calls (invalid there)
-        fix = ("remove it: a hook left set runs in okc's code and the other side's too" if found[0].partition(" (")[0]
-               in hooks() else "change such things inside your own calls' code, not in torch")
+        what = found[0].partition(" (")[0]
+        fix = ("remove it: a hook left set runs in okc's code and the other side's too" if what in hooks() else
+               "define an operator of your own (torch.library.custom_op) rather than replace aten's"
+               if what == ATEN_KERNELS else "change such things inside your own calls' code, not in torch")
         raise BenchFailed(f"{side}: its import or prepare changed {found[0]}{more}: a bench's two sides run in one "
                           "process, so this changes the other side's calls too and no paired score would be the "
                           f"judge's (a submission runs alone there); {fix}", side)
