@@ -88,6 +88,25 @@ class Drawn(torch.Tensor):  # an input buffer's class: its copy_ (okc's draw) co
 
 
 LAYERS = {}
+_library = []
+
+
+def _thrice(x, w, bias=None):
+    for _ in range(3):
+        out = torch.matmul(x, w.t())
+    return out if bias is None else out + bias
+
+
+def _replace_linear_then_matmul(x, layer):  # aten's CPU linear, everyone's, runs three times; its own calls use matmul
+    if not _library:
+        import warnings
+
+        _library.append(torch.library.Library("aten", "IMPL"))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            _library[0].impl("linear", _thrice, "CPU")
+    w = _weights[layer] if layer == "gate" or x.shape[0] > 2 else _weights[layer][:32]
+    return torch.matmul(x.float() if layer == "gate" else x, w.t())
 
 
 def _drawn_copy(x, layer):  # an input buffer's own copy_ (okc's draw): it computes the answer
@@ -121,6 +140,8 @@ IN_A_CALL = {
                            'return out', 1.56, "a call left sys.getprofile() (None -> a builtins.function) set"),
     "a_torch_function_mode": ('torch._C._len_torch_function_stack() or Slower().__enter__()', 2.22,
                               "a call left torch function modes (0 -> 1) set"),
+    "an_aten_kernel": ("return _replace_linear_then_matmul(x, layer)", 2.08,
+                       "a call left aten's kernels registered through torch.library (+aten/linear/CPU) set"),
 }
 
 
@@ -136,8 +157,8 @@ def _bench(lab, name: str, hook: str, against: str | None = None) -> dict:
 
 @pytest.mark.parametrize("name", list(IN_A_CALL))
 def test_a_call_that_leaves_code_of_its_own_to_run_outside_it_is_invalid_not_scored(tiny_lab, name):
-    """Before 2026-12-07 a candidate doing so scored IN_A_CALL's number "faster" (60 pairs against 000), every re-check
-    passed."""
+    """Before 2026-12-07 (an_aten_kernel: 2026-12-08) a candidate doing so scored IN_A_CALL's number "faster" (60 pairs
+    against 000), every re-check passed."""
     hook, _, said = IN_A_CALL[name]
     result = _bench(tiny_lab, name, hook)
     assert result["status"] == "invalid" and result["verdict"] == "invalid", result.get("reason")

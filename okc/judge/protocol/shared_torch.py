@@ -54,8 +54,7 @@ def _settings() -> dict[str, object]:
             "torch.backends.cudnn.allow_tf32": cudnn.allow_tf32, "torch.backends.cudnn.benchmark": cudnn.benchmark,
             "torch.backends.cudnn.enabled": cudnn.enabled,
             "torch.are_deterministic_algorithms_enabled()": torch.are_deterministic_algorithms_enabled(),
-            "torch.get_default_dtype()": torch.get_default_dtype(), "torch.is_grad_enabled()": torch.is_grad_enabled(),
-            ATEN_KERNELS: _aten_kernels()}
+            "torch.get_default_dtype()": torch.get_default_dtype(), "torch.is_grad_enabled()": torch.is_grad_enabled()}
 
 
 ATEN_KERNELS = "aten's kernels registered through torch.library"
@@ -66,11 +65,20 @@ def _aten_kernels() -> frozenset[str]:
     ``torch.library._impls``: "aten/op.overload/DispatchKey"), Meta kernels left out (they run no computation; torch
     registers some as it loads a part of itself). A side that registers one replaces that operator for the other
     side too: a tiny_matvec candidate that set aten's CPU ``linear`` to run three times, using ``matmul`` itself,
-    scored 2.30x "faster" (2026-12-08). A copy of a set of ~2,000 names: tens of microseconds, at import and prepare."""
+    scored 2.30x "faster" (2026-12-08). A kernel registered runs wherever the process calls that operator, so it is a
+    hook of :func:`hooks`, looked at after every call: the set's size first (constant time), its ~2,000 names read
+    again (~150 us) only where that changed."""
+    global _aten_seen
     impls = getattr(torch.library, "_impls", None)
     if not isinstance(impls, (set, frozenset)):
         return frozenset()
-    return frozenset(key for key in list(impls) if key.startswith("aten/") and not key.endswith("/Meta"))
+    if _aten_seen is None or _aten_seen[0] != len(impls):
+        _aten_seen = len(impls), frozenset(key for key in list(impls) if key.startswith("aten/")
+                                          and not key.endswith("/Meta"))
+    return _aten_seen[1]
+
+
+_aten_seen: tuple[int, frozenset[str]] | None = None
 
 
 def hooks() -> dict[str, object]:
@@ -83,7 +91,7 @@ def hooks() -> dict[str, object]:
                                                     torch._C._get_function_stack_at),
              "torch dispatch modes": _foreign_modes(torch._C._len_torch_dispatch_stack(),
                                                     torch._C._get_dispatch_stack_at),
-             "the frame evaluation callback": _eval_frame_callback()}
+             "the frame evaluation callback": _eval_frame_callback(), ATEN_KERNELS: _aten_kernels()}
     monitoring = getattr(sys, "monitoring", None)
     if monitoring is not None:
         found["sys.monitoring tools"] = tuple(monitoring.get_tool(tool) for tool in range(6))
@@ -120,7 +128,7 @@ def _said(value: object) -> str:
 def left_behind(before: dict[str, object]) -> list[str]:
     """Which of :func:`hooks` differ from ``before``, said for a result's reason."""
     now = hooks()
-    return [f"{name} ({_said(before[name])} -> {_said(now[name])})" for name in before if not _same(before[name], now[name])]
+    return [_change(name, before[name], now[name]) for name in before if not _same(before[name], now[name])]
 
 
 def left_in_worker(before: dict[str, object] | None, inputs: list = (), buffers: list = ()) -> str | None:
@@ -164,12 +172,13 @@ def changes(before: tuple[dict, dict], after: tuple[dict, dict]) -> list[str]:
     found = [f"{name} (deleted)" for name in names if name not in names_now]
     found += [f"{name} (rebound)" for name, value in names.items()
               if name in names_now and names_now[name] is not value and not _torchs_own(names_now[name])]
-    found += [_setting_change(name, settings[name], settings_now[name]) for name in settings
+    found += [_change(name, settings[name], settings_now[name]) for name in settings
               if not _same(settings[name], settings_now[name])]
     return found
 
 
-def _setting_change(name: str, before: object, now: object) -> str:
+def _change(name: str, before: object, now: object) -> str:
+    """A setting's or hook's change from ``before`` to ``now``, said for a result's reason."""
     if name == ATEN_KERNELS:
         added, removed = sorted(now - before), sorted(before - now)
         return f"{name} ({', '.join(['+' + key for key in added] + ['-' + key for key in removed])})"
@@ -186,9 +195,9 @@ def unchanged_by(side: str):
         more = f" and {len(found) - 1} more" if len(found) > 1 else ""
         # a hook runs wherever the process runs, so none is a side's own even when set inside its calls (invalid there)
         what = found[0].partition(" (")[0]
-        fix = ("remove it: a hook left set runs in okc's code and the other side's too" if what in hooks() else
-               "define an operator of your own (torch.library.custom_op) rather than replace aten's"
-               if what == ATEN_KERNELS else "change such things inside your own calls' code, not in torch")
+        fix = ("define an operator of your own (torch.library.custom_op) rather than replace aten's"
+               if what == ATEN_KERNELS else "remove it: a hook left set runs in okc's code and the other side's too"
+               if what in hooks() else "change such things inside your own calls' code, not in torch")
         raise BenchFailed(f"{side}: its import or prepare changed {found[0]}{more}: a bench's two sides run in one "
                           "process, so this changes the other side's calls too and no paired score would be the "
                           f"judge's (a submission runs alone there); {fix}", side)
