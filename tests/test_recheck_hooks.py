@@ -109,6 +109,17 @@ def _replace_linear_then_matmul(x, layer):  # aten's CPU linear, everyone's, run
     return torch.matmul(x.float() if layer == "gate" else x, w.t())
 
 
+_dispatcher = []
+
+
+def _python_kernel_then_matmul(x, layer):  # the Python dispatcher left on, with a Python kernel for aten's CPU linear
+    if not _dispatcher:
+        torch.ops.aten.linear.default.py_impl(torch._C.DispatchKey.CPU)(_thrice)
+        _dispatcher.append(torch._C._EnablePythonDispatcher())
+    w = _weights[layer] if layer == "gate" or x.shape[0] > 2 else _weights[layer][:32]
+    return torch.matmul(x.float() if layer == "gate" else x, w.t())
+
+
 def _drawn_copy(x, layer):  # an input buffer's own copy_ (okc's draw): it computes the answer
     def copy_(source):
         _copy(x, source)
@@ -142,6 +153,8 @@ IN_A_CALL = {
                               "a call left torch function modes (0 -> 1) set"),
     "an_aten_kernel": ("return _replace_linear_then_matmul(x, layer)", 2.08,
                        "a call left aten's kernels registered through torch.library (+aten/linear/CPU) set"),
+    "the_python_dispatcher": ("return _python_kernel_then_matmul(x, layer)", 1.88,
+                              "a call left the dispatcher's thread-local keys (added +PythonDispatcher) set"),
 }
 
 
@@ -171,9 +184,11 @@ def test_the_side_benched_against_that_leaves_a_hook_is_a_usage_error(tiny_lab):
     assert result["status"] == "error" and result["error_kind"] == "usage", result.get("reason")
 
 
-@pytest.mark.parametrize("at_import", ["sys.setprofile(_on_clone)", "Slower().__enter__()"])
+@pytest.mark.parametrize("at_import", ["sys.setprofile(_on_clone)", "Slower().__enter__()",
+                                       "torch.autocast('cpu').__enter__()"])
 def test_a_hook_set_at_import_is_the_sides_bench_error(tiny_lab, at_import):
-    """A profile function set at import (1.67x "faster", 2026-12-07), or a torch mode pushed there (2.33x)."""
+    """A profile function set at import (1.67x "faster", 2026-12-07), or a torch mode pushed there (2.33x); autocast
+    left on for the other side's calls (2026-12-08)."""
     (tiny_lab.candidates / "003_hooked.py").write_text(CANDIDATE.replace("HOOK", "pass") + "\n" + at_import + "\n")
     benched = runner.submit(tiny_lab, "bench", resolve(tiny_lab.candidates, "003"), bench=QUICK)
     result = json.loads((benched.job_dir / "result.json").read_text())

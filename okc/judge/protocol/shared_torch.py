@@ -8,7 +8,8 @@ prepare and compares it after: a change is that side's bench error (not ``invali
 calls, but it is not measurable beside another side).
 
 The process's hooks (:func:`hooks`: a profile or trace function, a torch function or dispatch mode left on, a frame
-evaluation callback, a sys.monitoring tool) are shared state of another kind: code of a side's that runs wherever the
+evaluation callback, a sys.monitoring tool, the dispatcher's thread-local keys, a kernel of aten's registered through
+torch.library) are shared state of another kind: code of a side's that runs wherever the
 process runs, okc's code between the calls included. A tiny_matvec candidate whose import set a profile function that
 wrote the answer into its output only as okc cloned it for a re-check (an empty tensor otherwise) scored 1.67x
 "faster", every re-check passed; one whose import pushed a TorchFunctionMode running every other F.linear four times
@@ -80,6 +81,22 @@ def _aten_kernels() -> frozenset[str]:
 
 _aten_seen: tuple[int, frozenset[str]] | None = None
 
+DISPATCH_KEYS = "the dispatcher's thread-local keys"
+
+
+def _dispatch_keys() -> tuple[str, str]:
+    """The dispatch keys this thread adds to every operator call and takes out of it, as torch prints the two sets:
+    autocast left on (an autocast key no longer taken out), inference mode, functorch's transforms, and the Python
+    dispatcher, which runs an operator's Python kernels (``OpOverload.py_impl``) for every caller: a candidate that
+    left it on with aten's CPU ``linear`` run three times, its own calls on ``matmul``, scored 1.88x "faster"
+    (2026-12-08). A couple of microseconds."""
+    return str(torch._C._dispatch_tls_local_include_set()), str(torch._C._dispatch_tls_local_exclude_set())
+
+
+def _keys_of(printed: str) -> set[str]:
+    inside = printed.partition("(")[2].rpartition(")")[0]
+    return {key.strip() for key in inside.split(",") if key.strip()}
+
 
 def hooks() -> dict[str, object]:
     """What runs code of its own wherever the process runs, not only where it is called: Python's profile and trace
@@ -91,7 +108,8 @@ def hooks() -> dict[str, object]:
                                                     torch._C._get_function_stack_at),
              "torch dispatch modes": _foreign_modes(torch._C._len_torch_dispatch_stack(),
                                                     torch._C._get_dispatch_stack_at),
-             "the frame evaluation callback": _eval_frame_callback(), ATEN_KERNELS: _aten_kernels()}
+             "the frame evaluation callback": _eval_frame_callback(), ATEN_KERNELS: _aten_kernels(),
+             DISPATCH_KEYS: _dispatch_keys()}
     monitoring = getattr(sys, "monitoring", None)
     if monitoring is not None:
         found["sys.monitoring tools"] = tuple(monitoring.get_tool(tool) for tool in range(6))
@@ -182,6 +200,11 @@ def _change(name: str, before: object, now: object) -> str:
     if name == ATEN_KERNELS:
         added, removed = sorted(now - before), sorted(before - now)
         return f"{name} ({', '.join(['+' + key for key in added] + ['-' + key for key in removed])})"
+    if name == DISPATCH_KEYS:
+        said = [f"{which} {sign}{key}" for which, was, is_ in zip(("added", "taken out"), before, now)
+                for sign, keys in (("+", _keys_of(is_) - _keys_of(was)), ("-", _keys_of(was) - _keys_of(is_)))
+                for key in sorted(keys)]
+        return f"{name} ({', '.join(said)})"
     return f"{name} ({_said(before)} -> {_said(now)})"
 
 
