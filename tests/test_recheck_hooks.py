@@ -360,3 +360,26 @@ def test_a_graph_captures_calls_that_leave_a_method_on_the_buffer_or_a_hook_are_
             assert caught.value.side == "candidate" and caught.value.error_kind == "candidate"
     finally:
         sys.setprofile(None)
+
+
+def test_an_aten_kernel_is_a_sides_unless_torchs_own_file_registered_it(monkeypatch):
+    """torch registers a few of aten's kernels in Python as it loads (``_foreach_mm`` for CUDA): what the dispatcher
+    says registered a kernel decides whose it is, so a part of torch loaded inside a call is no side's hook."""
+    import warnings
+
+    before = shared_torch.hooks()
+    library = torch.library.Library("aten", "IMPL")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            library.impl("lcm", lambda a, b: a, "CPU")
+        assert shared_torch.left_behind(before) == [
+            "aten's kernels registered through torch.library (+aten/lcm/CPU)"]
+        monkeypatch.setattr(shared_torch, "_ROOT", (shared_torch._ROOT, str(Path(__file__).resolve().parent) + "/"))
+        monkeypatch.setattr(shared_torch, "_aten_seen", None)
+        assert shared_torch.left_behind(before) == []  # as if this file were torch's
+    finally:
+        library._destroy()
+        monkeypatch.undo()
+        shared_torch._aten_seen = None
+    assert shared_torch.left_behind(before) == []

@@ -74,9 +74,26 @@ def _aten_kernels() -> frozenset[str]:
     if not isinstance(impls, (set, frozenset)):
         return frozenset()
     if _aten_seen is None or _aten_seen[0] != len(impls):
+        known = _aten_seen[1] if _aten_seen is not None else frozenset()
         _aten_seen = len(impls), frozenset(key for key in list(impls) if key.startswith("aten/")
-                                          and not key.endswith("/Meta"))
+                                          and not key.endswith("/Meta") and (key in known or not _torchs_kernel(key)))
     return _aten_seen[1]
+
+
+def _torchs_kernel(key: str) -> bool:
+    """Whether the kernel now active at ``key`` ("aten/op.overload/DispatchKey") was registered from a file of torch's
+    package (torch registers a few in Python as it loads, e.g. ``_foreach_mm`` for CUDA), as the dispatcher's own
+    record of it says ("DispatchKey: registered at FILE:LINE ...")."""
+    _, op, dispatch_key = key.split("/", 2)
+    try:
+        table = torch._C._dispatch_dump(f"aten::{op}")
+    except Exception:
+        return False
+    for line in table.splitlines():
+        if line.startswith(f"{dispatch_key}: registered at "):
+            where = line[len(f"{dispatch_key}: registered at "):].partition(" ")[0].rpartition(":")[0]
+            return os.path.abspath(where).startswith(_ROOT)
+    return False
 
 
 _aten_seen: tuple[int, frozenset[str]] | None = None
