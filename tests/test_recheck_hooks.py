@@ -364,7 +364,8 @@ def test_a_graph_captures_calls_that_leave_a_method_on_the_buffer_or_a_hook_are_
 
 def test_an_aten_kernel_is_a_sides_unless_torchs_own_file_registered_it(monkeypatch):
     """torch registers a few of aten's kernels in Python as it loads (``_foreach_mm`` for CUDA): what the dispatcher
-    says registered a kernel decides whose it is, so a part of torch loaded inside a call is no side's hook."""
+    says registered a kernel decides whose it is, so a part of torch loaded inside a call is no side's hook; torch's
+    public registering functions are not torch's own."""
     import warnings
 
     before = shared_torch.hooks()
@@ -378,6 +379,15 @@ def test_an_aten_kernel_is_a_sides_unless_torchs_own_file_registered_it(monkeypa
         monkeypatch.setattr(shared_torch, "_ROOT", (shared_torch._ROOT, str(Path(__file__).resolve().parent) + "/"))
         monkeypatch.setattr(shared_torch, "_aten_seen", None)
         assert shared_torch.left_behind(before) == []  # as if this file were torch's
+        with warnings.catch_warnings():  # torch's public function makes the Library, so the record names its file
+            warnings.simplefilter("ignore")
+            torch.library.impl("aten::gcd", "CPU", lambda a, b: a)
+        public = torch.library._keep_alive[-1]
+        try:
+            assert shared_torch.left_behind(before) == [
+                "aten's kernels registered through torch.library (+aten/gcd/CPU)"]
+        finally:
+            public._destroy()
     finally:
         library._destroy()
         monkeypatch.undo()

@@ -82,8 +82,11 @@ def _aten_kernels() -> frozenset[str]:
 
 def _torchs_kernel(key: str) -> bool:
     """Whether the kernel now active at ``key`` ("aten/op.overload/DispatchKey") was registered from a file of torch's
-    package (torch registers a few in Python as it loads, e.g. ``_foreach_mm`` for CUDA), as the dispatcher's own
-    record of it says ("DispatchKey: registered at FILE:LINE ...")."""
+    package (torch registers a few in Python as it loads, e.g. ``_foreach_mm`` for CUDA, from ``torch/_native``), as
+    the dispatcher's own record of it says ("DispatchKey: registered at FILE:LINE ...": where its ``Library`` was
+    made). torch's public registering functions (``torch.library.impl``, ``register_kernel``) make theirs in
+    torch/library.py, not in their caller's file: a kernel registered there is nobody's known, so a side's. Residual:
+    a side that calls one of torch's private registering helpers (``torch._native``'s) passes for torch."""
     _, op, dispatch_key = key.split("/", 2)
     try:
         table = torch._C._dispatch_dump(f"aten::{op}")
@@ -92,11 +95,13 @@ def _torchs_kernel(key: str) -> bool:
     for line in table.splitlines():
         if line.startswith(f"{dispatch_key}: registered at "):
             where = line[len(f"{dispatch_key}: registered at "):].partition(" ")[0].rpartition(":")[0]
-            return os.path.abspath(where).startswith(_ROOT)
+            where = os.path.abspath(where)
+            return where.startswith(_ROOT) and not where.startswith(_PUBLIC)
     return False
 
 
 _aten_seen: tuple[int, frozenset[str]] | None = None
+_PUBLIC = tuple(os.path.join(os.path.dirname(os.path.abspath(torch.__file__)), name) for name in ("library.py", "_library" + os.sep))
 
 DISPATCH_KEYS = "the dispatcher's thread-local keys"
 
