@@ -122,9 +122,10 @@ def _keys_of(printed: str) -> set[str]:
 
 def hooks() -> dict[str, object]:
     """What runs code of its own wherever the process runs, not only where it is called: Python's profile and trace
-    functions (this thread's), torch function and dispatch modes of classes not torch's, the frame evaluation callback (torch._dynamo's,
-    restored as a compiled call returns) and sys.monitoring's tools (Python 3.12 on). Read only, and from C: a
-    look costs a few microseconds, outside any clock."""
+    functions (this thread's), torch function and dispatch modes of classes not torch's, the frame evaluation
+    callback (torch._dynamo's, restored as a compiled call returns), sys.monitoring's tools (Python 3.12 on), the
+    dispatcher's thread-local keys and aten's kernels registered through torch.library. Read only: a look costs about
+    ten microseconds, outside any clock."""
     found = {"sys.getprofile()": sys.getprofile(), "sys.gettrace()": sys.gettrace(),
              "torch function modes": _foreign_modes(torch._C._len_torch_function_stack(),
                                                     torch._C._get_function_stack_at),
