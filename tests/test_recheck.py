@@ -568,7 +568,7 @@ def kernel_fn(x, layer):  # its own calls use matmul, which it left alone
 """
 
 
-@pytest.mark.parametrize("change", ["rebinds", "threads", "aten_kernel"])
+@pytest.mark.parametrize("change", ["rebinds", "threads", "aten_kernel", "onednn"])
 def test_a_side_that_changes_torch_for_the_other_side_gets_no_score(tiny_lab, change):
     """The sides run in one process: a candidate that rebound F.linear at import, keeping the original for itself,
     slowed only its baseline (2.4x "faster", every re-check passed, 2026-12-07); one that replaced aten's CPU
@@ -576,7 +576,9 @@ def test_a_side_that_changes_torch_for_the_other_side_gets_no_score(tiny_lab, ch
     settings or aten's kernels made by a side's import or prepare is that side's bench error."""
     source = {"rebinds": SLOWS_THE_OTHER_SIDE, "aten_kernel": REPLACES_ATENS_LINEAR,
               "threads": SLOWS_THE_OTHER_SIDE.replace("F.linear = torch.nn.functional.linear = _thrice",
-                                                      "torch.set_num_threads(1)")}[change]
+                                                      "torch.set_num_threads(1)"),
+              "onednn": SLOWS_THE_OTHER_SIDE.replace("F.linear = torch.nn.functional.linear = _thrice",
+                                                     "torch.backends.mkldnn.enabled = False")}[change]
     (tiny_lab.candidates / "008_slows.py").write_text(source)
     slows = resolve(tiny_lab.candidates, "008")
     assert runner.submit(tiny_lab, "check", slows).result.status == "pass"  # it is right, and alone in its check
@@ -585,7 +587,8 @@ def test_a_side_that_changes_torch_for_the_other_side_gets_no_score(tiny_lab, ch
     assert result["status"] == "error" and result["error_kind"] == "candidate", result.get("reason")
     assert result.get("score") is None
     said = {"rebinds": "torch.nn.functional.linear (rebound)", "threads": "torch.get_num_threads()",
-            "aten_kernel": "aten's kernels registered through torch.library (+aten/linear/CPU)"}[change]
+            "aten_kernel": "aten's kernels registered through torch.library (+aten/linear/CPU)",
+            "onednn": "torch.backends.mkldnn.enabled ('True' -> 'False')"}[change]
     assert result["reason"].startswith(f"candidate: its import or prepare changed {said}"), result["reason"]
     # the side benched against is blamed for its own change: the candidate's bench is a usage error
     benched = runner.submit(tiny_lab, "bench", resolve(tiny_lab.candidates, "000"), against=slows, bench=QUICK)

@@ -55,7 +55,36 @@ def _settings() -> dict[str, object]:
             "torch.backends.cudnn.allow_tf32": cudnn.allow_tf32, "torch.backends.cudnn.benchmark": cudnn.benchmark,
             "torch.backends.cudnn.enabled": cudnn.enabled,
             "torch.are_deterministic_algorithms_enabled()": torch.are_deterministic_algorithms_enabled(),
-            "torch.get_default_dtype()": torch.get_default_dtype(), "torch.is_grad_enabled()": torch.is_grad_enabled()}
+            "torch.get_default_dtype()": torch.get_default_dtype(), "torch.is_grad_enabled()": torch.is_grad_enabled(),
+            **{name: _read(name, get) for name, get in _MORE_SETTINGS.items()}}
+
+
+# Settings read as text (an enum's object is a new one at each read) or through getters that an older torch lacks
+# ("absent" then, the same before and after): the backends a matmul or a decomposition picks, the attention kernels
+# allowed, oneDNN on the CPU (bf16 matmuls use it), deterministic algorithms' variants, the inter-op threads.
+_MORE_SETTINGS = {
+    "torch.backends.cuda.preferred_blas_library()": lambda: torch.backends.cuda.preferred_blas_library(),
+    "torch.backends.cuda.preferred_linalg_library()": lambda: torch.backends.cuda.preferred_linalg_library(),
+    "torch.backends.cuda.matmul.allow_fp16_accumulation": lambda: torch.backends.cuda.matmul.allow_fp16_accumulation,
+    "torch.backends.cuda.flash_sdp_enabled()": lambda: torch.backends.cuda.flash_sdp_enabled(),
+    "torch.backends.cuda.mem_efficient_sdp_enabled()": lambda: torch.backends.cuda.mem_efficient_sdp_enabled(),
+    "torch.backends.cuda.math_sdp_enabled()": lambda: torch.backends.cuda.math_sdp_enabled(),
+    "torch.backends.cuda.cudnn_sdp_enabled()": lambda: torch.backends.cuda.cudnn_sdp_enabled(),
+    "torch.backends.cudnn.deterministic": lambda: torch.backends.cudnn.deterministic,
+    "torch.backends.mkldnn.enabled": lambda: torch.backends.mkldnn.enabled,
+    "torch.backends.fp32_precision": lambda: torch.backends.fp32_precision,
+    "torch.backends.opt_einsum.enabled": lambda: torch.backends.opt_einsum.enabled,
+    "torch.is_deterministic_algorithms_warn_only_enabled()": lambda: torch.is_deterministic_algorithms_warn_only_enabled(),
+    "torch.utils.deterministic.fill_uninitialized_memory": lambda: torch.utils.deterministic.fill_uninitialized_memory,
+    "torch.get_num_interop_threads()": lambda: torch.get_num_interop_threads(),
+}
+
+
+def _read(name: str, get) -> str:
+    try:
+        return str(get())
+    except (AttributeError, RuntimeError):
+        return "absent"
 
 
 ATEN_KERNELS = "aten's kernels registered through torch.library"
