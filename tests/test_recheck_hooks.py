@@ -170,8 +170,8 @@ def _bench(lab, name: str, hook: str, against: str | None = None) -> dict:
 
 @pytest.mark.parametrize("name", list(IN_A_CALL))
 def test_a_call_that_leaves_code_of_its_own_to_run_outside_it_is_invalid_not_scored(tiny_lab, name):
-    """Before 2026-12-07 (an_aten_kernel: 2026-12-08) a candidate doing so scored IN_A_CALL's number "faster" (60 pairs
-    against 000), every re-check passed."""
+    """Before 2026-12-07 (an_aten_kernel and the_python_dispatcher: 2026-12-08) a candidate doing so scored
+    IN_A_CALL's number "faster" (against 000), every re-check passed."""
     hook, _, said = IN_A_CALL[name]
     result = _bench(tiny_lab, name, hook)
     assert result["status"] == "invalid" and result["verdict"] == "invalid", result.get("reason")
