@@ -430,7 +430,10 @@ def test_a_candidate_that_prints_without_end_is_stopped_at_the_logs_cap(tiny, mo
     launcher; 64 MiB by default), and the log's last line and the verdict say why."""
     monkeypatch.setenv("OKC_MAX_LOG_BYTES", str(1 << 20))
     baseline = (REPO / "okc" / "problems" / "tiny_matvec" / "baseline.py").read_text()
-    chatty = baseline.replace("    if layer == \"gate\":", "    print('x' * 262144, flush=True)\n    if layer == \"gate\":")
+    # without end: a few calls' prints could end before the launcher's next look (0.1 s) and pass, as a check of
+    # 0.1 s did (2026-12-08); 256 KiB each 10 ms keeps what one look's lag adds far below the asserted 64 MiB
+    chatty = baseline.replace("    if layer == \"gate\":", "    while True:\n        print('x' * 262144, flush=True)\n"
+                              "        __import__('time').sleep(0.01)\n    if layer == \"gate\":")
     assert chatty != baseline
     candidate(tiny, "012_chatty.py", chatty)
     result = invoke("check", "012", "--quick", "--json")
