@@ -97,7 +97,12 @@ def _thrice(x, w, bias=None):
     return out if bias is None else out + bias
 
 
-def _replace_linear_then_matmul(x, layer):  # aten's CPU linear, everyone's, runs three times; its own calls use matmul
+def _on_matmul(x, layer):  # the call's work without F.linear, which the two below slow for everyone
+    w = _weights[layer] if layer == "gate" or x.shape[0] > 2 else _weights[layer][:32]
+    return torch.matmul(x.float() if layer == "gate" else x, w.t())
+
+
+def _replace_linear_then_matmul(x, layer):  # aten's CPU linear, everyone's, runs three times
     if not _library:
         import warnings
 
@@ -105,8 +110,7 @@ def _replace_linear_then_matmul(x, layer):  # aten's CPU linear, everyone's, run
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             _library[0].impl("linear", _thrice, "CPU")
-    w = _weights[layer] if layer == "gate" or x.shape[0] > 2 else _weights[layer][:32]
-    return torch.matmul(x.float() if layer == "gate" else x, w.t())
+    return _on_matmul(x, layer)
 
 
 _dispatcher = []
@@ -116,8 +120,7 @@ def _python_kernel_then_matmul(x, layer):  # the Python dispatcher left on, with
     if not _dispatcher:
         torch.ops.aten.linear.default.py_impl(torch._C.DispatchKey.CPU)(_thrice)
         _dispatcher.append(torch._C._EnablePythonDispatcher())
-    w = _weights[layer] if layer == "gate" or x.shape[0] > 2 else _weights[layer][:32]
-    return torch.matmul(x.float() if layer == "gate" else x, w.t())
+    return _on_matmul(x, layer)
 
 
 def _drawn_copy(x, layer):  # an input buffer's own copy_ (okc's draw): it computes the answer

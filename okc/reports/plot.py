@@ -56,10 +56,14 @@ def plots_dir(lab: Lab) -> Path:
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:  # a file where the folder belongs: the user's to move, not a traceback
-        if expected_failure(exc) is not None:  # a read-only folder, a full disk: okc's words for every write
-            raise
-        raise ConfigError(f"cannot make {folder}: {exc.strerror or exc}") from None
+        raise _refusal(exc, f"cannot make {folder}") from None
     return folder
+
+
+def _refusal(exc: OSError, what: str) -> OSError | ConfigError:
+    """``exc`` itself where okc has words for it at every write (a read-only folder, a full disk), else one line of
+    ``what`` failed and why (a file where a folder goes, a folder where a file goes)."""
+    return exc if expected_failure(exc) is not None else ConfigError(f"{what}: {exc.strerror or exc}")
 
 
 def save(fig, path: Path) -> None:
@@ -70,9 +74,7 @@ def save(fig, path: Path) -> None:
         fig.savefig(temporary, dpi=DPI, format="png")
         os.replace(temporary, path)
     except OSError as exc:  # a folder where the PNG goes, a full disk, a read-only folder
-        if expected_failure(exc) is not None:  # a read-only folder, a full disk: okc's words for every write
-            raise
-        raise ConfigError(f"cannot write {path}: {exc.strerror or exc}") from None
+        raise _refusal(exc, f"cannot write {path}") from None
     finally:
         with contextlib.suppress(OSError):
             temporary.unlink()

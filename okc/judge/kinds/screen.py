@@ -179,8 +179,10 @@ class Screen:
             lost = self.screener.healthy()
             left = self.screener.left_in_worker() if lost is None else None
             if left is not None:  # no place for the next point: a new worker takes the rest, as after a lost context
-                reason = f"{line['reason']} [{LEFT_IN_WORKER}: {left}]" if line["status"] != "ok" else \
-                    f"the point {LEFT_IN_WORKER}: {left}"
+                if line["status"] == "ok":
+                    reason = f"the point {LEFT_IN_WORKER}: {left}"
+                else:
+                    reason = f"{line['reason']} [{LEFT_IN_WORKER}: {left}]"
                 line.update(status="fail", reason=reason, lost=True, timings=[])
                 self.lost_by = LEFT_IN_WORKER
         seconds.stop()

@@ -56,14 +56,6 @@ def plain_input(data: object, tensors: list[torch.Tensor], side: str, case_key: 
                            "work before the clock starts", side)
 
 
-def left_hooks(found: list[str], side: str, case_key: str) -> None:
-    """After a call: :class:`BenchInvalid` where it left a hook set (okc.judge.protocol.shared_torch.left_behind)."""
-    if found:
-        raise BenchInvalid(f"{side} {case_key}: a call left {found[0]} set; such a hook runs the candidate's code "
-                           "wherever the process runs, okc's code after the clock stopped and the other side's calls "
-                           "included, so no timed call would be only what it timed", side)
-
-
 def error_result(reason: str, error_kind: str = "candidate", **fields) -> dict:
     return {"kind": "bench", "status": "error", "reason": reason, "error_kind": error_kind, **fields}
 

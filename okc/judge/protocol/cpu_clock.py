@@ -44,7 +44,6 @@ from okc.judge.protocol.benchcases import (
     BenchFailed,
     bench_summary,
     case_load_matrix,
-    left_hooks,
     make_inputs,
     plain_input,
     plain_output,
@@ -55,7 +54,7 @@ from okc.judge.protocol.benchcases import (
 from okc.judge.protocol.loop import PairLoop
 from okc.judge.protocol.pairs import PairTable, Unit
 from okc.judge.protocol.recheck import Draws, Picker, Recheck
-from okc.judge.protocol.shared_torch import hooks, left_behind, unchanged_by
+from okc.judge.protocol.shared_torch import hooks, no_hook_left, unchanged_by
 from okc.seeds import derive_seed
 
 _now = time.perf_counter_ns  # bound at import: see the module docstring
@@ -162,12 +161,12 @@ class CpuClock:
         for name in names:  # untimed: both sides start warm, as on a GPU both start from a flushed L2
             side = self.sides[name]
             side.call(self.problem, case, side.warm[unit.case])
-            left_hooks(left_behind(self.hooks), side.name, case.key)
+            no_hook_left(self.hooks, side.name, case.key)
         numbers = {name: self._draw(self.sides[name], unit.case) for name in names}
         for name in names:
             side = self.sides[name]
             found[(index, name)], out = side.call(self.problem, case, side.inputs[unit.case])
-            left_hooks(left_behind(self.hooks), side.name, case.key)  # before okc's code touches its output
+            no_hook_left(self.hooks, side.name, case.key)  # before okc's code touches its output
             plain_output(out, side.name, case.key)
             if final or (self.picker is not None and self.picker.pick(unit.pair)):
                 kept.append((Recheck(name, unit.case, None if final else unit.pair, numbers[name], nonce=self.draws.nonce),

@@ -51,7 +51,6 @@ from okc.judge.protocol.benchcases import (
     BenchFailed,
     bench_summary,
     case_load_matrix,
-    left_hooks,
     make_inputs,
     plain_input,
     plain_output,
@@ -64,7 +63,7 @@ from okc.judge.protocol.cpu_clock import CpuSide, side_name
 from okc.judge.protocol.loop import PairLoop
 from okc.judge.protocol.pairs import Unit
 from okc.judge.protocol.recheck import Draws, Picker, Recheck
-from okc.judge.protocol.shared_torch import hooks, left_behind, unchanged_by
+from okc.judge.protocol.shared_torch import hooks, no_hook_left, unchanged_by
 from okc.seeds import derive_seed
 
 _event_new = torch.cuda.Event.__new__
@@ -228,7 +227,7 @@ class EagerClock:
         except Exception as exc:
             raise BenchFailed(f"{side.name} {case.key}: kernel_fn raised {type(exc).__name__}: {exc}".splitlines()[0],
                               side.name) from None
-        left_hooks(left_behind(self.hooks), side.name, case.key)  # before okc's code touches its output
+        no_hook_left(self.hooks, side.name, case.key)  # before okc's code touches its output
         plain_output(out, side.name, case.key)
         self.tails[name].append(tail)
         self.times[name].append(us)

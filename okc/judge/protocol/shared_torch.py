@@ -33,7 +33,7 @@ from contextlib import contextmanager
 import torch
 
 from okc.judge.problem import changed_buffer
-from okc.judge.protocol.benchcases import BenchFailed
+from okc.judge.protocol.benchcases import BenchFailed, BenchInvalid
 
 _ROOT = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 NAMESPACES = {"torch": torch, "torch.nn.functional": torch.nn.functional, "torch.Tensor": torch.Tensor,
@@ -199,6 +199,16 @@ def left_behind(before: dict[str, object]) -> list[str]:
     """Which of :func:`hooks` differ from ``before``, said for a result's reason."""
     now = hooks()
     return [_change(name, before[name], now[name]) for name in before if not _same(before[name], now[name])]
+
+
+def no_hook_left(before: dict[str, object], side: str, case_key: str) -> None:
+    """After a call (or a capture's calls): :class:`BenchInvalid` where it left one of :func:`hooks` other than
+    ``before``."""
+    found = left_behind(before)
+    if found:
+        raise BenchInvalid(f"{side} {case_key}: a call left {found[0]} set; such a hook runs the candidate's code "
+                           "wherever the process runs, okc's code after the clock stopped and the other side's calls "
+                           "included, so no timed call would be only what it timed", side)
 
 
 def left_in_worker(before: dict[str, object] | None, inputs: list = (), buffers: list = ()) -> str | None:

@@ -36,10 +36,10 @@ import torch
 from okc.judge.loader import CandidateLoadError, load_candidate
 from okc.judge.problem import Case, Problem, clone_data, tensors_of
 from okc.judge.protocol import pairs, stats, timing
-from okc.judge.protocol.benchcases import BenchFailed, left_hooks, plain_input
+from okc.judge.protocol.benchcases import BenchFailed, plain_input
 from okc.judge.protocol.capture import Captured, CaptureError, OutputPlace, capture
 from okc.judge.protocol.settings import MAX_SLOTS
-from okc.judge.protocol.shared_torch import hooks, left_behind, unchanged_by
+from okc.judge.protocol.shared_torch import hooks, no_hook_left, unchanged_by
 
 MEMORY_SHARE = 0.4  # of the GPU memory free before setup, the most the copies of both sides may take
 REPACK_ALLOWANCE = 2  # a copy is counted as this many clones of the weights (a candidate may repack)
@@ -120,7 +120,7 @@ class Side:
         # method set on it would run the candidate's code as each input is drawn, outside the clock (on the CPU's
         # clock an input's own copy_ did the call's work: 8.06x "faster", 2026-12-07); a hook would run anywhere.
         plain_input(x, buffer, self.name, case.key)
-        left_hooks(left_behind(before), self.name, case.key)
+        no_hook_left(before, self.name, case.key)
         if not timing.is_graph(captured.graph):
             raise BenchFailed(f"{self.name} {case.key}: the capture did not produce a torch CUDA graph", self.name)
         captured.place = OutputPlace.of(captured.out)
