@@ -396,3 +396,22 @@ def test_an_aten_kernel_is_a_sides_unless_torchs_own_file_registered_it(monkeypa
         monkeypatch.undo()
         shared_torch._aten_seen = None
     assert shared_torch.left_behind(before) == []
+
+
+def test_torch_librarys_record_replaced_is_a_change_too(monkeypatch):
+    """The look reads torch.library's record of registrations, its size first: a record rebound to an object of a
+    side's (a set whose len() never changes) would hide every registration after it."""
+
+    class Quiet(set):
+        def __len__(self):
+            return 0
+
+    before = shared_torch.hooks()
+    monkeypatch.setattr(torch.library, "_impls", Quiet(torch.library._impls))
+    try:
+        (found,) = shared_torch.left_behind(before)
+        assert found.startswith("aten's kernels registered through torch.library (+torch.library._impls replaced by a ")
+    finally:
+        monkeypatch.undo()
+        shared_torch._aten_seen = None
+    assert shared_torch.left_behind(before) == []

@@ -100,8 +100,10 @@ def _aten_kernels() -> frozenset[str]:
     again (~150 us) only where that changed."""
     global _aten_seen
     impls = getattr(torch.library, "_impls", None)
-    if not isinstance(impls, (set, frozenset)):
+    if impls is None:  # a torch without the record: nothing to compare
         return frozenset()
+    if type(impls) is not set:  # rebound (a subclass could answer len() as it likes): that is the change
+        return frozenset({f"torch.library._impls replaced by {_said(impls)}"})
     if _aten_seen is None or _aten_seen[0] != len(impls):
         known = _aten_seen[1] if _aten_seen is not None else frozenset()
         _aten_seen = len(impls), frozenset(key for key in list(impls) if key.startswith("aten/")
